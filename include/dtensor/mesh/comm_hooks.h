@@ -1,0 +1,38 @@
+// Every collective issued through a dtensor ProcessGroup passes through here before it runs: the hook
+// point for comm accounting (CommDebugMode, benchmarks, the plan dry run).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dtensor {
+
+struct CommEvent {
+  const char* collective;     // "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", ...
+  int64_t bytes;              // bytes this rank sends into the collective (its input)
+  int group_size;
+  const std::vector<int>* group_ranks;  // global ranks of the group
+};
+
+using CommObserver = std::function<void(const CommEvent&)>;
+
+// Registers `observer` for collectives issued by the calling thread until the returned guard dies.
+// Observers nest; each sees every event.
+class CommObserverGuard {
+ public:
+  explicit CommObserverGuard(CommObserver observer);
+  ~CommObserverGuard();
+  CommObserverGuard(const CommObserverGuard&) = delete;
+  CommObserverGuard& operator=(const CommObserverGuard&) = delete;
+
+ private:
+  size_t slot_;
+};
+
+namespace detail {
+void notify_comm_observers(const CommEvent& event);
+}
+
+}  // namespace dtensor

@@ -1,0 +1,26 @@
+// The variables a torchrun-compatible launcher (tprun, torchrun --no-python) sets for each rank.
+#pragma once
+
+#include <string>
+
+namespace dtensor {
+
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+
+  // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+  // Throws std::runtime_error naming the variable when one is missing, not an integer, or inconsistent
+  // (RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE, port out of range, ...).
+  // LOCAL_RANK / LOCAL_WORLD_SIZE default to RANK / WORLD_SIZE when both are unset.
+  static LaunchEnv from_environ();
+};
+
+// Seconds from DTENSOR_TIMEOUT_SEC, or `fallback` when unset. Throws on a malformed value.
+double timeout_seconds_from_environ(double fallback);
+
+}  // namespace dtensor

@@ -1,0 +1,143 @@
+// A group of ranks with a c10d backend (Gloo on CPU), and the world that creates and caches them.
+//
+// Our ProcessGroup wraps c10d's so that every collective is bounded by the group's timeout, fails with an
+// error naming the collective, the group and the rank, and passes through the comm hooks (comm_hooks.h).
+// c10d's heavy headers stay out of this header.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtensor/mesh/reduce_op.h"
+
+namespace c10d {
+class Store;
+class Backend;
+class Work;
+}  // namespace c10d
+
+namespace dtensor {
+
+class ProcessGroup;
+
+// A handle on a collective in flight. wait() blocks at most the group's timeout and rethrows the peer's
+// error with context. Destroying an unwaited Work waits for it (a collective cannot be abandoned).
+class Work {
+ public:
+  Work() = default;
+  Work(Work&&) noexcept = default;
+  Work& operator=(Work&&) noexcept;
+  ~Work();
+  void wait();
+  bool pending() const { return state_ != nullptr; }
+
+ private:
+  friend class ProcessGroup;
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, std::vector<int> global_ranks, int global_rank,
+               std::chrono::milliseconds timeout);
+  ~ProcessGroup();
+
+  int rank() const { return rank_; }                      // rank within the group
+  int size() const { return static_cast<int>(ranks_.size()); }
+  const std::vector<int>& ranks() const { return ranks_; }  // global ranks, group rank order
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  std::string describe() const;                           // "group [0, 1] (rank 0 of 2)"
+
+  // Raw collectives. They work in place / into caller-provided buffers of equal per-rank size, as c10d's.
+  // Each *_async returns a Work; the blocking forms wait on it. Tensors must be contiguous.
+  Work all_reduce_async(at::Tensor& tensor, ReduceOp op);
+  // out = cat([in from group rank 0, in from rank 1, ...], dim 0); out.numel() == size() * in.numel().
+  Work all_gather_into_async(at::Tensor& out, at::Tensor& in);
+  // out = reduce over ranks of in.chunk(size())[rank()] (dim 0, equal chunks).
+  Work reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, ReduceOp op);
+  // Rows of `in` (dim 0) go to ranks by in_splits; rows of `out` come from ranks by out_splits.
+  Work all_to_all_single_async(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
+                               std::vector<int64_t> in_splits);
+  Work broadcast_async(at::Tensor& tensor, int src_group_rank);
+
+  void all_reduce_(at::Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op).wait(); }
+  void all_gather_into(at::Tensor& out, at::Tensor& in) { all_gather_into_async(out, in).wait(); }
+  void reduce_scatter_into(at::Tensor& out, at::Tensor& in, ReduceOp op) {
+    reduce_scatter_into_async(out, in, op).wait();
+  }
+  void all_to_all_single(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
+                         std::vector<int64_t> in_splits) {
+    all_to_all_single_async(out, in, std::move(out_splits), std::move(in_splits)).wait();
+  }
+  void broadcast_(at::Tensor& tensor, int src_group_rank) { broadcast_async(tensor, src_group_rank).wait(); }
+  void barrier();
+
+  c10d::Backend& backend() const { return *backend_; }
+
+ private:
+  // Runs the comm hooks, then `issue` (which starts the c10d collective), and wraps the result so that
+  // wait() is bounded and errors carry context; `finish` runs after a successful wait.
+  Work start(const char* collective, int64_t bytes, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue,
+             std::function<void()> finish = nullptr);
+
+  c10::intrusive_ptr<c10d::Backend> backend_;
+  std::vector<int> ranks_;
+  int rank_;
+  std::chrono::milliseconds timeout_;
+};
+
+struct InitOptions {
+  // Bound on every collective, store operation and rendezvous. Default: DTENSOR_TIMEOUT_SEC or 300 s.
+  std::chrono::milliseconds timeout{0};
+  // Host name / address the Gloo transport binds. Empty: 127.0.0.1 when MASTER_ADDR is a loopback address,
+  // else the interface named by GLOO_SOCKET_IFNAME, else the machine's hostname.
+  std::string gloo_hostname;
+};
+
+// The job as seen from one rank: its store, rank and size, and the process groups created so far (one per
+// distinct list of global ranks; creating a group is collective over its members).
+class World {
+ public:
+  World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOptions options);
+  ~World();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return options_.timeout; }
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+
+  // The group over `global_ranks` (this rank must be a member). The first request for a rank list creates
+  // its backend, which every member must do too, in the same order relative to its other group creations.
+  std::shared_ptr<ProcessGroup> group(const std::vector<int>& global_ranks);
+  std::shared_ptr<ProcessGroup> world_group();
+
+ private:
+  struct Groups;
+  c10::intrusive_ptr<c10d::Store> store_;
+  int rank_;
+  int size_;
+  InitOptions options_;
+  std::unique_ptr<Groups> groups_;
+};
+
+// Initialises the calling thread's (and, if none is set yet, the process's) default world from the launcher's
+// environment (LaunchEnv): rank 0 serves a TCPStore on MASTER_ADDR:MASTER_PORT, all ranks connect to it and
+// build the world group. Fails with a clear error on bad env, a busy port or a peer that never arrives.
+std::shared_ptr<World> init_process_group(InitOptions options = {});
+// Same over a store the caller made (a c10d::HashStore shared by threads in one process, for tests).
+std::shared_ptr<World> init_process_group(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                                          InitOptions options = {});
+// The calling thread's world, else the process's; throws if init_process_group was not called.
+std::shared_ptr<World> current_world();
+bool is_initialized();
+// Forgets the calling thread's world (and the process's if it is the same).
+void destroy_process_group();
+
+}  // namespace dtensor

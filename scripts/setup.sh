@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Idempotent setup: Debian packages, the project venv with torch 2.14.1 (LibTorch headers and libraries,
+# and PyTorch's Python DTensor as the tests' oracle), and the CMake build in build/. Safe to run again:
+# each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${DTENSOR_PYTHON:-python3.11}
+TORCH_VERSION=2.14.1
+
+log() { echo "[setup] $*"; }
+
+# --- Debian packages: compiler, gtest, gloo's headers (ProcessGroupGloo.hpp includes them), ccache.
+need=()
+for pkg in g++ libgtest-dev libgloo-dev ccache; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if ((${#need[@]})); then
+  log "installing Debian packages: ${need[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}" >/dev/null
+fi
+
+# --- venv with torch (a CUDA build from PyPI carries the full C++ include tree; it runs on CPU).
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv with $PY"
+  "$PY" -m venv .venv
+fi
+if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
+  log "installing torch==$TORCH_VERSION into .venv (several GB; once)"
+  .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy cmake
+fi
+command -v cmake >/dev/null 2>&1 || export PATH="$ROOT/.venv/bin:$PATH"
+
+# --- configure (once; cmake re-runs itself when CMakeLists change).
+TORCH_ROOT=$(.venv/bin/python -c "import torch, os; print(os.path.dirname(torch.__file__))")
+ABI=$(.venv/bin/python -c "import torch; print(int(torch.compiled_with_cxx11_abi()))")
+if [ ! -f build/CMakeCache.txt ]; then
+  log "configuring build/ against $TORCH_ROOT"
+  cmake -S . -B build -DTORCH_ROOT="$TORCH_ROOT" -DDTENSOR_TORCH_CXX11_ABI="$ABI" \
+        -DPython3_EXECUTABLE="$ROOT/.venv/bin/python" >/dev/null
+fi
+
+# --- build (2 jobs: the machine has 2 cores and LibTorch translation units are heavy).
+log "building"
+start=$(date +%s)
+cmake --build build -j"${DTENSOR_BUILD_JOBS:-2}" 2>&1 | grep -vE '^\[ *[0-9]+%\] (Building|Linking)|^$' || true
+test -x build/bin/dtensor_tests -a -x build/bin/tprun || { echo "[setup] build failed" >&2; exit 1; }
+log "build done in $(( $(date +%s) - start ))s"

@@ -1,0 +1,27 @@
+#include "dtensor/mesh/comm_hooks.h"
+
+namespace dtensor {
+namespace {
+// Per thread: thread-per-rank tests keep their accounting apart. A slot is cleared, not erased, so that
+// guards may die in any order.
+thread_local std::vector<CommObserver> observers;
+}  // namespace
+
+CommObserverGuard::CommObserverGuard(CommObserver observer) : slot_(observers.size()) {
+  observers.push_back(std::move(observer));
+}
+
+CommObserverGuard::~CommObserverGuard() {
+  observers[slot_] = nullptr;
+  while (!observers.empty() && !observers.back()) observers.pop_back();
+}
+
+namespace detail {
+void notify_comm_observers(const CommEvent& event) {
+  for (const auto& observer : observers) {
+    if (observer) observer(event);
+  }
+}
+}  // namespace detail
+
+}  // namespace dtensor

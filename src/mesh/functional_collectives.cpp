@@ -1,0 +1,186 @@
+// Functional collectives over ProcessGroup's raw, equal-size primitives. Uneven sizes are handled by
+// padding every rank's piece to the largest (all_gather, reduce_scatter) or by element counts
+// (all_to_all), moving the collective's tensor dim to dim 0 so that pieces are contiguous rows.
+#include "dtensor/mesh/functional_collectives.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace dtensor {
+namespace {
+
+int64_t normalize_dim(int64_t dim, int64_t ndim, const char* what) {
+  int64_t d = dim < 0 ? dim + ndim : dim;
+  if (ndim == 0 || d < 0 || d >= ndim) {
+    throw std::out_of_range(std::string("dtensor: ") + what + " dim " + std::to_string(dim) +
+                            " is out of range for a " + std::to_string(ndim) + "-d tensor");
+  }
+  return d;
+}
+
+std::vector<int64_t> offsets_of(const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> offsets(sizes.size(), 0);
+  for (size_t i = 1; i < sizes.size(); ++i) offsets[i] = offsets[i - 1] + sizes[i - 1];
+  return offsets;
+}
+
+void check_sizes(const std::vector<int64_t>& sizes, ProcessGroup& group, const char* what) {
+  if (static_cast<int>(sizes.size()) != group.size()) {
+    throw std::invalid_argument(std::string("dtensor: ") + what + " got " + std::to_string(sizes.size()) +
+                                " sizes for " + group.describe());
+  }
+  for (int64_t s : sizes) {
+    if (s < 0) throw std::invalid_argument(std::string("dtensor: ") + what + " got a negative size");
+  }
+}
+
+// rows [r * row_block, r * row_block + sizes[r]) of `x` (dim 0) moved into a zero-padded buffer where
+// every rank's piece takes `row_block` rows.
+at::Tensor pad_rows(const at::Tensor& x, const std::vector<int64_t>& sizes, int64_t row_block) {
+  auto shape = x.sizes().vec();
+  shape[0] = row_block * static_cast<int64_t>(sizes.size());
+  at::Tensor padded = at::zeros(shape, x.options());
+  auto offsets = offsets_of(sizes);
+  for (size_t r = 0; r < sizes.size(); ++r) {
+    if (sizes[r] > 0) padded.narrow(0, r * row_block, sizes[r]).copy_(x.narrow(0, offsets[r], sizes[r]));
+  }
+  return padded;
+}
+
+}  // namespace
+
+std::vector<int64_t> chunk_sizes(int64_t dim_size, int64_t num_chunks) {
+  if (num_chunks < 1) throw std::invalid_argument("dtensor: chunk_sizes needs num_chunks >= 1");
+  std::vector<int64_t> sizes(num_chunks, 0);
+  if (dim_size == 0) return sizes;
+  int64_t chunk = (dim_size + num_chunks - 1) / num_chunks;  // torch.chunk: ceil, trailing chunks short/empty
+  for (int64_t i = 0; i < num_chunks; ++i) sizes[i] = std::clamp<int64_t>(dim_size - i * chunk, 0, chunk);
+  return sizes;
+}
+
+std::vector<int64_t> exchange_sizes(int64_t value, ProcessGroup& group) {
+  at::Tensor mine = at::full({1}, value, at::kLong);
+  at::Tensor all = at::empty({group.size()}, at::kLong);
+  group.all_gather_into(all, mine);
+  return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + group.size());
+}
+
+at::Tensor all_reduce(const at::Tensor& tensor, ReduceOp op, ProcessGroup& group) {
+  at::Tensor out = tensor.contiguous().clone();
+  if (out.numel() > 0) group.all_reduce_(out, op);
+  return out;
+}
+
+at::Tensor all_gather(const at::Tensor& tensor, int64_t gather_dim, ProcessGroup& group,
+                      std::optional<std::vector<int64_t>> sizes) {
+  int64_t d = normalize_dim(gather_dim, tensor.dim(), "all_gather");
+  if (!sizes) sizes = exchange_sizes(tensor.size(d), group);
+  check_sizes(*sizes, group, "all_gather");
+  if ((*sizes)[group.rank()] != tensor.size(d)) {
+    throw std::invalid_argument("dtensor: all_gather: this rank's size " + std::to_string(tensor.size(d)) +
+                                " along dim " + std::to_string(d) + " differs from the size given for it, " +
+                                std::to_string((*sizes)[group.rank()]));
+  }
+  const int64_t n = group.size();
+  const int64_t block = *std::max_element(sizes->begin(), sizes->end());
+  const bool even = std::all_of(sizes->begin(), sizes->end(), [&](int64_t s) { return s == block; });
+
+  at::Tensor rows = tensor.movedim(d, 0);
+  auto out_shape = rows.sizes().vec();
+  out_shape[0] = n * block;
+  at::Tensor gathered = at::empty(out_shape, tensor.options());
+  at::Tensor in = even ? rows.contiguous() : pad_rows(rows, std::vector<int64_t>{tensor.size(d)}, block);
+  if (gathered.numel() > 0) group.all_gather_into(gathered, in);
+  if (!even) {
+    std::vector<at::Tensor> pieces;
+    for (int64_t r = 0; r < n; ++r) pieces.push_back(gathered.narrow(0, r * block, (*sizes)[r]));
+    gathered = at::cat(pieces, 0);
+  }
+  return gathered.movedim(0, d).contiguous();
+}
+
+at::Tensor reduce_scatter(const at::Tensor& tensor, ReduceOp op, int64_t scatter_dim, ProcessGroup& group,
+                          std::optional<std::vector<int64_t>> sizes) {
+  int64_t d = normalize_dim(scatter_dim, tensor.dim(), "reduce_scatter");
+  const int64_t n = group.size();
+  if (!sizes) sizes = chunk_sizes(tensor.size(d), n);
+  check_sizes(*sizes, group, "reduce_scatter");
+  if (std::accumulate(sizes->begin(), sizes->end(), int64_t{0}) != tensor.size(d)) {
+    throw std::invalid_argument("dtensor: reduce_scatter sizes do not sum to the size of dim " + std::to_string(d));
+  }
+  const int64_t block = *std::max_element(sizes->begin(), sizes->end());
+  const bool even = std::all_of(sizes->begin(), sizes->end(), [&](int64_t s) { return s == block; });
+
+  at::Tensor rows = tensor.movedim(d, 0);
+  at::Tensor in = even ? rows.contiguous() : pad_rows(rows, *sizes, block);
+  auto out_shape = rows.sizes().vec();
+  out_shape[0] = block;
+  at::Tensor out = at::empty(out_shape, tensor.options());
+  if (in.numel() > 0) group.reduce_scatter_into(out, in, op);
+  return out.narrow(0, 0, (*sizes)[group.rank()]).movedim(0, d).contiguous();
+}
+
+at::Tensor all_to_all(const at::Tensor& tensor, int64_t split_dim, int64_t concat_dim, ProcessGroup& group,
+                      std::optional<std::vector<int64_t>> concat_sizes,
+                      std::optional<std::vector<int64_t>> split_sizes) {
+  int64_t s = normalize_dim(split_dim, tensor.dim(), "all_to_all split");
+  int64_t c = normalize_dim(concat_dim, tensor.dim(), "all_to_all concat");
+  if (s == c) throw std::invalid_argument("dtensor: all_to_all needs different split and concat dims");
+  const int64_t n = group.size();
+  if (!split_sizes) split_sizes = chunk_sizes(tensor.size(s), n);
+  check_sizes(*split_sizes, group, "all_to_all");
+  if (std::accumulate(split_sizes->begin(), split_sizes->end(), int64_t{0}) != tensor.size(s)) {
+    throw std::invalid_argument("dtensor: all_to_all split sizes do not sum to the size of dim " + std::to_string(s));
+  }
+  if (!concat_sizes) concat_sizes = exchange_sizes(tensor.size(c), group);
+  check_sizes(*concat_sizes, group, "all_to_all");
+
+  // Piece k (rows split_offsets[k] .. of split dim) goes to rank k, flattened; counts are element counts.
+  auto split_offsets = offsets_of(*split_sizes);
+  std::vector<at::Tensor> send_pieces;
+  std::vector<int64_t> in_counts, out_counts;
+  for (int64_t k = 0; k < n; ++k) {
+    at::Tensor piece = tensor.narrow(s, split_offsets[k], (*split_sizes)[k]).contiguous().view({-1});
+    in_counts.push_back(piece.numel());
+    send_pieces.push_back(piece);
+  }
+  std::vector<std::vector<int64_t>> recv_shapes;
+  for (int64_t r = 0; r < n; ++r) {
+    auto shape = tensor.sizes().vec();
+    shape[s] = (*split_sizes)[group.rank()];
+    shape[c] = (*concat_sizes)[r];
+    recv_shapes.push_back(shape);
+    int64_t numel = 1;
+    for (int64_t x : shape) numel *= x;
+    out_counts.push_back(numel);
+  }
+  at::Tensor send = at::cat(send_pieces, 0);
+  at::Tensor recv = at::empty({std::accumulate(out_counts.begin(), out_counts.end(), int64_t{0})}, tensor.options());
+  // Whether anything moves at all is the same on every rank (all know every rank's sizes); only then may
+  // the collective be skipped.
+  int64_t other = 1;
+  for (int64_t d = 0; d < tensor.dim(); ++d) {
+    if (d != s && d != c) other *= tensor.size(d);
+  }
+  const bool any = other > 0 && tensor.size(s) > 0 &&
+                   std::accumulate(concat_sizes->begin(), concat_sizes->end(), int64_t{0}) > 0;
+  if (any) group.all_to_all_single(recv, send, out_counts, in_counts);
+  std::vector<at::Tensor> pieces;
+  int64_t offset = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    pieces.push_back(recv.narrow(0, offset, out_counts[r]).view(recv_shapes[r]));
+    offset += out_counts[r];
+  }
+  return at::cat(pieces, c);
+}
+
+at::Tensor broadcast(const at::Tensor& tensor, int src, ProcessGroup& group) {
+  at::Tensor out = group.rank() == src ? tensor.contiguous().clone() : at::empty(tensor.sizes(), tensor.options());
+  if (out.numel() > 0) group.broadcast_(out, src);
+  return out;
+}
+
+}  // namespace dtensor

@@ -1,0 +1,89 @@
+#include "dtensor/mesh/launch_env.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace dtensor {
+namespace {
+
+const char* kHint = " (launch with `tprun --nproc-per-node N <program>` or `torchrun --no-python ...`, "
+                    "which set RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT)";
+
+std::optional<std::string> get(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+long parse_int(const char* name, const std::string& text) {
+  errno = 0;
+  char* end = nullptr;
+  long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0) {
+    throw std::runtime_error(std::string("dtensor: environment variable ") + name + "='" + text +
+                             "' is not an integer");
+  }
+  return value;
+}
+
+long require_int(const char* name) {
+  auto v = get(name);
+  if (!v) throw std::runtime_error(std::string("dtensor: environment variable ") + name + " is not set" + kHint);
+  return parse_int(name, *v);
+}
+
+}  // namespace
+
+LaunchEnv LaunchEnv::from_environ() {
+  LaunchEnv env;
+  long world = require_int("WORLD_SIZE");
+  long rank = require_int("RANK");
+  if (world < 1) throw std::runtime_error("dtensor: WORLD_SIZE=" + std::to_string(world) + " must be >= 1");
+  if (rank < 0 || rank >= world) {
+    throw std::runtime_error("dtensor: RANK=" + std::to_string(rank) + " is outside [0, WORLD_SIZE=" +
+                             std::to_string(world) + ")");
+  }
+  auto local_rank_s = get("LOCAL_RANK");
+  auto local_world_s = get("LOCAL_WORLD_SIZE");
+  long local_rank = local_rank_s ? parse_int("LOCAL_RANK", *local_rank_s) : rank;
+  long local_world = local_world_s ? parse_int("LOCAL_WORLD_SIZE", *local_world_s) : world;
+  if (local_world < 1 || local_world > world) {
+    throw std::runtime_error("dtensor: LOCAL_WORLD_SIZE=" + std::to_string(local_world) + " must be in [1, WORLD_SIZE=" +
+                             std::to_string(world) + "]");
+  }
+  if (local_rank < 0 || local_rank >= local_world) {
+    throw std::runtime_error("dtensor: LOCAL_RANK=" + std::to_string(local_rank) + " is outside [0, LOCAL_WORLD_SIZE=" +
+                             std::to_string(local_world) + ")");
+  }
+  auto addr = get("MASTER_ADDR");
+  if (!addr || addr->empty()) {
+    throw std::runtime_error(std::string("dtensor: environment variable MASTER_ADDR is not set") + kHint);
+  }
+  long port = require_int("MASTER_PORT");
+  if (port < 1 || port > 65535) {
+    throw std::runtime_error("dtensor: MASTER_PORT=" + std::to_string(port) + " is outside [1, 65535]");
+  }
+  env.rank = static_cast<int>(rank);
+  env.world_size = static_cast<int>(world);
+  env.local_rank = static_cast<int>(local_rank);
+  env.local_world_size = static_cast<int>(local_world);
+  env.master_addr = *addr;
+  env.master_port = static_cast<int>(port);
+  return env;
+}
+
+double timeout_seconds_from_environ(double fallback) {
+  auto v = get("DTENSOR_TIMEOUT_SEC");
+  if (!v) return fallback;
+  char* end = nullptr;
+  double s = std::strtod(v->c_str(), &end);
+  if (v->empty() || *end != '\0' || !(s > 0)) {
+    throw std::runtime_error("dtensor: DTENSOR_TIMEOUT_SEC='" + *v + "' must be a positive number of seconds");
+  }
+  return s;
+}
+
+}  // namespace dtensor

@@ -1,0 +1,334 @@
+// ProcessGroup, World and init_process_group over c10d (TCPStore, PrefixStore, ProcessGroupGloo).
+// This is the only translation unit that includes ProcessGroupGloo.hpp (and with it gloo's headers).
+#include "dtensor/mesh/process_group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "dtensor/mesh/comm_hooks.h"
+#include "dtensor/mesh/launch_env.h"
+
+namespace dtensor {
+namespace {
+
+std::string join(const std::vector<int>& v, const char* sep) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? sep : "") << v[i];
+  return os.str();
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM:
+    case ReduceOp::AVG:  // Gloo has no AVG: SUM, then divide (see finish callbacks below)
+      return c10d::ReduceOp(c10d::ReduceOp::SUM);
+    case ReduceOp::MAX: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+    case ReduceOp::MIN: return c10d::ReduceOp(c10d::ReduceOp::MIN);
+  }
+  throw std::logic_error("unreachable");
+}
+
+int64_t nbytes(const at::Tensor& t) { return static_cast<int64_t>(t.numel()) * t.element_size(); }
+
+void check_contiguous(const at::Tensor& t, const char* what) {
+  if (!t.is_contiguous()) throw std::invalid_argument(std::string("dtensor: ") + what + " needs a contiguous tensor");
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::chrono::milliseconds resolve_timeout(std::chrono::milliseconds requested) {
+  if (requested.count() > 0) return requested;
+  return std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds_from_environ(300.0) * 1000));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------- Work
+
+struct Work::State {
+  c10::intrusive_ptr<c10d::Work> work;
+  std::string what;  // "all_reduce on group [0, 1] (rank 0 of 2)"
+  std::chrono::milliseconds timeout;
+  std::function<void()> finish;
+};
+
+Work& Work::operator=(Work&& other) noexcept {
+  if (this != &other) {
+    if (state_) {
+      try { wait(); } catch (const std::exception& e) { std::cerr << e.what() << std::endl; }
+    }
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+Work::~Work() {
+  if (state_) {
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      std::cerr << "dtensor: an unwaited collective failed: " << e.what() << std::endl;
+    }
+  }
+}
+
+void Work::wait() {
+  if (!state_) return;
+  auto state = std::move(state_);
+  bool completed = false;
+  try {
+    completed = state->work->wait(state->timeout);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("dtensor: " + state->what + " failed: " + e.what());
+  }
+  if (!completed) {
+    throw std::runtime_error("dtensor: " + state->what + " did not complete within " +
+                             std::to_string(state->timeout.count()) + " ms");
+  }
+  if (state->finish) state->finish();
+}
+
+// ---------------------------------------------------------------------------------------------- ProcessGroup
+
+ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, std::vector<int> global_ranks,
+                           int global_rank, std::chrono::milliseconds timeout)
+    : backend_(std::move(backend)), ranks_(std::move(global_ranks)), rank_(-1), timeout_(timeout) {
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i] == global_rank) rank_ = static_cast<int>(i);
+  }
+  if (rank_ < 0) throw std::invalid_argument("dtensor: rank " + std::to_string(global_rank) + " is not in " + describe());
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+std::string ProcessGroup::describe() const {
+  return "group [" + join(ranks_, ", ") + "] (rank " + std::to_string(rank_) + " of " + std::to_string(size()) + ")";
+}
+
+Work ProcessGroup::start(const char* collective, int64_t bytes,
+                         const std::function<c10::intrusive_ptr<c10d::Work>()>& issue, std::function<void()> finish) {
+  detail::notify_comm_observers(CommEvent{collective, bytes, size(), &ranks_});
+  std::string what = std::string(collective) + " on " + describe();
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = issue();
+  } catch (const std::exception& e) {
+    throw std::runtime_error("dtensor: " + what + " failed to start: " + e.what());
+  }
+  Work w;
+  w.state_ = std::make_unique<Work::State>(Work::State{std::move(work), std::move(what), timeout_, std::move(finish)});
+  return w;
+}
+
+Work ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
+  check_contiguous(tensor, "all_reduce");
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  opts.timeout = timeout_;
+  std::function<void()> finish;
+  if (op == ReduceOp::AVG) finish = [tensor, n = size()]() mutable { tensor.div_(n); };
+  return start("all_reduce", nbytes(tensor), [&] { return backend_->allreduce(tensors, opts); }, std::move(finish));
+}
+
+Work ProcessGroup::all_gather_into_async(at::Tensor& out, at::Tensor& in) {
+  check_contiguous(out, "all_gather");
+  check_contiguous(in, "all_gather");
+  c10d::AllgatherOptions opts;
+  opts.timeout = timeout_;
+  return start("all_gather", nbytes(in), [&] { return backend_->_allgather_base(out, in, opts); });
+}
+
+Work ProcessGroup::reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, ReduceOp op) {
+  check_contiguous(out, "reduce_scatter");
+  check_contiguous(in, "reduce_scatter");
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = to_c10d(op);
+  opts.timeout = timeout_;
+  std::function<void()> finish;
+  if (op == ReduceOp::AVG) finish = [out, n = size()]() mutable { out.div_(n); };
+  return start("reduce_scatter", nbytes(in), [&] { return backend_->_reduce_scatter_base(out, in, opts); },
+               std::move(finish));
+}
+
+Work ProcessGroup::all_to_all_single_async(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
+                                           std::vector<int64_t> in_splits) {
+  check_contiguous(out, "all_to_all");
+  check_contiguous(in, "all_to_all");
+  c10d::AllToAllOptions opts;
+  opts.timeout = timeout_;
+  return start("all_to_all", nbytes(in), [&] { return backend_->alltoall_base(out, in, out_splits, in_splits, opts); });
+}
+
+Work ProcessGroup::broadcast_async(at::Tensor& tensor, int src_group_rank) {
+  check_contiguous(tensor, "broadcast");
+  if (src_group_rank < 0 || src_group_rank >= size()) {
+    throw std::invalid_argument("dtensor: broadcast source " + std::to_string(src_group_rank) + " is not a rank of " +
+                                describe());
+  }
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = src_group_rank;
+  opts.timeout = timeout_;
+  int64_t bytes = rank_ == src_group_rank ? nbytes(tensor) : 0;
+  return start("broadcast", bytes, [&] { return backend_->broadcast(tensors, opts); });
+}
+
+void ProcessGroup::barrier() {
+  c10d::BarrierOptions opts;
+  opts.timeout = timeout_;
+  start("barrier", 0, [&] { return backend_->barrier(opts); }).wait();
+}
+
+// ---------------------------------------------------------------------------------------------------- World
+
+struct World::Groups {
+  std::mutex mutex;
+  std::map<std::vector<int>, std::shared_ptr<ProcessGroup>> by_ranks;
+};
+
+World::World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOptions options)
+    : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)),
+      groups_(std::make_unique<Groups>()) {
+  options_.timeout = resolve_timeout(options_.timeout);
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw std::invalid_argument("dtensor: rank " + std::to_string(rank) + " is outside [0, world size " +
+                                std::to_string(size) + ")");
+  }
+}
+
+World::~World() = default;
+
+std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks) {
+  std::set<int> unique(global_ranks.begin(), global_ranks.end());
+  if (unique.size() != global_ranks.size() || global_ranks.empty() || *unique.begin() < 0 ||
+      *unique.rbegin() >= size_) {
+    throw std::invalid_argument("dtensor: invalid process group ranks [" + join(global_ranks, ", ") +
+                                "] in a world of " + std::to_string(size_));
+  }
+  std::lock_guard<std::mutex> lock(groups_->mutex);
+  auto it = groups_->by_ranks.find(global_ranks);
+  if (it != groups_->by_ranks.end()) return it->second;
+
+  int group_rank = -1;
+  for (size_t i = 0; i < global_ranks.size(); ++i) {
+    if (global_ranks[i] == rank_) group_rank = static_cast<int>(i);
+  }
+  if (group_rank < 0) {
+    throw std::invalid_argument("dtensor: rank " + std::to_string(rank_) + " is not a member of group [" +
+                                join(global_ranks, ", ") + "]");
+  }
+  // Each member builds its own backend under a prefix derived from the rank list alone, so all members
+  // agree on it without talking (C++ has no new_group).
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("dtensor/pg/" + join(global_ranks, ","), store_);
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  c10::intrusive_ptr<c10d::Backend> backend;
+  try {
+    if (!options_.gloo_hostname.empty()) {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options_.gloo_hostname));
+    } else if (ifname != nullptr && *ifname != '\0') {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    } else {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, group_rank,
+                                                          static_cast<int>(global_ranks.size()), gloo_options);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("dtensor: rank " + std::to_string(rank_) + " could not connect process group [" +
+                             join(global_ranks, ", ") + "] within " + std::to_string(options_.timeout.count()) +
+                             " ms (did every member start and reach the same point?): " + e.what());
+  }
+  auto group = std::make_shared<ProcessGroup>(std::move(backend), global_ranks, rank_, options_.timeout);
+  groups_->by_ranks.emplace(global_ranks, group);
+  return group;
+}
+
+std::shared_ptr<ProcessGroup> World::world_group() {
+  std::vector<int> all(size_);
+  for (int r = 0; r < size_; ++r) all[r] = r;
+  return group(all);
+}
+
+// ------------------------------------------------------------------------------------- init_process_group
+
+namespace {
+thread_local std::shared_ptr<World> thread_world;
+std::mutex process_world_mutex;
+std::shared_ptr<World> process_world;
+
+std::shared_ptr<World> install(std::shared_ptr<World> world) {
+  world->world_group();  // connects every rank: a barrier that proves the job is whole
+  thread_world = world;
+  std::lock_guard<std::mutex> lock(process_world_mutex);
+  if (!process_world) process_world = world;
+  return world;
+}
+}  // namespace
+
+std::shared_ptr<World> init_process_group(InitOptions options) {
+  LaunchEnv env = LaunchEnv::from_environ();
+  options.timeout = resolve_timeout(options.timeout);
+  if (options.gloo_hostname.empty() && is_loopback(env.master_addr)) options.gloo_hostname = "127.0.0.1";
+
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<std::uint16_t>(env.master_port);
+  store_options.isServer = env.rank == 0;
+  store_options.numWorkers = env.world_size;
+  store_options.waitWorkers = true;
+  store_options.timeout = options.timeout;
+  std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (env.rank == 0 && (msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos)) {
+      throw std::runtime_error("dtensor: rank 0 cannot serve the rendezvous store on " + where +
+                               ": the port is already in use (another job? choose another MASTER_PORT / "
+                               "--master-port): " + msg);
+    }
+    throw std::runtime_error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+                             " could not rendezvous at " + where + " within " +
+                             std::to_string(options.timeout.count()) + " ms (did all ranks start?): " + msg);
+  }
+  return install(std::make_shared<World>(std::move(store), env.rank, env.world_size, std::move(options)));
+}
+
+std::shared_ptr<World> init_process_group(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                                          InitOptions options) {
+  if (options.gloo_hostname.empty()) options.gloo_hostname = "127.0.0.1";
+  return install(std::make_shared<World>(std::move(store), rank, size, std::move(options)));
+}
+
+std::shared_ptr<World> current_world() {
+  if (thread_world) return thread_world;
+  std::lock_guard<std::mutex> lock(process_world_mutex);
+  if (process_world) return process_world;
+  throw std::runtime_error("dtensor: no process group; call dtensor::init_process_group() first");
+}
+
+bool is_initialized() {
+  if (thread_world) return true;
+  std::lock_guard<std::mutex> lock(process_world_mutex);
+  return process_world != nullptr;
+}
+
+void destroy_process_group() {
+  std::shared_ptr<World> mine = std::move(thread_world);
+  std::lock_guard<std::mutex> lock(process_world_mutex);
+  if (!mine || process_world == mine) process_world.reset();
+}
+
+}  // namespace dtensor

@@ -1,0 +1,88 @@
+#include "harness/subprocess.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace dtensor::testing {
+
+int start_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                  const std::string& output_file) {
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    setpgid(0, 0);
+    int fd = open(output_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    for (const auto& [k, v] : env) {
+      if (v.empty()) unsetenv(k.c_str());
+      else setenv(k.c_str(), v.c_str(), 1);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+ProcessResult wait_process(int pid, const std::string& output_file, double timeout_seconds) {
+  ProcessResult result;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+  int status = 0;
+  while (true) {
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      result.timed_out = true;
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream in(output_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  result.output = ss.str();
+  std::remove(output_file.c_str());
+  return result;
+}
+
+ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+                          double timeout_seconds) {
+  static int counter = 0;
+  std::string out = "/tmp/dtensor_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) + ".log";
+  return wait_process(start_process(argv, env, out), out, timeout_seconds);
+}
+
+std::string bin_path(const std::string& program) { return std::string(DTENSOR_BIN_DIR) + "/" + program; }
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) throw std::runtime_error("bind failed");
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace dtensor::testing

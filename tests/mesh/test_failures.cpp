@@ -1,0 +1,121 @@
+// A rank that dies, throws or hangs makes the others fail with a clear error within the timeout, never
+// hang; bad environments and busy ports are reported at start-up.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/mesh/functional_collectives.h"
+#include "harness/multi_rank.h"
+#include "harness/subprocess.h"
+
+using namespace dtensor;
+using namespace dtensor::testing;
+
+namespace {
+
+std::map<std::string, std::string> rank_env(int rank, int world, int port) {
+  return {{"RANK", std::to_string(rank)},  {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
+          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"DTENSOR_TIMEOUT_SEC", "5"}};
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+}  // namespace
+
+TEST(Failures, ThreadRankThatThrowsMakesPeersTimeOut) {
+  RunOptions options;
+  options.collective_timeout = std::chrono::milliseconds(2000);
+  options.expect_all_succeed = false;
+  auto errors = run_ranks(2, [](int rank, int) {
+    auto mesh = init_device_mesh("cpu", {2});
+    if (rank == 1) throw std::runtime_error("rank 1 fails before the collective");
+    all_reduce(at::ones({4}), ReduceOp::SUM, mesh, 0);
+  }, options);
+  EXPECT_TRUE(contains(errors[1], "rank 1 fails")) << errors[1];
+  EXPECT_TRUE(contains(errors[0], "dtensor: all_reduce on group [0, 1] (rank 0 of 2)")) << errors[0];
+}
+
+TEST(Failures, ProcessThatDiesMakesPeerExitWithError) {
+  // No launcher: the surviving rank must notice by itself.
+  int port = free_port();
+  std::string out0 = "/tmp/dtensor_fail0_" + std::to_string(getpid()), out1 = out0 + "_1";
+  int p0 = start_process({bin_path("dist_e2e"), "die", "1", "7"}, rank_env(0, 2, port), out0);
+  int p1 = start_process({bin_path("dist_e2e"), "die", "1", "7"}, rank_env(1, 2, port), out1);
+  auto r1 = wait_process(p1, out1, 60);
+  auto r0 = wait_process(p0, out0, 60);
+  EXPECT_EQ(r1.exit_code, 7);
+  EXPECT_FALSE(r0.timed_out);
+  EXPECT_EQ(r0.exit_code, 1) << r0.output;
+  EXPECT_TRUE(contains(r0.output, "error: dtensor: all_reduce on group [0, 1] (rank 0 of 2)")) << r0.output;
+}
+
+TEST(Failures, TprunReportsTheRankThatDied) {
+  auto r = run_process({bin_path("tprun"), "--nproc-per-node", "2", "--master-port", "0", "dist_e2e", "die", "1", "7"},
+                       {{"DTENSOR_TIMEOUT_SEC", "5"}}, 60);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "tprun: rank 1 (local rank 1, pid")) << r.output;
+  EXPECT_TRUE(contains(r.output, "exited with status 7")) << r.output;
+  EXPECT_TRUE(contains(r.output, "tprun: stopping: rank 1 failed first")) << r.output;
+}
+
+TEST(Failures, TprunReportsARankKilledByASignal) {
+  auto r = run_process({bin_path("tprun"), "--nproc-per-node", "2", "--master-port", "0", "dist_e2e", "throw", "0"},
+                       {{"DTENSOR_TIMEOUT_SEC", "5"}}, 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank0]: terminate called after throwing")) << r.output;
+  EXPECT_TRUE(contains(r.output, "tprun: rank 0 (local rank 0, pid")) << r.output;
+  EXPECT_TRUE(contains(r.output, "was killed by signal 6")) << r.output;
+}
+
+TEST(Failures, HangingRankMakesPeersTimeOut) {
+  // Rank 1 stays alive but never joins: rank 0 must give up after DTENSOR_TIMEOUT_SEC (3 s), and tprun
+  // then stops rank 1.
+  auto r = run_process({bin_path("tprun"), "--nproc-per-node", "2", "--master-port", "0", "--grace-seconds", "1",
+                        "dist_e2e", "hang", "1", "100"},
+                       {{"DTENSOR_TIMEOUT_SEC", "3"}}, 60);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank0]: error: dtensor: all_reduce on group [0, 1] (rank 0 of 2)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "tprun: rank 0 (local rank 0, pid")) << r.output;
+}
+
+TEST(Failures, BadEnvironmentIsNamed) {
+  auto r = run_process({bin_path("dist_e2e"), "ok"}, {{"RANK", ""}, {"WORLD_SIZE", "2"}}, 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "error: dtensor: environment variable RANK is not set")) << r.output;
+  auto env = rank_env(3, 2, 29999);
+  r = run_process({bin_path("dist_e2e"), "ok"}, env, 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "RANK=3 is outside [0, WORLD_SIZE=2)")) << r.output;
+}
+
+TEST(Failures, BusyPortIsReported) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  auto r = run_process({bin_path("dist_e2e"), "ok"}, rank_env(0, 1, ntohs(addr.sin_port)), 30);
+  close(fd);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "already in use")) << r.output;
+}
+
+TEST(Failures, PeerThatNeverArrivesTimesOut) {
+  auto env = rank_env(0, 2, free_port());
+  env["DTENSOR_TIMEOUT_SEC"] = "2";
+  auto r = run_process({bin_path("dist_e2e"), "ok"}, env, 60);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.output, "dtensor: rank 0 of 2 could not rendezvous at 127.0.0.1:")) << r.output;
+}

@@ -1,0 +1,60 @@
+// A small multi-process program the tests launch (through tprun, torchrun --no-python, or by hand):
+//
+//   dist_e2e ok                 all_reduce and all_gather over the world and a 2-D mesh; prints results
+//   dist_e2e die R CODE         rank R exits with CODE before a collective the others enter
+//   dist_e2e throw R            rank R throws an uncaught exception before the collective
+//   dist_e2e hang R SECONDS     rank R sleeps instead of joining the collective
+//
+// Any error reaching main is printed as "error: ..." and exits 1.
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/mesh/functional_collectives.h"
+
+using namespace dtensor;
+
+int main(int argc, char** argv) {
+  std::string scenario = argc > 1 ? argv[1] : "ok";
+  int target = argc > 2 ? std::atoi(argv[2]) : -1;
+  try {
+    auto world = init_process_group();
+    int rank = world->rank();
+    auto mesh = init_device_mesh("cpu", {world->size()}, {"world"});
+    at::Tensor x = at::full({2}, double(rank));
+    if (scenario == "ok") {
+      at::Tensor sum = all_reduce(x, ReduceOp::SUM, mesh, 0);
+      at::Tensor gathered = all_gather(x.narrow(0, 0, 1), 0, mesh, 0);
+      std::cout << "sum=" << sum[0].item<double>() << " gathered=";
+      for (int64_t i = 0; i < gathered.numel(); ++i) std::cout << (i ? "," : "") << gathered[i].item<double>();
+      std::cout << std::endl;
+      if (world->size() == 4) {
+        auto mesh2 = init_device_mesh("cpu", {2, 2}, {"dp", "tp"});
+        at::Tensor tp_sum = all_reduce(x, ReduceOp::SUM, mesh2, 1);
+        std::cout << "coord=" << (*mesh2.get_coordinate())[0] << "," << (*mesh2.get_coordinate())[1]
+                  << " tp_sum=" << tp_sum[0].item<double>() << std::endl;
+      }
+      return 0;
+    }
+    if (rank == target) {
+      if (scenario == "die") std::_Exit(argc > 3 ? std::atoi(argv[3]) : 3);
+      if (scenario == "throw") throw std::logic_error("rank " + std::to_string(rank) + " gives up");  // not caught
+      if (scenario == "hang") {
+        std::this_thread::sleep_for(std::chrono::seconds(argc > 3 ? std::atoi(argv[3]) : 60));
+        return 0;
+      }
+    }
+    all_reduce(x, ReduceOp::SUM, mesh, 0);
+    std::cout << "collective completed" << std::endl;
+    return 0;
+  } catch (const std::runtime_error& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -177,6 +177,35 @@ at::Tensor all_to_all(const at::Tensor& tensor, int64_t split_dim, int64_t conca
   return at::cat(pieces, c);
 }
 
+at::Tensor scatter(const at::Tensor& tensor, int64_t dim, int src, ProcessGroup& group, int64_t dim_size,
+                   std::optional<std::vector<int64_t>> sizes) {
+  int64_t d = normalize_dim(dim, tensor.dim(), "scatter");
+  const int64_t n = group.size();
+  if (!sizes) sizes = chunk_sizes(dim_size, n);
+  check_sizes(*sizes, group, "scatter");
+  const bool root = group.rank() == src;
+  if (root && tensor.size(d) != dim_size) {
+    throw std::invalid_argument("dtensor: scatter: the source's size along dim " + std::to_string(d) + " is " +
+                                std::to_string(tensor.size(d)) + ", expected " + std::to_string(dim_size));
+  }
+  // An all-to-all in which only the source sends: piece k (rows of the dim moved to the front) to rank k.
+  at::Tensor rows = tensor.movedim(d, 0);
+  int64_t row_numel = 1;
+  for (int64_t k = 1; k < rows.dim(); ++k) row_numel *= rows.size(k);
+  std::vector<int64_t> in_counts(n, 0), out_counts(n, 0);
+  out_counts[src] = (*sizes)[group.rank()] * row_numel;
+  at::Tensor send = at::empty({0}, tensor.options());
+  if (root) {
+    send = rows.contiguous().view({-1});
+    for (int64_t k = 0; k < n; ++k) in_counts[k] = (*sizes)[k] * row_numel;
+  }
+  auto out_shape = rows.sizes().vec();
+  out_shape[0] = (*sizes)[group.rank()];
+  at::Tensor recv = at::empty({out_counts[src]}, tensor.options());
+  if (dim_size * row_numel > 0) group.all_to_all_single(recv, send, out_counts, in_counts);
+  return recv.view(out_shape).movedim(0, d).contiguous();
+}
+
 at::Tensor broadcast(const at::Tensor& tensor, int src, ProcessGroup& group) {
   at::Tensor out = group.rank() == src ? tensor.contiguous().clone() : at::empty(tensor.sizes(), tensor.options());
   if (out.numel() > 0) group.broadcast_(out, src);

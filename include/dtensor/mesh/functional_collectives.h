@@ -47,6 +47,11 @@ at::Tensor all_to_all(const at::Tensor& tensor, int64_t split_dim, int64_t conca
 // Every rank gets group rank `src`'s tensor. Other ranks' `tensor` gives only shape and dtype.
 at::Tensor broadcast(const at::Tensor& tensor, int src, ProcessGroup& group);
 
+// Group rank `src` splits its `tensor` along `dim` in torch.chunk pieces (or by `sizes`) and rank k
+// receives piece k. Other ranks' `tensor` gives only the shape (any size along `dim`) and dtype.
+at::Tensor scatter(const at::Tensor& tensor, int64_t dim, int src, ProcessGroup& group, int64_t dim_size,
+                   std::optional<std::vector<int64_t>> sizes = std::nullopt);
+
 // The same along a mesh dim.
 inline at::Tensor all_reduce(const at::Tensor& t, ReduceOp op, const DeviceMesh& mesh, int64_t mesh_dim) {
   return all_reduce(t, op, mesh.get_group(mesh_dim));

@@ -1,0 +1,68 @@
+// DTensor: a distributed tensor that is a real at::Tensor (PyTorch's torch.distributed.tensor.DTensor).
+//
+// A DTensor's sizes() are the global shape; it holds this rank's local shard and its DTensorSpec. It runs
+// through autograd, can be an nn parameter (requires_grad, .grad accumulating as a DTensor with the
+// parameter's placements, detach, .data, zero_grad). Ops reach it through a dispatch key of its own; an op
+// without a sharding rule raises an error naming the op and the input placements.
+//
+//   auto mesh = dtensor::init_device_mesh("cpu", {4});
+//   at::Tensor w = dtensor::distribute_tensor(full_w, mesh, {dtensor::Shard(0)});
+//   w.sizes();                        // global shape
+//   dtensor::to_local(w);             // this rank's rows
+//   dtensor::redistribute(w, mesh, {dtensor::Replicate()});   // all-gather
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <vector>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/tensor/dtensor_spec.h"
+#include "dtensor/tensor/placement.h"
+
+namespace dtensor {
+
+bool is_dtensor(const at::Tensor& tensor);
+const DTensorSpec& dtensor_spec(const at::Tensor& dtensor);  // throws if not a DTensor
+inline const Placements& placements(const at::Tensor& dt) { return dtensor_spec(dt).placements; }
+inline const DeviceMesh& device_mesh(const at::Tensor& dt) { return dtensor_spec(dt).mesh; }
+
+// `tensor` on the source rank (mesh coordinate of global rank src_data_rank) is the truth: other ranks
+// receive their shards from it (one broadcast per mesh dim, then a local chunk). With src_data_rank
+// nullopt each rank slices its own copy (no communication). Partial placements: the source's value is
+// split as Replicate -> Partial does. The result is a leaf; requires_grad follows `tensor`.
+at::Tensor distribute_tensor(const at::Tensor& tensor, const DeviceMesh& mesh, Placements placements,
+                             std::optional<int> src_data_rank = 0);
+
+// This rank's shard; differentiable (the gradient flows back as a DTensor with the same spec, or with
+// grad_placements when given).
+at::Tensor to_local(const at::Tensor& dtensor, std::optional<Placements> grad_placements = std::nullopt);
+
+// The global value on every rank: redistribute to all-Replicate, then to_local. Differentiable.
+at::Tensor full_tensor(const at::Tensor& dtensor, std::optional<Placements> grad_placements = std::nullopt);
+
+// The same tensor with new placements, moving data with collectives (Shard->Replicate all-gather,
+// Partial->Replicate all-reduce, Partial->Shard reduce-scatter, Replicate->Shard local chunk,
+// Shard(i)->Shard(j) all-to-all, Replicate->Partial local split). Differentiable. The mesh must be the
+// DTensor's mesh.
+at::Tensor redistribute(const at::Tensor& dtensor, const DeviceMesh& mesh, Placements placements);
+
+struct DTensor {
+  // Wraps each rank's `local` as one DTensor. Without `shape`, the global shape is inferred: with
+  // run_check, from every rank's local shape (exact, uneven shards allowed); without, as the local shape
+  // times the mesh size along each sharded dim (even shards assumed). run_check also checks that the
+  // local shapes and dtypes are consistent across the mesh and fails on every rank otherwise.
+  // Differentiable: the gradient of the result flows back to `local` as its local shard.
+  static at::Tensor from_local(const at::Tensor& local, const DeviceMesh& mesh, Placements placements,
+                               bool run_check = false, std::optional<std::vector<int64_t>> shape = std::nullopt,
+                               std::optional<std::vector<int64_t>> stride = std::nullopt);
+};
+
+namespace detail {
+// A new DTensor around `local` (no autograd edge, no checks beyond shape consistency with the spec).
+at::Tensor make_dtensor(at::Tensor local, DTensorSpec spec, bool requires_grad = false);
+const at::Tensor& local_tensor(const at::Tensor& dtensor);  // the wrapped shard, no autograd
+}  // namespace detail
+
+}  // namespace dtensor

@@ -1,0 +1,68 @@
+// Placements: how a DTensor's data lies along one mesh dim (PyTorch's torch.distributed.tensor.placement_types).
+//
+//   Shard(d)     each rank along the mesh dim holds its torch.chunk of tensor dim d
+//   Replicate()  each rank holds the whole (of what the other mesh dims leave it)
+//   Partial(op)  each rank holds a term; the value is op over the ranks (sum, avg, max, min)
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "dtensor/mesh/reduce_op.h"
+
+namespace dtensor {
+
+class Placement {
+ public:
+  enum class Kind : uint8_t { SHARD, REPLICATE, PARTIAL };
+
+  static Placement shard(int64_t dim) { return Placement(Kind::SHARD, dim, ReduceOp::SUM); }
+  static Placement replicate() { return Placement(Kind::REPLICATE, 0, ReduceOp::SUM); }
+  static Placement partial(ReduceOp op = ReduceOp::SUM) { return Placement(Kind::PARTIAL, 0, op); }
+
+  Kind kind() const { return kind_; }
+  bool is_shard() const { return kind_ == Kind::SHARD; }
+  bool is_shard(int64_t dim) const { return kind_ == Kind::SHARD && dim_ == dim; }
+  bool is_replicate() const { return kind_ == Kind::REPLICATE; }
+  bool is_partial() const { return kind_ == Kind::PARTIAL; }
+  int64_t dim() const;        // Shard only
+  ReduceOp reduce_op() const; // Partial only
+
+  // Shard(d) with d < 0 becomes Shard(d + ndim); throws if d is out of range. Others are returned as is.
+  Placement normalized(int64_t ndim) const;
+
+  std::string to_string() const;  // PyTorch's repr: "Shard(dim=1)", "Replicate()", "Partial(sum)"
+  static Placement parse(const std::string& text);  // inverse of to_string (also "S(1)", "R", "P", "P(max)")
+
+  bool operator==(const Placement& o) const {
+    return kind_ == o.kind_ && (kind_ != Kind::SHARD || dim_ == o.dim_) && (kind_ != Kind::PARTIAL || op_ == o.op_);
+  }
+  bool operator!=(const Placement& o) const { return !(*this == o); }
+  size_t hash() const;
+
+ private:
+  Placement(Kind kind, int64_t dim, ReduceOp op) : kind_(kind), op_(op), dim_(dim) {}
+  Kind kind_;
+  ReduceOp op_;
+  int64_t dim_;
+};
+
+// PyTorch's spellings.
+inline Placement Shard(int64_t dim) { return Placement::shard(dim); }
+inline Placement Replicate() { return Placement::replicate(); }
+inline Placement Partial(ReduceOp op = ReduceOp::SUM) { return Placement::partial(op); }
+
+using Placements = std::vector<Placement>;
+
+std::ostream& operator<<(std::ostream& os, const Placement& p);
+std::string to_string(const Placements& placements);  // "[Shard(dim=0), Replicate()]"
+
+}  // namespace dtensor
+
+template <>
+struct std::hash<dtensor::Placement> {
+  size_t operator()(const dtensor::Placement& p) const { return p.hash(); }
+};

@@ -1,0 +1,105 @@
+#include "tensor/dtensor_impl.h"
+
+#include <ATen/ATen.h>
+
+#include <stdexcept>
+
+#include "dtensor/tensor/dtensor.h"
+#include "ops/dispatch.h"
+
+namespace dtensor::detail {
+namespace {
+
+void check_local_matches(const at::Tensor& local, const DTensorSpec& spec) {
+  if (local.scalar_type() != spec.meta.dtype) {
+    throw std::invalid_argument(std::string("dtensor: local tensor dtype ") + c10::toString(local.scalar_type()) +
+                                " differs from the spec's " + c10::toString(spec.meta.dtype));
+  }
+  if (local.dim() != spec.ndim()) {
+    throw std::invalid_argument("dtensor: local tensor has " + std::to_string(local.dim()) + " dims, the spec " +
+                                std::to_string(spec.ndim()));
+  }
+  if (local.requires_grad()) throw std::logic_error("dtensor: a DTensor's local tensor must not require grad");
+}
+
+}  // namespace
+
+DTensorImpl::DTensorImpl(at::Tensor local, DTensorSpec spec)
+    : c10::TensorImpl(c10::DispatchKeySet(kDTensorKey), local.dtype(), local.device()),
+      local_(std::move(local)), spec_(std::move(spec)) {
+  check_local_matches(local_, spec_);
+  set_storage_access_should_throw();
+  set_sizes_and_strides(spec_.meta.shape, spec_.meta.stride);
+}
+
+void DTensorImpl::replace(at::Tensor local, DTensorSpec spec) {
+  check_local_matches(local, spec);
+  if (spec.meta.shape != spec_.meta.shape) {
+    throw std::logic_error("dtensor: an in-place update cannot change a DTensor's global shape");
+  }
+  local_ = std::move(local);
+  spec_ = std::move(spec);
+  set_sizes_and_strides(spec_.meta.shape, spec_.meta.stride);
+}
+
+template <typename Version>
+c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::copy_with(Version&& version, bool allow_metadata_change) const {
+  auto impl = c10::make_intrusive<DTensorImpl>(local_, spec_);
+  copy_tensor_metadata(this, impl.get(), std::forward<Version>(version), allow_metadata_change);
+  impl->refresh_numel();
+  return impl;
+}
+
+c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(const c10::VariableVersion& version_counter,
+                                                                         bool allow_tensor_metadata_change) const {
+  return copy_with(version_counter, allow_tensor_metadata_change);
+}
+
+c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(c10::VariableVersion&& version_counter,
+                                                                         bool allow_tensor_metadata_change) const {
+  return copy_with(std::move(version_counter), allow_tensor_metadata_change);
+}
+
+void DTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) {
+  auto* other = dynamic_cast<DTensorImpl*>(impl.get());
+  if (other == nullptr) {
+    throw std::invalid_argument("dtensor: cannot set a DTensor's data to a plain tensor; distribute it first");
+  }
+  copy_tensor_metadata(other, this, version_counter(), allow_tensor_metadata_change());
+  local_ = other->local_;
+  spec_ = other->spec_;
+  refresh_numel();
+}
+
+DTensorImpl* get_impl(const at::Tensor& t) {
+  if (!t.defined() || !t.key_set().has(kDTensorKey)) return nullptr;
+  return dynamic_cast<DTensorImpl*>(t.unsafeGetTensorImpl());
+}
+
+at::Tensor make_dtensor(at::Tensor local, DTensorSpec spec, bool requires_grad) {
+  static const bool covered = (ops::ensure_composite_ops_covered(), true);
+  (void)covered;
+  at::Tensor t = at::detail::make_tensor<DTensorImpl>(std::move(local), std::move(spec));
+  if (requires_grad) t.set_requires_grad(true);
+  return t;
+}
+
+const at::Tensor& local_tensor(const at::Tensor& dtensor) {
+  auto* impl = get_impl(dtensor);
+  if (!impl) throw std::invalid_argument("dtensor: expected a DTensor, got a plain tensor");
+  return impl->local();
+}
+
+}  // namespace dtensor::detail
+
+namespace dtensor {
+
+bool is_dtensor(const at::Tensor& tensor) { return detail::get_impl(tensor) != nullptr; }
+
+const DTensorSpec& dtensor_spec(const at::Tensor& dtensor) {
+  auto* impl = detail::get_impl(dtensor);
+  if (!impl) throw std::invalid_argument("dtensor: expected a DTensor, got a plain tensor");
+  return impl->spec();
+}
+
+}  // namespace dtensor

@@ -1,0 +1,76 @@
+#include "dtensor/tensor/dtensor_spec.h"
+
+#include <sstream>
+#include <stdexcept>
+
+#include "dtensor/mesh/functional_collectives.h"
+
+namespace dtensor {
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int64_t d = static_cast<int64_t>(shape.size()) - 2; d >= 0; --d) {
+    strides[d] = strides[d + 1] * std::max<int64_t>(shape[d + 1], 1);
+  }
+  return strides;
+}
+
+DTensorSpec::DTensorSpec(DeviceMesh mesh_, Placements placements_, TensorMeta meta_)
+    : mesh(std::move(mesh_)), placements(std::move(placements_)), meta(std::move(meta_)) {
+  if (static_cast<int64_t>(placements.size()) != mesh.ndim()) {
+    throw std::invalid_argument("dtensor: " + std::to_string(placements.size()) + " placements " +
+                                dtensor::to_string(placements) + " for a " + std::to_string(mesh.ndim()) +
+                                "-D mesh; give one placement per mesh dim");
+  }
+  for (auto& p : placements) p = p.normalized(ndim());
+  if (meta.stride.empty() && !meta.shape.empty()) meta.stride = contiguous_strides(meta.shape);
+}
+
+bool DTensorSpec::has_partial() const {
+  for (const auto& p : placements) {
+    if (p.is_partial()) return true;
+  }
+  return false;
+}
+
+bool DTensorSpec::is_replicated() const {
+  for (const auto& p : placements) {
+    if (!p.is_replicate()) return false;
+  }
+  return true;
+}
+
+std::string DTensorSpec::to_string() const {
+  std::ostringstream os;
+  os << "Spec(" << dtensor::to_string(placements) << " on " << mesh.to_string() << ", shape [";
+  for (size_t i = 0; i < meta.shape.size(); ++i) os << (i ? ", " : "") << meta.shape[i];
+  os << "], " << c10::toString(meta.dtype) << ")";
+  return os.str();
+}
+
+LocalShard local_shard(const std::vector<int64_t>& global_shape, const DeviceMesh& mesh, const Placements& placements,
+                       const std::vector<int64_t>& coordinate) {
+  LocalShard shard{global_shape, std::vector<int64_t>(global_shape.size(), 0)};
+  for (size_t i = 0; i < placements.size(); ++i) {
+    if (!placements[i].is_shard()) continue;
+    int64_t d = placements[i].dim();
+    // Split what the earlier mesh dims left of dim d, torch.chunk style, and keep piece coordinate[i].
+    auto sizes = chunk_sizes(shard.shape[d], mesh.size(static_cast<int64_t>(i)));
+    int64_t before = 0;
+    for (int64_t k = 0; k < coordinate[i]; ++k) before += sizes[k];
+    shard.offset[d] += before;
+    shard.shape[d] = sizes[coordinate[i]];
+  }
+  return shard;
+}
+
+LocalShard local_shard(const DTensorSpec& spec) {
+  auto coordinate = spec.mesh.get_coordinate();
+  if (!coordinate) {
+    throw std::runtime_error("dtensor: rank " + std::to_string(spec.mesh.get_rank()) + " is not in " +
+                             spec.mesh.to_string());
+  }
+  return local_shard(spec.meta.shape, spec.mesh, spec.placements, *coordinate);
+}
+
+}  // namespace dtensor

@@ -1,0 +1,69 @@
+#include "dtensor/tensor/placement.h"
+
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+
+namespace dtensor {
+
+int64_t Placement::dim() const {
+  if (kind_ != Kind::SHARD) throw std::logic_error("dtensor: " + to_string() + " has no shard dim");
+  return dim_;
+}
+
+ReduceOp Placement::reduce_op() const {
+  if (kind_ != Kind::PARTIAL) throw std::logic_error("dtensor: " + to_string() + " has no reduce op");
+  return op_;
+}
+
+Placement Placement::normalized(int64_t ndim) const {
+  if (kind_ != Kind::SHARD) return *this;
+  int64_t d = dim_ < 0 ? dim_ + ndim : dim_;
+  if (d < 0 || d >= ndim) {
+    throw std::invalid_argument("dtensor: " + to_string() + " is out of range for a tensor of " + std::to_string(ndim) +
+                                " dims");
+  }
+  return shard(d);
+}
+
+std::string Placement::to_string() const {
+  switch (kind_) {
+    case Kind::SHARD: return "Shard(dim=" + std::to_string(dim_) + ")";
+    case Kind::REPLICATE: return "Replicate()";
+    case Kind::PARTIAL: return std::string("Partial(") + reduce_op_name(op_) + ")";
+  }
+  return "?";
+}
+
+Placement Placement::parse(const std::string& text) {
+  static const std::regex shard_re(R"(\s*(?:Shard|S)\((?:dim=)?(-?\d+)\)\s*)");
+  static const std::regex replicate_re(R"(\s*(?:Replicate\(\)|R)\s*)");
+  static const std::regex partial_re(R"(\s*(?:Partial|P)(?:\((?:reduce_op=)?'?(\w*)'?\))?\s*)");
+  std::smatch m;
+  if (std::regex_match(text, m, shard_re)) return shard(std::stoll(m[1]));
+  if (std::regex_match(text, m, replicate_re)) return replicate();
+  if (std::regex_match(text, m, partial_re)) {
+    return partial(m[1].length() ? reduce_op_from_name(m[1]) : ReduceOp::SUM);
+  }
+  throw std::invalid_argument("dtensor: cannot parse placement '" + text +
+                              "' (expected Shard(dim=N), Replicate() or Partial(sum|avg|max|min))");
+}
+
+size_t Placement::hash() const {
+  size_t h = static_cast<size_t>(kind_) * 1000003u;
+  if (kind_ == Kind::SHARD) h ^= std::hash<int64_t>()(dim_) + 0x9e3779b9u;
+  if (kind_ == Kind::PARTIAL) h ^= static_cast<size_t>(op_) * 7919u;
+  return h;
+}
+
+std::ostream& operator<<(std::ostream& os, const Placement& p) { return os << p.to_string(); }
+
+std::string to_string(const Placements& placements) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < placements.size(); ++i) os << (i ? ", " : "") << placements[i];
+  os << "]";
+  return os.str();
+}
+
+}  // namespace dtensor

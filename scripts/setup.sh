@@ -12,7 +12,7 @@ log() { echo "[setup] $*"; }
 
 # --- Debian packages: compiler, gtest, gloo's headers (ProcessGroupGloo.hpp includes them), ccache.
 need=()
-for pkg in g++ libgtest-dev libgloo-dev ccache; do
+for pkg in g++ libgtest-dev libgloo-dev ccache nlohmann-json3-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -101,8 +101,9 @@ std::vector<TransformStep> make_plan(const Placements& src, const Placements& ds
     if (s.cur[i] == s.dst[i] && !outer) continue;
     if (s.dst[i].is_shard() && s.dst[i] != s.cur[i] && !outer && s.can_shard_now(i, s.dst[i].dim())) {
       emit(Kind::ALL_TO_ALL, i, s.dst[i]);
-    } else if (s.dst[i].is_partial() && !outer &&
+    } else if (s.dst[i].is_partial() &&
                (s.dst[i].reduce_op() == ReduceOp::SUM || s.dst[i].reduce_op() == ReduceOp::AVG)) {
+      // Padding needs no inner shard of d (none is left, going inwards out), whatever the outer dims do.
       emit(Kind::PAD_PARTIAL, i, s.dst[i]);
     } else {
       emit(Kind::ALL_GATHER, i, Replicate());

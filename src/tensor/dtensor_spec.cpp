@@ -23,6 +23,16 @@ DTensorSpec::DTensorSpec(DeviceMesh mesh_, Placements placements_, TensorMeta me
                                 "-D mesh; give one placement per mesh dim");
   }
   for (auto& p : placements) p = p.normalized(ndim());
+  for (const auto& p : placements) {
+    for (const auto& q : placements) {
+      // sum and avg mix (both linear: avg is a scaled sum); with max or min the order of reductions matters.
+      auto linear = [](const Placement& x) { return x.reduce_op() == ReduceOp::SUM || x.reduce_op() == ReduceOp::AVG; };
+      if (p.is_partial() && q.is_partial() && p.reduce_op() != q.reduce_op() && !(linear(p) && linear(q))) {
+        throw std::invalid_argument("dtensor: mixed Partial reduce ops in " + dtensor::to_string(placements) +
+                                    " are not supported (the order of the reductions would matter)");
+      }
+    }
+  }
   if (meta.stride.empty() && !meta.shape.empty()) meta.stride = contiguous_strides(meta.shape);
 }
 
@@ -60,6 +70,10 @@ LocalShard local_shard(const std::vector<int64_t>& global_shape, const DeviceMes
     for (int64_t k = 0; k < coordinate[i]; ++k) before += sizes[k];
     shard.offset[d] += before;
     shard.shape[d] = sizes[coordinate[i]];
+  }
+  // An empty shard sits at the end of its dim (PyTorch's convention), wherever its region was.
+  for (size_t d = 0; d < global_shape.size(); ++d) {
+    if (shard.shape[d] == 0) shard.offset[d] = global_shape[d];
   }
   return shard;
 }

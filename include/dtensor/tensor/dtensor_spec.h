@@ -44,7 +44,7 @@ struct DTensorSpec {
 
 // The shard of the tensor at `coordinate` on the mesh: its shape and the global offset of its first element.
 // Mesh dims sharding the same tensor dim apply in mesh-dim order, each splitting what the earlier ones left
-// (torch.chunk semantics at each step; shards may be empty).
+// (torch.chunk semantics at each step; shards may be empty, and an empty shard's offset is the dim's size).
 struct LocalShard {
   std::vector<int64_t> shape;
   std::vector<int64_t> offset;

@@ -155,8 +155,9 @@ std::vector<int64_t> check_and_infer_shape(const at::Tensor& local, const Device
     global = *shape;
   } else {
     // Sum the local sizes over the coordinates of the mesh dims that shard each tensor dim, holding the
-    // other mesh coordinates at 0.
-    global.assign(local.sizes().begin(), local.sizes().end());
+    // other mesh coordinates at 0. Unsharded dims come from the first rank's table row, so every rank
+    // infers the same shape (and reports the same offender).
+    for (int64_t d = 0; d < ndim; ++d) global.push_back(row(0)[d].item<int64_t>());
     for (int64_t d = 0; d < ndim; ++d) {
       bool sharded = false;
       for (const auto& p : placements) sharded = sharded || p.is_shard(d);

@@ -43,6 +43,12 @@ void check_contiguous(const at::Tensor& t, const char* what) {
   if (!t.is_contiguous()) throw std::invalid_argument(std::string("dtensor: ") + what + " needs a contiguous tensor");
 }
 
+// c10 errors carry a C++ backtrace in what(); users need the message.
+std::string message_of(const std::exception& e) {
+  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
@@ -90,7 +96,7 @@ void Work::wait() {
   try {
     completed = state->work->wait(state->timeout);
   } catch (const std::exception& e) {
-    throw std::runtime_error("dtensor: " + state->what + " failed: " + e.what());
+    throw std::runtime_error("dtensor: " + state->what + " failed: " + message_of(e));
   }
   if (!completed) {
     throw std::runtime_error("dtensor: " + state->what + " did not complete within " +
@@ -124,7 +130,7 @@ Work ProcessGroup::start(const char* collective, int64_t bytes,
   try {
     work = issue();
   } catch (const std::exception& e) {
-    throw std::runtime_error("dtensor: " + what + " failed to start: " + e.what());
+    throw std::runtime_error("dtensor: " + what + " failed to start: " + message_of(e));
   }
   Work w;
   w.state_ = std::make_unique<Work::State>(Work::State{std::move(work), std::move(what), timeout_, std::move(finish)});
@@ -248,7 +254,7 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
   } catch (const std::exception& e) {
     throw std::runtime_error("dtensor: rank " + std::to_string(rank_) + " could not connect process group [" +
                              join(global_ranks, ", ") + "] within " + std::to_string(options_.timeout.count()) +
-                             " ms (did every member start and reach the same point?): " + e.what());
+                             " ms (did every member start and reach the same point?): " + message_of(e));
   }
   auto group = std::make_shared<ProcessGroup>(std::move(backend), global_ranks, rank_, options_.timeout);
   groups_->by_ranks.emplace(global_ranks, group);
@@ -293,7 +299,7 @@ std::shared_ptr<World> init_process_group(InitOptions options) {
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
   } catch (const std::exception& e) {
-    std::string msg = e.what();
+    std::string msg = message_of(e);
     if (env.rank == 0 && (msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos)) {
       throw std::runtime_error("dtensor: rank 0 cannot serve the rendezvous store on " + where +
                                ": the port is already in use (another job? choose another MASTER_PORT / "

@@ -68,6 +68,23 @@ struct PlanState {
 
 std::string plan_key(const Placements& src, const Placements& dst) { return to_string(src) + "->" + to_string(dst); }
 
+// Compact cache key: three bytes per placement (kind, dim, op).
+std::string cache_key(const Placements& src, const Placements& dst) {
+  std::string key;
+  key.reserve(3 * (src.size() + dst.size()) + 1);
+  auto put = [&](const Placements& ps) {
+    for (const auto& p : ps) {
+      key.push_back(static_cast<char>(p.kind()));
+      key.push_back(static_cast<char>(p.is_shard() ? p.dim() : 0));
+      key.push_back(static_cast<char>(p.is_partial() ? static_cast<int>(p.reduce_op()) : 0));
+    }
+  };
+  put(src);
+  key.push_back('|');
+  put(dst);
+  return key;
+}
+
 std::vector<TransformStep> make_plan(const Placements& src, const Placements& dst) {
   PlanState s{src, dst};
   std::vector<TransformStep> steps;
@@ -160,7 +177,7 @@ std::vector<TransformStep> plan_redistribute(const DTensorSpec& src, const Place
   Placements dst = normalized_dst(src, dst_in);
   static std::mutex mutex;
   static std::map<std::string, std::vector<TransformStep>> cache;
-  std::string key = plan_key(src.placements, dst);
+  std::string key = cache_key(src.placements, dst);
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it == cache.end()) it = cache.emplace(key, make_plan(src.placements, dst)).first;

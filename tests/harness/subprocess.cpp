@@ -70,7 +70,12 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::map<s
   return wait_process(start_process(argv, env, out), out, timeout_seconds);
 }
 
-std::string bin_path(const std::string& program) { return std::string(DTENSOR_BIN_DIR) + "/" + program; }
+std::string bin_path(const std::string& program) {
+  std::string path = DTENSOR_BIN_DIR;
+  path += '/';
+  path += program;
+  return path;
+}
 
 int free_port() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);

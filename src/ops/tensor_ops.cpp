@@ -1,6 +1,5 @@
 // Ops autograd and parameter bookkeeping need on DTensors (PyTorch's _tensor_ops.py family):
-// aliases, factory-likes (grad seeds), clone / dtype casts, in-place fills and copies, and add for
-// gradient accumulation.
+// aliases, factory-likes (grad seeds), clone / dtype casts, in-place fills and copies.
 //
 // Placement rules used here:
 //   alias / detach / clone / _to_copy     output spec = input spec (dtype follows the op)
@@ -9,9 +8,7 @@
 //   zero_                                 placements kept (0 is a valid term of every reduction)
 //   fill_(v)                              placements kept; on Partial(sum) dims one rank holds v, the
 //                                         others 0 (Replicate -> Partial of the filled value)
-//   copy_(src) / add(self, other)         other is redistributed to self's placements first; adding two
-//                                         Partial(sum|avg) terms is a term of the sum; Partial(max|min)
-//                                         is not linear and is reduced first
+//   copy_(src)                            src is redistributed to self's placements first
 #include <ATen/ATen.h>
 
 #include <stdexcept>
@@ -134,45 +131,31 @@ void copy_(const c10::OperatorHandle& op, Stack* stack) {
   stack->back() = self;
 }
 
-// add(self, other, alpha) and add_: both operands on one set of placements where addition is local.
-void add(const c10::OperatorHandle& op, Stack* stack, bool in_place) {
-  c10::IValue self_v = input(op, stack, 0);
-  const at::Tensor& self = self_v.toTensor();
-  const at::Tensor& other = input(op, stack, 1).toTensor();
-  require_scalar_if_plain(op, *stack, self);
-  require_scalar_if_plain(op, *stack, other);
-  const at::Tensor& donor = is_dtensor(self) ? self : other;
-  const DTensorSpec& spec = dtensor_spec(donor);
-  const bool both = is_dtensor(self) && is_dtensor(other);
-  if (both) check_same_mesh_and_shape(op, *stack, self, other);
-  // Target placements: self's, with the Partials the addition cannot keep reduced (max/min are not
-  // linear; a replicated scalar added to each Partial(sum) term would count n times).
-  Placements target = spec.placements;
-  for (auto& p : target) {
-    if (!p.is_partial()) continue;
-    bool keeps = both ? (p.reduce_op() == ReduceOp::SUM || p.reduce_op() == ReduceOp::AVG) : p.reduce_op() != ReduceOp::SUM;
-    if (!keeps) p = Replicate();
-  }
-  if (in_place && target != spec.placements) {
-    fail(op, *stack, "would have to change the placements of its in-place output");
-  }
-  std::vector<at::Tensor> locals;
-  for (const at::Tensor* t : {&self, &other}) {
-    if (is_dtensor(*t)) locals.push_back(redistribute_local(detail::local_tensor(*t), dtensor_spec(*t), target));
-  }
-  call_local(op, stack, &locals);
-  if (in_place) {
-    stack->back() = self_v;
-    return;
-  }
-  at::Tensor out = stack->back().toTensor();
-  stack->back() = detail::make_dtensor(out, spec_with(spec, target, out.scalar_type()));
+// item(): the value is the same everywhere once the tensor is replicated.
+void local_scalar_dense(const c10::OperatorHandle& op, Stack* stack) {
+  at::Tensor self = input(op, stack, 0).toTensor();
+  at::Tensor value = dtensor_spec(self).is_replicated() ? detail::local_tensor(self) : full_tensor(self).detach();
+  torch::jit::drop(*stack, 1);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  stack->emplace_back(value.item());
 }
 
-void add_out_of_place(const c10::OperatorHandle& op, Stack* stack) { add(op, stack, false); }
-void add_in_place(const c10::OperatorHandle& op, Stack* stack) { add(op, stack, true); }
+// new_zeros / new_ones / new_empty / new_full(self, size, ...): a replicated tensor of the given global size.
+void new_factory(const c10::OperatorHandle& op, Stack* stack) {
+  const DTensorSpec spec = dtensor_spec(input(op, stack, 0).toTensor());
+  call_local(op, stack);
+  at::Tensor out = stack->back().toTensor();
+  stack->back() = detail::make_dtensor(
+      out, DTensorSpec(spec.mesh, Placements(spec.mesh.ndim(), Replicate()), TensorMeta{out.sizes().vec(), {}, out.scalar_type()}));
+}
 
 const OpRegistration registrations[] = {
+    {"aten::_local_scalar_dense", &local_scalar_dense},
+    {"aten::new_zeros", &new_factory},
+    {"aten::new_ones", &new_factory},
+    {"aten::new_empty", &new_factory},
+    {"aten::new_full", &new_factory},
+    {"aten::new_empty_strided", &new_factory},
     {"aten::detach", &alias_like},
     {"aten::alias", &alias_like},
     {"aten::clone", &alias_like},
@@ -185,8 +168,6 @@ const OpRegistration registrations[] = {
     {"aten::fill_.Scalar", &fill_},
     {"aten::fill_.Tensor", &fill_},
     {"aten::copy_", &copy_},
-    {"aten::add.Tensor", &add_out_of_place},
-    {"aten::add_.Tensor", &add_in_place},
 };
 
 }  // namespace

@@ -166,11 +166,12 @@ TEST(DTensorBasics, UnsupportedOpsNameOpAndPlacements) {
     auto mesh = init_device_mesh("cpu", {2});
     at::Tensor a = distribute_tensor(seeded_randn(7, {4, 4}), mesh, {Shard(0)});
     at::Tensor b = distribute_tensor(seeded_randn(8, {4, 4}), mesh, {Replicate()});
-    std::string e = error_of([&] { at::mm(a, b); });
-    EXPECT_NE(e.find("dtensor: aten::mm"), std::string::npos) << e;
-    EXPECT_NE(e.find("self: [Shard(dim=0)], mat2: [Replicate()]"), std::string::npos) << e;
-    e = error_of([&] { at::exp(a); });
-    EXPECT_NE(e.find("aten::exp"), std::string::npos) << e;
+    std::string e = error_of([&] { at::cumsum(a, 0); });
+    EXPECT_NE(e.find("dtensor: aten::cumsum"), std::string::npos) << e;
+    EXPECT_NE(e.find("self: [Shard(dim=0)]"), std::string::npos) << e;
+    e = error_of([&] { at::cumsum(b, 1); });
+    EXPECT_NE(e.find("dtensor: aten::cumsum"), std::string::npos) << e;
+    EXPECT_NE(e.find("self: [Replicate()]"), std::string::npos) << e;
     e = error_of([&] { a.add(at::ones({4, 4})); });
     EXPECT_NE(e.find("mixed plain at::Tensor and DTensor"), std::string::npos) << e;
   });

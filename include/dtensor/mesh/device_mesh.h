@@ -56,6 +56,7 @@ class DeviceMesh {
   int64_t dim_index(const std::string& dim_name) const;  // throws naming the known dims
   std::string to_string() const;  // DeviceMesh('cpu', [[0, 1], [2, 3]], mesh_dim_names=('dp', 'tp'))
   bool operator==(const DeviceMesh& other) const;
+  const void* id() const { return impl_.get(); }  // identity of this mesh object (cache keys)
   bool operator!=(const DeviceMesh& other) const { return !(*this == other); }
 
  private:

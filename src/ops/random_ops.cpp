@@ -1,0 +1,71 @@
+// Random ops on DTensors (PyTorch's _random.py): bernoulli_ (dropout's mask), uniform_, normal_.
+//
+// One stream draws the global tensor: every rank seeds a generator with (seed, call counter), draws the
+// values of the whole global shape, and keeps its shard. Replicas therefore hold the same values (the same
+// dropout mask where a tensor is replicated) and shards disjoint parts of one draw, so the result does not
+// depend on how the tensor is sharded. The cost is generating the global tensor on every rank (a naive but
+// obviously-consistent scheme; an offset-based generator that draws only the shard is the fast path to
+// come). Partial tensors are refused: a random value is not a term of a sum.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "dtensor/ops/dispatch_options.h"
+#include "dtensor/redistribute/redistribute.h"
+#include "dtensor/tensor/dtensor.h"
+#include "ops/dispatch.h"
+#include "tensor/dtensor_impl.h"
+
+namespace dtensor {
+
+namespace {
+thread_local uint64_t rng_seed = 20240101;
+thread_local uint64_t rng_counter = 0;
+}  // namespace
+
+void manual_seed(uint64_t seed) {
+  rng_seed = seed;
+  rng_counter = 0;
+}
+
+namespace ops {
+namespace {
+
+void random_in_place(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  c10::IValue self_v = (*stack)[stack->size() - n];
+  const at::Tensor& self = self_v.toTensor();
+  const DTensorSpec& spec = dtensor_spec(self);
+  if (spec.has_partial()) fail(op, *stack, "cannot fill a Partial DTensor with random values");
+  for (size_t i = 1; i < n; ++i) {
+    const c10::IValue& v = (*stack)[stack->size() - n + i];
+    if (v.isTensor() && is_dtensor(v.toTensor())) fail(op, *stack, "with DTensor probabilities is not supported");
+  }
+  // Draw the global tensor from the shared stream.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(rng_seed * 1000003ULL + rng_counter++);
+  at::Tensor global = at::empty(spec.meta.shape, self.options().device(at::kCPU));
+  torch::jit::Stack draw;
+  draw.emplace_back(global);
+  for (size_t i = 1; i < n; ++i) {
+    const auto& arg = op.schema().arguments()[i];
+    draw.push_back(arg.name() == "generator" ? c10::IValue(gen) : (*stack)[stack->size() - n + i]);
+  }
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.callBoxed(&draw);
+  }
+  DTensorSpec replicated(spec.mesh, Placements(spec.mesh.ndim(), Replicate()), spec.meta);
+  at::Tensor shard = redistribute_local(global, replicated, spec.placements);
+  detail::local_tensor(self).copy_(shard);
+  torch::jit::drop(*stack, n);
+  stack->push_back(self_v);
+}
+
+const OpRegistration registrations[] = {
+    {"aten::bernoulli_.float", &random_in_place},
+    {"aten::uniform_", &random_in_place},
+    {"aten::normal_", &random_in_place},
+};
+
+}  // namespace
+}  // namespace ops
+}  // namespace dtensor

@@ -67,18 +67,29 @@ ShardingDecision reduction(const OpCall& call, Reduction kind, int dims_arg, int
       out[i] = Shard(renumber[d]);
       continue;
     }
+    if ((kind == Reduction::MAX || kind == Reduction::MIN) && chunk_sizes(self.tensor.size(d), n).back() == 0) {
+      // Some rank holds an empty shard, and max / min of nothing is an error: gather the dim instead.
+      in[i] = out[i] = Replicate();
+      continue;
+    }
     switch (kind) {
       case Reduction::SUM: out[i] = Partial(ReduceOp::SUM); break;
       case Reduction::MAX: out[i] = Partial(ReduceOp::MAX); break;
       case Reduction::MIN: out[i] = Partial(ReduceOp::MIN); break;
-      case Reduction::MEAN:
-        // The mean of shard means is the mean only when every shard has the same size.
-        if (self.tensor.size(d) % n == 0) {
+      case Reduction::MEAN: {
+        // The mean of shard means is the mean only when every shard has the same size, across all the mesh
+        // dims that shard d.
+        int64_t ways = 1;
+        for (size_t j = 0; j < in.size(); ++j) {
+          if (spec.placements[j].is_shard(d)) ways *= spec.mesh.size(static_cast<int64_t>(j));
+        }
+        if (self.tensor.size(d) % ways == 0) {
           out[i] = Partial(ReduceOp::AVG);
         } else {
           in[i] = out[i] = Replicate();
         }
         break;
+      }
       case Reduction::OTHER: in[i] = out[i] = Replicate(); break;
     }
   }
@@ -120,6 +131,26 @@ ShardingDecision softmax_like(const OpCall& call, int dim_arg) {
 ShardingDecision softmax(const OpCall& c) { return softmax_like(c, 1); }
 ShardingDecision softmax_backward(const OpCall& c) { return softmax_like(c, 2); }
 
+// value_selecting_reduction_backward(grad, dim, indices, sizes, keepdim): max.dim / min.dim's backward,
+// scattering the gradient into zeros of the input's shape. The reduced dim was whole in the forward, and
+// is whole here; sizes is global and becomes this rank's.
+ShardingDecision value_selecting_backward(const OpCall& call) {
+  const TensorInput& grad = call.tensors.at(0);
+  auto sizes = call.arg(3).toIntVector();
+  int64_t d = normalize_dim(call.arg(1).toInt(), static_cast<int64_t>(sizes.size()));
+  bool keepdim = call.arg(4).toBool();
+  Placements p = reduce_partials(grad.spec->placements), out = p;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (!p[i].is_shard()) continue;
+    if (keepdim && p[i].dim() == d) p[i] = out[i] = Replicate();
+    else out[i] = Shard(!keepdim && p[i].dim() >= d ? p[i].dim() + 1 : p[i].dim());
+  }
+  ShardingDecision dec = make_decision(call, {p, p}, {out});
+  dec.local_int_lists.emplace_back(3, local_shard(sizes, *call.mesh, out, *call.mesh->get_coordinate()).shape);
+  return dec;
+}
+
+const StrategyRegistration r0({"aten::value_selecting_reduction_backward"}, &value_selecting_backward);
 const StrategyRegistration r1({"aten::sum.dim_IntList", "aten::sum.IntList_out", "aten::nansum"}, &sum_dim);
 const StrategyRegistration r2({"aten::sum"}, &sum_all);
 const StrategyRegistration r3({"aten::mean.dim"}, &mean_dim);

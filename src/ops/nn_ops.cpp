@@ -140,13 +140,12 @@ void nll_loss_forward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (p.is_partial() || (p.is_shard() && p.dim() != 0)) return run_strategy(op, stack, &nll_loss_strategy);
   }
   const TensorInput* target = call.tensor_arg(1);
-  if (!target || !target->spec || target->spec->placements != spec.placements) {
-    return run_strategy(op, stack, &nll_loss_strategy);
-  }
+  if (!target || !target->spec) return run_strategy(op, stack, &nll_loss_strategy);
   const TensorInput* weight = call.tensor_arg(2);
   at::Tensor w_local;
   if (weight) w_local = weight->spec ? full_tensor(weight->tensor) : weight->tensor;
-  at::Tensor local_self = detail::local_tensor(self.tensor), local_target = detail::local_tensor(target->tensor);
+  at::Tensor local_self = detail::local_tensor(self.tensor);
+  at::Tensor local_target = redistribute_local(detail::local_tensor(target->tensor), *target->spec, spec.placements);
   at::AutoDispatchBelowADInplaceOrView guard;
   auto [local_sum, local_total] = at::nll_loss_forward(local_self, local_target, w_local, /*sum*/ 2, call.arg(4).toInt());
   at::Tensor total = local_total;

@@ -7,6 +7,9 @@
 //   linear unary (neg, clone, mul/div by a Scalar, dtype casts)  P(sum|avg) -> P(sum|avg)
 //   additive (add, sub)                   all DTensor inputs P(op), no scalar tensors -> P(op)
 //   multiplicative (mul; div numerator)   exactly one P(sum|avg) input, the others Replicate -> P
+//   shift by a Scalar (add/sub.Scalar)    P(avg|max|min) -> kept (a shift of every term shifts the
+//                                         mean / max / min); P(sum) is reduced first (n shifts)
+//   masked_fill(mask, 0)                  P(sum|avg) self, Replicate mask -> kept (zeroing every term)
 //   everything else                       Partial inputs are reduced first (all-reduce)
 // The cheapest candidate (bytes moved) wins; in-place ops keep self's placements.
 #include <ATen/ATen.h>
@@ -16,7 +19,7 @@
 namespace dtensor::ops {
 namespace {
 
-enum class Linearity { NONE, UNARY, ADDITIVE, MULTIPLICATIVE, DIVISION };
+enum class Linearity { NONE, UNARY, ADDITIVE, MULTIPLICATIVE, DIVISION, SHIFT, MASK_ZERO };
 
 bool linear_partial(const Placement& p) {
   return p.is_partial() && (p.reduce_op() == ReduceOp::SUM || p.reduce_op() == ReduceOp::AVG);
@@ -69,8 +72,10 @@ ShardingDecision pointwise(const OpCall& call, Linearity linearity) {
         } else if (out_p.is_shard()) {
           int64_t k = input_dim_for(in, out_p.dim(), out_ndim, out_shape);
           c.inputs.push_back(k < 0 ? Replicate() : Shard(k));
+        } else if (out_p.is_partial() && in.spec && in.spec->placements[i].is_partial()) {
+          c.inputs.push_back(in.spec->placements[i]);  // a Partial term stays one
         } else {
-          c.inputs.push_back(out_p.is_partial() && in.spec ? in.spec->placements[i] : Replicate());
+          c.inputs.push_back(Replicate());  // Replicate output; or the non-Partial factors of a Partial product
         }
       }
       c.outputs.assign(num_outputs, out_p);
@@ -84,7 +89,15 @@ ShardingDecision pointwise(const OpCall& call, Linearity linearity) {
     }
     int partial_count = 0;
     for (auto* in : dts) partial_count += linear_partial(in->spec->placements[i]) ? 1 : 0;
-    if (partial_count > 0) {
+    if (linearity == Linearity::SHIFT && dts.size() == 1 && dts[0]->spec->placements[i].is_partial() &&
+        dts[0]->spec->placements[i].reduce_op() != ReduceOp::SUM) {
+      partial = dts[0]->spec->placements[i];
+    }
+    if (linearity == Linearity::MASK_ZERO && partial_count == 1 && dts[0]->arg == 0 &&
+        linear_partial(dts[0]->spec->placements[i]) && call.arg(2).isScalar() && call.arg(2).toScalar().toDouble() == 0.0) {
+      partial = dts[0]->spec->placements[i];
+    }
+    if (partial_count > 0 && !partial) {
       Placement p = [&] {
         for (auto* in : dts) {
           if (linear_partial(in->spec->placements[i])) return in->spec->placements[i];
@@ -107,6 +120,8 @@ ShardingDecision pointwise(const OpCall& call, Linearity linearity) {
           if (partial_count == 1 && dts[0]->arg == 0 && linear_partial(dts[0]->spec->placements[i])) partial = p;
           break;
         case Linearity::NONE:
+        case Linearity::SHIFT:
+        case Linearity::MASK_ZERO:
           break;
       }
     }
@@ -145,6 +160,8 @@ ShardingDecision pointwise_unary_linear(const OpCall& call) { return pointwise(c
 ShardingDecision pointwise_additive(const OpCall& call) { return pointwise(call, Linearity::ADDITIVE); }
 ShardingDecision pointwise_multiplicative(const OpCall& call) { return pointwise(call, Linearity::MULTIPLICATIVE); }
 ShardingDecision pointwise_division(const OpCall& call) { return pointwise(call, Linearity::DIVISION); }
+ShardingDecision pointwise_shift(const OpCall& call) { return pointwise(call, Linearity::SHIFT); }
+ShardingDecision pointwise_mask_zero(const OpCall& call) { return pointwise(call, Linearity::MASK_ZERO); }
 
 // Functional, in-place and out= overloads of each name.
 std::vector<std::string> overloads(const std::vector<std::string>& bases) {
@@ -160,6 +177,8 @@ const StrategyRegistration additive(overloads({"add.Tensor", "add_.Tensor", "add
                                                "sub.out"}),
                                     &pointwise_additive);
 const StrategyRegistration multiplicative(overloads({"mul.Tensor", "mul_.Tensor", "mul.out"}), &pointwise_multiplicative);
+const StrategyRegistration shift(overloads({"add.Scalar", "add_.Scalar", "sub.Scalar", "sub_.Scalar"}), &pointwise_shift);
+const StrategyRegistration mask_zero(overloads({"masked_fill.Scalar", "masked_fill_.Scalar"}), &pointwise_mask_zero);
 const StrategyRegistration division(overloads({"div.Tensor", "div_.Tensor", "div.out"}), &pointwise_division);
 const StrategyRegistration nonlinear(
     overloads({
@@ -171,15 +190,16 @@ const StrategyRegistration nonlinear(
         "relu", "relu_", "silu", "silu_", "gelu", "gelu_", "sigmoid", "sigmoid_", "tanh", "tanh_", "threshold_backward",
         "silu_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "hardtanh", "leaky_relu",
         // binary and ternary
-        "add.Scalar", "add_.Scalar", "sub.Scalar", "rsub.Scalar", "rsub.Tensor", "div.Tensor_mode", "remainder.Scalar",
+        "rsub.Scalar", "rsub.Tensor", "div.Tensor_mode", "remainder.Scalar",
         "maximum", "minimum", "fmax", "fmin", "atan2", "where.self", "where.ScalarOther", "where.ScalarSelf",
-        "masked_fill.Scalar", "masked_fill_.Scalar", "masked_fill.Tensor", "masked_fill_.Tensor", "clamp", "clamp_",
+        "masked_fill.Tensor", "masked_fill_.Tensor", "clamp", "clamp_",
         "clamp.Tensor", "clamp_min", "clamp_min_", "clamp_max", "clamp_max_", "lerp.Scalar", "lerp_.Scalar",
         "lerp.Tensor", "lerp_.Tensor", "addcmul", "addcmul_", "addcdiv", "addcdiv_",
         // comparisons and logic
         "eq.Scalar", "eq.Tensor", "ne.Scalar", "ne.Tensor", "lt.Scalar", "lt.Tensor", "le.Scalar", "le.Tensor",
         "gt.Scalar", "gt.Tensor", "ge.Scalar", "ge.Tensor", "logical_not", "logical_and", "logical_or", "isnan",
-        "isinf", "isfinite", "bitwise_not", "nan_to_num", "sgn",
+        "isinf", "isfinite", "bitwise_not", "nan_to_num", "sgn", "logical_and_", "logical_or_", "logical_not_",
+        "bitwise_and.Tensor", "bitwise_or.Tensor", "sign_", "clamp_min.Tensor", "clamp_max.Tensor",
     }),
     &pointwise_nonlinear);
 

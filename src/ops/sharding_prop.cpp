@@ -26,6 +26,19 @@ namespace ops {
 
 // ------------------------------------------------------------------------------------------------- OpCall
 
+namespace {
+// Autograd's backward of split / chunk / unbind fills the gradients of unused outputs with plain zeros of
+// the global shape and concatenates (cat / stack) them with the DTensor gradients; max.dim's backward
+// scatters the gradient into plain zeros. A plain all-zero tensor
+// there is a replicated zero, whatever the op's other inputs are; nothing else plain is accepted.
+bool autograd_zeros(const c10::OperatorHandle& op, const at::Tensor& t) {
+  const auto& name = op.operator_name().name;
+  if (name != "aten::cat" && name != "aten::stack" && name.rfind("aten::scatter", 0) != 0) return false;
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return t.count_nonzero().item<int64_t>() == 0;
+}
+}  // namespace
+
 OpCall::OpCall(const c10::OperatorHandle& op_, torch::jit::Stack* stack_)
     : op(op_), stack(stack_), first_(stack_->size() - op_.schema().arguments().size()) {
   const size_t n = num_args();
@@ -52,7 +65,7 @@ OpCall::OpCall(const c10::OperatorHandle& op_, torch::jit::Stack* stack_)
   }
   for (const auto& t : tensors) {
     if (t.spec && t.spec->mesh != *mesh) fail("got DTensors on different meshes");
-    if (!t.spec && t.tensor.dim() != 0 && !ImplicitReplicationGuard::active()) {
+    if (!t.spec && t.tensor.dim() != 0 && !ImplicitReplicationGuard::active() && !autograd_zeros(op, t.tensor)) {
       fail("got mixed plain at::Tensor and DTensor arguments; convert the plain tensor with distribute_tensor or "
            "DTensor::from_local first (or allow it with dtensor::ImplicitReplicationGuard)");
     }

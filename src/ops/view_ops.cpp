@@ -182,11 +182,47 @@ ShardingDecision squeeze_strategy(const OpCall& call) {
       removed[d] = self.size(d) == 1;
     }
   }
-  std::vector<int64_t> map(n, -1);
+  // A removed dim has size 1: if it is sharded, one rank holds it and the others nothing, so it is
+  // gathered first (a redistribution, not an error).
+  const DTensorSpec& spec = *self_of(call).spec;
+  Placements in = spec.placements, out = spec.placements;
   int64_t next = 0;
+  std::vector<int64_t> map(n, -1);
   for (int64_t k = 0; k < n; ++k) map[k] = removed[k] ? -1 : next++;
-  return by_dim_map(call, map, 1);
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].is_shard()) continue;
+    if (map[in[i].dim()] < 0) {
+      in[i] = out[i] = Replicate();
+    } else {
+      out[i] = Shard(map[in[i].dim()]);
+    }
+  }
+  return make_decision(call, {in}, {out});
 }
+
+// slice_backward(grad_output, input_sizes, dim, start, end, step) and select_backward(grad_output,
+// input_sizes, dim, index): zeros of the input's shape with the grad written into the cut. The cut dim
+// must be whole; input_sizes is global and becomes this rank's.
+ShardingDecision cut_backward(const OpCall& call, bool select) {
+  const TensorInput& grad = call.tensors.at(0);
+  auto sizes = call.arg(1).toIntVector();
+  int64_t d = normalize_dim(call.arg(2).toInt(), static_cast<int64_t>(sizes.size()));
+  Placements in = grad.spec->placements, out = grad.spec->placements;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!in[i].is_shard()) continue;
+    int64_t k = in[i].dim();
+    if (!select && k == d) {
+      in[i] = out[i] = Replicate();
+    } else {
+      out[i] = Shard(select && k >= d ? k + 1 : k);
+    }
+  }
+  ShardingDecision dec = make_decision(call, {in}, {out});
+  dec.local_int_lists.emplace_back(1, local_shape_of(sizes, *call.mesh, out));
+  return dec;
+}
+ShardingDecision slice_backward(const OpCall& call) { return cut_backward(call, false); }
+ShardingDecision select_backward(const OpCall& call) { return cut_backward(call, true); }
 
 ShardingDecision expand_strategy(const OpCall& call) {
   const at::Tensor& self = self_of(call).tensor;
@@ -316,6 +352,26 @@ const StrategyRegistration unbinds({"aten::unbind.int"}, &unbind_strategy);
 const StrategyRegistration cats({"aten::cat"}, &cat_strategy);
 const StrategyRegistration stacks({"aten::stack"}, &stack_strategy);
 const StrategyRegistration index_selects({"aten::index_select"}, &index_select_strategy);
+// scatter(self, dim, index, src) / scatter_ and scatter_add: the scatter dim whole everywhere; other
+// shards follow the index (max.dim's backward scatters into plain zeros: see autograd_zeros).
+ShardingDecision scatter_strategy(const OpCall& call) {
+  int64_t d = normalize_dim(call.arg(1).toInt(), call.tensors.at(0).tensor.dim());
+  const TensorInput* ref = nullptr;
+  for (const auto& t : call.tensors) {
+    if (t.spec && !ref) ref = &t;
+  }
+  Placements p = reduce_partials(ref->spec->placements);
+  for (auto& x : p) {
+    if (x.is_shard(d)) x = Replicate();
+  }
+  std::vector<std::optional<Placements>> inputs;
+  for (const auto& t : call.tensors) inputs.push_back(t.is_scalar() ? std::nullopt : std::optional<Placements>(p));
+  return make_decision(call, inputs, {p});
+}
+const StrategyRegistration scatters({"aten::scatter.src", "aten::scatter_.src", "aten::scatter_add", "aten::scatter_add_"},
+                                    &scatter_strategy);
+const StrategyRegistration slice_backwards({"aten::slice_backward"}, &slice_backward);
+const StrategyRegistration select_backwards({"aten::select_backward"}, &select_backward);
 
 }  // namespace
 }  // namespace dtensor::ops

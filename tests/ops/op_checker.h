@@ -1,0 +1,29 @@
+// The op checker, in the spirit of PyTorch's DTensorConverter: runs an op sample under every combination of
+// input placements (all of them on a 1-D mesh; a seeded sample of them on a 2-D mesh) and compares the
+// DTensor result and gradients with the single-process ones. Free of gtest so that the coverage tool can
+// print its results too.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "op_samples.h"
+
+namespace dtensor::testing {
+
+struct CheckResult {
+  std::string sample;
+  std::string mesh;          // "1-D (4)" or "2-D (2, 2)"
+  int combinations = 0;
+  int forward_ok = 0;
+  int backward_ok = 0;       // among combinations with a differentiable input
+  int refused = 0;           // clear "dtensor:" errors where the sample allows them
+  std::vector<std::string> failures;  // "[Shard(dim=0)] x [Replicate()]: <what went wrong>"
+  std::vector<std::string> placements_ok;  // the input placements that passed, for the coverage table
+};
+
+// Runs on this rank (inside run_ranks); every rank must call it with the same arguments.
+CheckResult check_op(const OpSample& sample, const DeviceMesh& mesh, int max_combinations, uint64_t seed);
+
+}  // namespace dtensor::testing

@@ -4,6 +4,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -21,7 +22,7 @@ struct Registry {
   std::mutex mutex;
   std::unordered_map<std::string, OpHandler> handlers;
   std::unordered_set<std::string> with_kernel;  // ops whose DTensor-key kernel is boxed_kernel
-  std::unique_ptr<torch::Library> library;      // aten impls on the DTensor key
+  std::map<std::string, std::unique_ptr<torch::Library>> libraries;  // per namespace, impls on the DTensor key
   bool swept = false;
 };
 
@@ -56,20 +57,21 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }  // namespace
 
 namespace {
-// Puts boxed_kernel on the DTensor key for `qualified_name` once. Caller holds the registry lock.
+// Puts boxed_kernel on the DTensor key for `qualified_name` ("ns::op.overload") once. Caller holds the
+// registry lock.
 void install_kernel(Registry& r, const std::string& qualified_name) {
   if (!r.with_kernel.insert(qualified_name).second) return;
-  if (!r.library) {
-    r.library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", detail::kDTensorKey, __FILE__, __LINE__);
-  }
-  r.library->impl(qualified_name.substr(std::string("aten::").size()).c_str(),
-                  torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
+  auto sep = qualified_name.find("::");
+  std::string ns = qualified_name.substr(0, sep);
+  auto& library = r.libraries[ns];
+  if (!library) library = std::make_unique<torch::Library>(torch::Library::IMPL, ns, detail::kDTensorKey, __FILE__, __LINE__);
+  library->impl(qualified_name.substr(sep + 2).c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_kernel>());
 }
 }  // namespace
 
 void register_op(const std::string& qualified_name, OpHandler handler) {
-  if (qualified_name.rfind("aten::", 0) != 0) {
-    throw std::invalid_argument("dtensor: register_op expects an aten:: op, got " + qualified_name);
+  if (qualified_name.find("::") == std::string::npos) {
+    throw std::invalid_argument("dtensor: expected a qualified op name like aten::add.Tensor, got " + qualified_name);
   }
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

@@ -22,6 +22,11 @@ ImplicitReplicationGuard::ImplicitReplicationGuard() : previous_(implicit_replic
 ImplicitReplicationGuard::~ImplicitReplicationGuard() { implicit_replication = previous_; }
 bool ImplicitReplicationGuard::active() { return implicit_replication; }
 
+DispatchStats& dispatch_stats() {
+  thread_local DispatchStats stats;
+  return stats;
+}
+
 namespace ops {
 
 // ------------------------------------------------------------------------------------------------- OpCall
@@ -71,6 +76,9 @@ OpCall::OpCall(const c10::OperatorHandle& op_, torch::jit::Stack* stack_)
     }
   }
 }
+
+std::string OpCall::describe() const { return describe_inputs(op, *stack); }
+void OpCall::fail(const std::string& why) const { ops::fail(op, *stack, why); }
 
 const TensorInput* OpCall::tensor_arg(size_t i) const {
   for (const auto& t : tensors) {
@@ -126,10 +134,6 @@ bool has_strategy(const std::string& qualified_name) {
   return strategies().count(qualified_name) > 0;
 }
 
-DispatchStats& dispatch_stats() {
-  thread_local DispatchStats stats;
-  return stats;
-}
 
 // ------------------------------------------------------------------------------------------------- helpers
 
@@ -272,7 +276,11 @@ std::vector<OutputMeta> meta_outputs(const OpCall& call) {
   call.op.callBoxed(&meta_stack);
   std::vector<OutputMeta> out;
   for (const auto& v : meta_stack) {
-    auto add = [&](const at::Tensor& t) { out.push_back({t.sizes().vec(), t.strides().vec(), t.scalar_type()}); };
+    auto add = [&](const at::Tensor& t) {
+      // Undefined outputs (a backward's unneeded gradient) keep their slot.
+      out.push_back(t.defined() ? OutputMeta{t.sizes().vec(), t.strides().vec(), t.scalar_type()}
+                                : OutputMeta{{}, {}, at::ScalarType::Undefined});
+    };
     if (v.isTensor()) add(v.toTensor());
     else if (v.isTensorList()) {
       auto list = v.toTensorList();
@@ -311,6 +319,10 @@ std::vector<OutputMeta> global_outputs_from_locals(const DeviceMesh& mesh, const
   }
   std::vector<OutputMeta> out;
   for (size_t o = 0; o < locals.size(); ++o) {
+    if (!locals[o].defined()) {
+      out.push_back({{}, {}, at::ScalarType::Undefined});
+      continue;
+    }
     std::vector<int64_t> shape = locals[o].sizes().vec();
     for (int64_t i = mesh.ndim() - 1; i >= 0; --i) {
       const Placement& p = placements.at(o)[i];
@@ -430,6 +442,7 @@ void run_strategy(const c10::OperatorHandle& op, torch::jit::Stack* stack, Strat
       const OutputMeta& m = entry->outputs[out_index];
       const Placements& p = decision.outputs[out_index];
       ++out_index;
+      if (!local_out.defined()) return local_out;
       return detail::make_dtensor(local_out, DTensorSpec(*call.mesh, p,
                                                          TensorMeta{m.shape, m.stride, m.dtype}));
     };
@@ -458,4 +471,9 @@ void run_strategy(const c10::OperatorHandle& op, torch::jit::Stack* stack, Strat
 }
 
 }  // namespace ops
+
+void register_sharding(const std::string& qualified_name, ops::StrategyFn strategy) {
+  ops::register_strategy({qualified_name}, strategy);
+}
+
 }  // namespace dtensor

@@ -309,4 +309,28 @@ at::Tensor DTensor::from_local(const at::Tensor& local, const DeviceMesh& mesh, 
   return FromLocalFn::apply(local.contiguous(), spec, values);
 }
 
+at::Tensor local_map(const std::function<at::Tensor(const std::vector<at::Tensor>&)>& fn,
+                     const std::vector<at::Tensor>& inputs, const std::vector<std::optional<Placements>>& in_placements,
+                     Placements out_placements) {
+  if (in_placements.size() != inputs.size()) {
+    throw std::invalid_argument("dtensor: local_map got " + std::to_string(in_placements.size()) +
+                                " input placements for " + std::to_string(inputs.size()) + " inputs");
+  }
+  const DeviceMesh* mesh = nullptr;
+  std::vector<at::Tensor> locals;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!is_dtensor(inputs[k])) {
+      locals.push_back(inputs[k]);
+      continue;
+    }
+    const DTensorSpec& spec = dtensor_spec(inputs[k]);
+    if (!mesh) mesh = &spec.mesh;
+    at::Tensor moved = in_placements[k] ? redistribute(inputs[k], spec.mesh, *in_placements[k]) : inputs[k];
+    locals.push_back(to_local(moved));
+  }
+  if (!mesh) throw std::invalid_argument("dtensor: local_map needs at least one DTensor input");
+  DeviceMesh out_mesh = *mesh;
+  return DTensor::from_local(fn(locals), out_mesh, std::move(out_placements));
+}
+
 }  // namespace dtensor

@@ -25,4 +25,11 @@ class ImplicitReplicationGuard {
 // get the same values and shards get disjoint parts of it.
 void manual_seed(uint64_t seed);
 
+// Counters of the op dispatcher on this thread: a steady-state training step only hits the cache.
+struct DispatchStats {
+  int64_t cache_hits = 0;    // decisions reused
+  int64_t cache_misses = 0;  // strategy searches (and meta shape runs)
+};
+DispatchStats& dispatch_stats();
+
 }  // namespace dtensor

@@ -14,6 +14,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -58,6 +59,15 @@ struct DTensor {
                                bool run_check = false, std::optional<std::vector<int64_t>> shape = std::nullopt,
                                std::optional<std::vector<int64_t>> stride = std::nullopt);
 };
+
+// Runs `fn`, written for plain tensors, on the local shards (PyTorch's local_map): each DTensor input is
+// first redistributed to its entry of `in_placements` (nullopt: as it is; plain inputs pass unchanged),
+// `fn` gets the locals, and its result is taken as this rank's shard of a DTensor with `out_placements`
+// on the first DTensor input's mesh (even shards assumed for the global shape, as from_local). All steps
+// are differentiable.
+at::Tensor local_map(const std::function<at::Tensor(const std::vector<at::Tensor>&)>& fn,
+                     const std::vector<at::Tensor>& inputs, const std::vector<std::optional<Placements>>& in_placements,
+                     Placements out_placements);
 
 namespace detail {
 // A new DTensor around `local` (no autograd edge, no checks beyond shape consistency with the spec).

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "dtensor/ops/dispatch_options.h"
 #include "dtensor/tensor/dtensor.h"
 #include "tensor/dtensor_impl.h"
 
@@ -102,6 +103,12 @@ void ensure_composite_ops_covered() {
     install_kernel(r, name.overload_name.empty() ? name.name : name.name + "." + name.overload_name);
   }
 }
+
+}  // namespace dtensor::ops
+
+std::vector<std::string> dtensor::supported_ops() { return ops::registered_ops(); }
+
+namespace dtensor::ops {
 
 std::vector<std::string> registered_ops() {
   auto& r = registry();

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace dtensor {
 
@@ -31,5 +33,8 @@ struct DispatchStats {
   int64_t cache_misses = 0;  // strategy searches (and meta shape runs)
 };
 DispatchStats& dispatch_stats();
+
+// The operators that accept DTensors ("aten::mm", ...), sorted.
+std::vector<std::string> supported_ops();
 
 }  // namespace dtensor

@@ -179,6 +179,7 @@ struct OutputMeta {
 struct Entry {
   ShardingDecision decision;
   std::vector<OutputMeta> outputs;  // global shape of each output tensor
+  std::vector<std::optional<DTensorSpec>> specs;  // the outputs' specs, built once (hot path: copied)
   bool from_locals = false;         // no meta kernel: outputs are learnt from the first local run
 };
 
@@ -379,8 +380,12 @@ void run_strategy(const c10::OperatorHandle& op, torch::jit::Stack* stack, Strat
 
   // Redistribute the inputs and put the locals on the stack. In-place and out= inputs must not move.
   const auto& schema = op.schema();
-  std::vector<c10::IValue> originals(call.num_args());
-  for (size_t i = 0; i < call.num_args(); ++i) originals[i] = call.arg(i);
+  // Only ops that write an argument need the original wrappers back.
+  thread_local std::vector<c10::IValue> originals;
+  originals.clear();
+  if (schema.is_mutable()) {
+    for (size_t i = 0; i < call.num_args(); ++i) originals.push_back(call.arg(i));
+  }
   std::vector<at::Tensor> locals(call.tensors.size());
   for (size_t k = 0; k < call.tensors.size(); ++k) {
     const TensorInput& in = call.tensors[k];
@@ -439,15 +444,19 @@ void run_strategy(const c10::OperatorHandle& op, torch::jit::Stack* stack, Strat
   for (size_t r = 0; r < num_returns; ++r) {
     c10::IValue& v = (*stack)[stack->size() - num_returns + r];
     auto wrap = [&](const at::Tensor& local_out) -> at::Tensor {
-      const OutputMeta& m = entry->outputs[out_index];
-      const Placements& p = decision.outputs[out_index];
-      ++out_index;
+      const size_t o = out_index++;
       if (!local_out.defined()) return local_out;
-      return detail::make_dtensor(local_out, DTensorSpec(*call.mesh, p,
-                                                         TensorMeta{m.shape, m.stride, m.dtype}));
+      if (mutable_entry->specs.size() <= o) mutable_entry->specs.resize(o + 1);
+      auto& cached = mutable_entry->specs[o];
+      if (!cached) {
+        const OutputMeta& m = entry->outputs[o];
+        cached.emplace(*call.mesh, decision.outputs[o], TensorMeta{m.shape, m.stride, m.dtype});
+      }
+      return detail::make_dtensor(local_out, *cached);
     };
     int written = written_input_for_return(schema, r);
-    if (written >= 0 && originals[written].isTensor() && is_dtensor(originals[written].toTensor())) {
+    if (written >= 0 && !originals.empty() && originals[written].isTensor() &&
+        is_dtensor(originals[written].toTensor())) {
       // In place / out=: the caller's wrapper is the result; its shard was written (or replaced) locally.
       const at::Tensor& wrapper = originals[written].toTensor();
       auto* impl = detail::get_impl(wrapper);

@@ -1,0 +1,79 @@
+// dispatch_bench: per-op overhead of the DTensor dispatcher in the cached, no-communication case: time of
+// the op on DTensors minus the same op on their local tensors. tools/bench/dispatch_bench.py measures
+// PyTorch's Python DTensor the same way.
+//
+//   tprun --nproc-per-node 2 dispatch_bench [--iters N]
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dtensor/tensor/dtensor.h"
+
+using namespace dtensor;
+
+namespace {
+
+// Median over 15 batches of the mean time per call, in microseconds.
+double time_us(int iters, const std::function<void()>& fn) {
+  for (int i = 0; i < iters / 10 + 10; ++i) fn();
+  std::vector<double> batches;
+  for (int b = 0; b < 15; ++b) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) fn();
+    batches.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
+  }
+  std::sort(batches.begin(), batches.end());
+  return batches[batches.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    int iters = 2000;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
+      else throw std::invalid_argument("dispatch_bench: unknown option " + a + " (options: --iters N)");
+    }
+    auto world = init_process_group();
+    const int n = world->size();
+    auto mesh = init_device_mesh("cpu", {n});
+    at::Tensor a = distribute_tensor(at::randn({64 * n}), mesh, {Shard(0)});
+    at::Tensor b = distribute_tensor(at::randn({64 * n}), mesh, {Shard(0)});
+    at::Tensor m = distribute_tensor(at::randn({8 * n, 8}), mesh, {Shard(0)});
+    at::Tensor w = distribute_tensor(at::randn({8, 8}), mesh, {Replicate()});
+    at::Tensor la = to_local(a), lb = to_local(b), lm = to_local(m), lw = to_local(w);
+    struct Case {
+      const char* name;
+      std::function<void()> dt, local;
+    };
+    std::vector<Case> cases{
+        {"add (Shard(0) + Shard(0), 64 elems/rank)", [&] { at::add(a, b); }, [&] { at::add(la, lb); }},
+        {"mul", [&] { at::mul(a, b); }, [&] { at::mul(la, lb); }},
+        {"relu", [&] { at::relu(a); }, [&] { at::relu(la); }},
+        {"sum(dim) of Shard(0) rows, dim 1", [&] { m.sum(1); }, [&] { lm.sum(1); }},
+        {"mm Shard(0) x Replicate", [&] { at::mm(m, w); }, [&] { at::mm(lm, lw); }},
+        {"view", [&] { m.view({-1}); }, [&] { lm.view({-1}); }},
+        {"t", [&] { w.t(); }, [&] { lw.t(); }},
+        {"detach", [&] { a.detach(); }, [&] { la.detach(); }},
+    };
+    if (world->rank() == 0) {
+      std::printf("# dtensor dispatch overhead: world %d, median of 15 batches of %d calls (us per call)\n", n, iters);
+      std::printf("%-42s %10s %10s %10s\n", "op", "DTensor", "local", "overhead");
+    }
+    for (const auto& c : cases) {
+      double dt = time_us(iters, c.dt), local = time_us(iters, c.local);
+      if (world->rank() == 0) std::printf("%-42s %10.2f %10.2f %10.2f\n", c.name, dt, local, dt - local);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -29,7 +29,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
   log "installing torch==$TORCH_VERSION into .venv (several GB; once)"
-  .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy cmake
+  # (pip warns about every find-links location this machine's pip.conf lists; those lines are noise)
+  .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy cmake \
+    2> >(grep -v '^WARNING: Location' >&2)
 fi
 command -v cmake >/dev/null 2>&1 || export PATH="$ROOT/.venv/bin:$PATH"
 

@@ -127,4 +127,23 @@ CheckResult check_op(const OpSample& sample, const DeviceMesh& mesh, int max_com
   return result;
 }
 
+std::vector<CheckResult> check_all_ops(const std::vector<OpSample>& samples) {
+  std::vector<CheckResult> results;
+  RunOptions options;
+  options.run_timeout = std::chrono::milliseconds(900000);
+  run_ranks(4, [&](int rank, int) {
+    auto mesh_1d = init_device_mesh("cpu", {4});
+    auto mesh_2d = init_device_mesh("cpu", {2, 2});
+    for (size_t k = 0; k < samples.size(); ++k) {
+      auto r1 = check_op(samples[k], mesh_1d, 64, 1000 + k);
+      auto r2 = check_op(samples[k], mesh_2d, 12, 2000 + k);
+      if (rank == 0) {
+        results.push_back(std::move(r1));
+        results.push_back(std::move(r2));
+      }
+    }
+  }, options);
+  return results;
+}
+
 }  // namespace dtensor::testing

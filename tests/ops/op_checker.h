@@ -26,4 +26,8 @@ struct CheckResult {
 // Runs on this rank (inside run_ranks); every rank must call it with the same arguments.
 CheckResult check_op(const OpSample& sample, const DeviceMesh& mesh, int max_combinations, uint64_t seed);
 
+// Every sample on a 1-D mesh of 4 ranks (all combinations up to 64) and a 2x2 mesh (12 sampled), world 4
+// as threads; rank 0's results, two rows per sample.
+std::vector<CheckResult> check_all_ops(const std::vector<OpSample>& samples);
+
 }  // namespace dtensor::testing

@@ -10,19 +10,9 @@ using namespace dtensor::testing;
 
 TEST(OpChecker, EveryOpEveryPlacementCombination) {
   auto samples = op_samples();
-  std::vector<std::vector<CheckResult>> results(4);
-  RunOptions options;
-  options.run_timeout = std::chrono::milliseconds(900000);
-  run_ranks(4, [&](int rank, int) {
-    auto mesh_1d = init_device_mesh("cpu", {4});
-    auto mesh_2d = init_device_mesh("cpu", {2, 2});
-    for (size_t k = 0; k < samples.size(); ++k) {
-      results[rank].push_back(check_op(samples[k], mesh_1d, 64, 1000 + k));
-      results[rank].push_back(check_op(samples[k], mesh_2d, 12, 2000 + k));
-    }
-  }, options);
+  auto results = check_all_ops(samples);
   int combos = 0, forward = 0, backward = 0, refused = 0;
-  for (const auto& r : results[0]) {
+  for (const auto& r : results) {
     combos += r.combinations;
     forward += r.forward_ok;
     backward += r.backward_ok;

@@ -1,0 +1,39 @@
+// What LibTorch's torch::nn::Module lacks for tensor parallelism: forward hooks and parameter
+// replacement. The parallel styles use these; model code does not.
+//
+// The two rules a model author follows:
+//   1. Use the layers of dtensor/parallel/layers.h (dtensor::nn::Linear, Embedding, LayerNorm, RMSNorm,
+//      Dropout: the same options and forward as torch::nn's) where a plan may apply a style. Containers
+//      (Sequential, ModuleList, ModuleDict) and your own modules work as they are.
+//   2. A module of your own that a plan targets directly (e.g. PrepareModuleInput on an attention block)
+//      runs its forward body through dtensor::nn::call_with_hooks(*this, inputs, body).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dtensor::nn {
+
+using Tensors = std::vector<at::Tensor>;
+// Gets the module's positional inputs and returns the ones forward will see.
+using ForwardPreHook = std::function<Tensors(torch::nn::Module& module, Tensors inputs)>;
+// Gets the inputs forward saw and its output, and returns the output the caller will see.
+using ForwardHook = std::function<at::Tensor(torch::nn::Module& module, const Tensors& inputs, at::Tensor output)>;
+
+void register_forward_pre_hook(torch::nn::Module& module, ForwardPreHook hook);
+void register_forward_hook(torch::nn::Module& module, ForwardHook hook);
+bool has_hooks(const torch::nn::Module& module);
+
+// Runs body(inputs) with the module's pre-hooks before and hooks after (in registration order).
+at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, const std::function<at::Tensor(const Tensors&)>& body);
+
+// Replaces the parameter (or buffer) `name` registered directly on `module` (LibTorch's
+// register_parameter refuses an existing name) and the member handle of the standard layers that cache it
+// (Linear, Embedding, LayerNorm, RMSNorm: weight, bias).
+void replace_parameter(torch::nn::Module& module, const std::string& name, at::Tensor value);
+void replace_buffer(torch::nn::Module& module, const std::string& name, at::Tensor value);
+
+}  // namespace dtensor::nn

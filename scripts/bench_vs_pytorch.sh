@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Our benchmark and PyTorch's Python DTensor doing the same, on the same machine and world size:
+#   ./scripts/bench_vs_pytorch.sh dispatch       per-op dispatch overhead (tools/bench/dispatch_bench.*)
+#   ./scripts/bench_vs_pytorch.sh redistribute   redistribute overhead over the raw collective
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bench=${1:?usage: bench_vs_pytorch.sh dispatch|redistribute [args]}
+shift
+case "$bench" in dispatch|redistribute) ;; *) echo "unknown benchmark '$bench'" >&2; exit 2 ;; esac
+./scripts/setup.sh >/dev/null
+NPROC=${NPROC:-2}
+build/bin/tprun --nproc-per-node "$NPROC" --master-port 0 --no-prefix "${bench}_bench" "$@" 2>/dev/null
+echo
+OMP_NUM_THREADS=1 .venv/bin/torchrun --standalone --nproc-per-node "$NPROC" "tools/bench/${bench}_bench.py" "$@" 2>/dev/null

@@ -1,0 +1,173 @@
+#include "dtensor/parallel/parallelize.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+#include "dtensor/parallel/module_hooks.h"
+#include "dtensor/tensor/dtensor.h"
+
+namespace dtensor {
+namespace {
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> atoms;
+  std::stringstream ss(path);
+  std::string atom;
+  while (std::getline(ss, atom, '.')) atoms.push_back(atom);
+  return atoms;
+}
+
+bool path_matches(const std::string& pattern, const std::string& path) {
+  auto p = split_path(pattern), q = split_path(path);
+  if (p.size() != q.size()) return false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (fnmatch(p[i].c_str(), q[i].c_str(), 0) != 0) return false;
+  }
+  return true;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string closest_paths(torch::nn::Module& module, const std::string& key) {
+  std::vector<std::pair<size_t, std::string>> scored;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    scored.emplace_back(edit_distance(key, item.key()), item.key());
+  }
+  std::sort(scored.begin(), scored.end());
+  std::string out;
+  for (size_t i = 0; i < scored.size() && i < 3; ++i) out += (i ? ", '" : "'") + scored[i].second + "'";
+  return out.empty() ? "(the module has no submodules)" : out;
+}
+
+}  // namespace
+
+std::vector<std::string> match_module_paths(torch::nn::Module& module, const std::string& pattern) {
+  std::vector<std::string> out;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    if (path_matches(pattern, item.key())) out.push_back(item.key());
+  }
+  return out;
+}
+
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStylePtr& style,
+                        std::optional<int> src_data_rank) {
+  if (mesh.ndim() != 1) {
+    throw std::invalid_argument("dtensor: Tensor Parallel only accepts a 1D DeviceMesh, but found " +
+                                std::to_string(mesh.ndim()) +
+                                "D! If you have a 2-D or N-D device_mesh, consider passing in device_mesh[\"tp\"]");
+  }
+  style->apply(module, "", mesh, src_data_rank);
+}
+
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan,
+                        std::optional<int> src_data_rank) {
+  if (mesh.ndim() != 1) {
+    throw std::invalid_argument("dtensor: Tensor Parallel only accepts a 1D DeviceMesh, but found " +
+                                std::to_string(mesh.ndim()) +
+                                "D! If you have a 2-D or N-D device_mesh, consider passing in device_mesh[\"tp\"]");
+  }
+  // Resolve every key before changing anything: a bad plan leaves the model untouched.
+  std::vector<std::vector<std::string>> matches;
+  for (const auto& [key, style] : plan) {
+    if (!style) throw std::invalid_argument("dtensor: the plan's entry '" + key + "' has no style");
+    auto paths = match_module_paths(module, key);
+    if (paths.empty()) {
+      throw std::invalid_argument("dtensor: parallelize_module: the plan's key '" + key +
+                                  "' matches no submodule; the closest module paths are " + closest_paths(module, key));
+    }
+    matches.push_back(std::move(paths));
+  }
+  auto modules = module.named_modules("", /*include_self=*/false);
+  for (size_t k = 0; k < plan.size(); ++k) {
+    for (const auto& path : matches[k]) plan[k].second->apply(*modules[path], path, mesh, src_data_rank);
+  }
+}
+
+ParallelStylePtr style_from_string(const std::string& name) {
+  if (name == "colwise") return make_style<ColwiseParallel>();
+  if (name == "rowwise") return make_style<RowwiseParallel>();
+  if (name == "colwise_rep") {
+    ColwiseParallel s;
+    s.output_layouts = Replicate();
+    return make_style(s);
+  }
+  if (name == "rowwise_rep") {
+    RowwiseParallel s;
+    s.input_layouts = Replicate();
+    return make_style(s);
+  }
+  if (name == "sequence_parallel") return make_style<SequenceParallel>();
+  if (name == "gather") {
+    PrepareModuleOutput s;
+    s.output_layouts = Shard(-1);
+    s.desired_output_layouts = Replicate();
+    return make_style(s);
+  }
+  if (name == "replicate") {
+    // Parameters replicated, inputs and outputs as they are: a sequence-parallel style on dim... none.
+    struct ReplicateParallel : ParallelStyle {
+      void apply(torch::nn::Module& m, const std::string&, const DeviceMesh& mesh, std::optional<int> src) const override {
+        for (const auto& item : m.named_parameters(/*recurse=*/false)) {
+          at::Tensor dt = distribute_tensor(item.value().detach(), mesh, {Replicate()}, src);
+          dt.set_requires_grad(item.value().requires_grad());
+          nn::replace_parameter(m, item.key(), dt);
+        }
+      }
+      std::string name() const override { return "ReplicateParallel"; }
+    };
+    return std::make_shared<const ReplicateParallel>();
+  }
+  throw std::invalid_argument("dtensor: unknown tensor-parallel style '" + name +
+                              "' (known: colwise, rowwise, colwise_rep, rowwise_rep, sequence_parallel, replicate, "
+                              "gather)");
+}
+
+ParallelizePlan plan_from_strings(const std::vector<std::pair<std::string, std::string>>& plan) {
+  ParallelizePlan out;
+  for (const auto& [key, name] : plan) out.emplace_back(key, style_from_string(name));
+  return out;
+}
+
+void distribute_module(torch::nn::Module& module, const DeviceMesh& mesh, PartitionFn partition_fn, InputFn input_fn,
+                       OutputFn output_fn) {
+  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
+    torch::nn::Module& sub = *item.value();
+    if (partition_fn) partition_fn(item.key(), sub, mesh);
+    // Whatever is still plain is replicated.
+    for (const auto& p : sub.named_parameters(/*recurse=*/false)) {
+      if (!p.value().defined() || is_dtensor(p.value())) continue;
+      at::Tensor dt = distribute_tensor(p.value().detach(), mesh, Placements(mesh.ndim(), Replicate()));
+      dt.set_requires_grad(p.value().requires_grad());
+      nn::replace_parameter(sub, p.key(), dt);
+    }
+    for (const auto& b : sub.named_buffers(/*recurse=*/false)) {
+      if (!b.value().defined() || is_dtensor(b.value())) continue;
+      nn::replace_buffer(sub, b.key(), distribute_tensor(b.value(), mesh, Placements(mesh.ndim(), Replicate())));
+    }
+  }
+  DeviceMesh mesh_copy = mesh;
+  if (input_fn) {
+    nn::register_forward_pre_hook(module, [=](torch::nn::Module& m, nn::Tensors xs) { return input_fn(m, std::move(xs), mesh_copy); });
+  }
+  if (output_fn) {
+    nn::register_forward_hook(module, [=](torch::nn::Module& m, const nn::Tensors&, at::Tensor y) {
+      return output_fn(m, std::move(y), mesh_copy);
+    });
+  }
+}
+
+}  // namespace dtensor

@@ -1,0 +1,114 @@
+// The tensor-parallel API on C++ models: the seeds' ToyModel under {in_proj: Colwise, out_proj: Rowwise}
+// trains like the single-device model; plans that do not fit give clear errors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "dtensor/mesh/comm_hooks.h"
+#include "dtensor/parallel/parallelize.h"
+#include "dtensor/tensor/dtensor.h"
+#include "harness/multi_rank.h"
+#include "harness/subprocess.h"
+#include "toy_model.h"
+
+using namespace dtensor;
+using dtensor::testing::run_ranks;
+
+namespace {
+
+// The seeds' example: manual_seed(45), ToyModel, AdamW lr 0.05, `steps` steps of (output - target).var().
+std::vector<double> toy_losses(int world, int steps) {
+  std::vector<double> losses;
+  std::mutex m;
+  run_ranks(world, [&](int rank, int) {
+    // Ranks are threads sharing LibTorch's global generator: seed and draw under a lock.
+    ToyModel model{nullptr};
+    at::Tensor input, target;
+    {
+      std::lock_guard<std::mutex> lock(m);
+      torch::manual_seed(45);
+      model = ToyModel();
+      input = torch::randn({20, 10});
+      target = torch::randn({20, 5});
+    }
+    auto mesh = init_device_mesh("cpu", {1, world}, {"dp", "tp"});
+    parallelize_module(*model, mesh["tp"],
+                       {{"in_proj", make_style<ColwiseParallel>()}, {"out_proj", make_style<RowwiseParallel>()}});
+    torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(0.05));
+    for (int i = 0; i < steps; ++i) {
+      opt.zero_grad();
+      at::Tensor loss = (model(input) - target).var();
+      if (rank == 0) losses.push_back(loss.item<double>());
+      loss.backward();
+      opt.step();
+    }
+  });
+  return losses;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Parallelize, ToyModelLossesAtTp2EqualTp1) {
+  auto tp1 = toy_losses(1, 10);
+  auto tp2 = toy_losses(2, 10);
+  ASSERT_EQ(tp1.size(), 10u);
+  ASSERT_EQ(tp2.size(), 10u);
+  for (size_t i = 0; i < tp1.size(); ++i) EXPECT_NEAR(tp2[i], tp1[i], 1e-5 * std::abs(tp1[i])) << "step " << i;
+  EXPECT_LT(tp1.back(), tp1.front());  // it trains
+}
+
+TEST(Parallelize, ParametersAreShardedAndCollectivesAreAsSeedsTable) {
+  run_ranks(2, [](int, int) {
+    ToyModel model;
+    auto mesh = init_device_mesh("cpu", {2});
+    parallelize_module(*model, mesh, {{"in_proj", make_style<ColwiseParallel>()}, {"out_proj", make_style<RowwiseParallel>()}});
+    EXPECT_EQ(placements(model->in_proj->weight), Placements{Shard(0)});
+    EXPECT_EQ(placements(model->in_proj->bias), Placements{Shard(0)});
+    EXPECT_EQ(placements(model->out_proj->weight), Placements{Shard(1)});
+    EXPECT_EQ(placements(model->out_proj->bias), Placements{Replicate()});
+    EXPECT_EQ(model->in_proj->weight.sizes(), (at::IntArrayRef{32, 10}));  // global shape
+    std::map<std::string, int> counts;
+    CommObserverGuard guard([&](const CommEvent& e) { ++counts[e.collective]; });
+    model(torch::ones({4, 10}));
+    // Colwise with replicated input: no collective; Rowwise to Replicate: one all-reduce.
+    EXPECT_EQ(counts, (std::map<std::string, int>{{"all_reduce", 1}}));
+  });
+}
+
+TEST(Parallelize, BadPlansGiveClearErrors) {
+  run_ranks(2, [](int, int) {
+    auto mesh2d = init_device_mesh("cpu", {1, 2}, {"dp", "tp"});
+    ToyModel model;
+    std::string e = error_of([&] { parallelize_module(*model, mesh2d, {{"in_proj", make_style<ColwiseParallel>()}}); });
+    EXPECT_NE(e.find("Tensor Parallel only accepts a 1D DeviceMesh, but found 2D"), std::string::npos) << e;
+    auto mesh = mesh2d["tp"];
+    e = error_of([&] { parallelize_module(*model, mesh, {{"in_prj", make_style<ColwiseParallel>()}}); });
+    EXPECT_NE(e.find("'in_prj' matches no submodule; the closest module paths are 'in_proj'"), std::string::npos) << e;
+    e = error_of([&] { parallelize_module(*model, mesh, {{"relu", make_style<RowwiseParallel>()}}); });
+    EXPECT_NE(e.find("RowwiseParallel applies to Linear and Embedding, but 'relu' is a torch::nn::ReLU"),
+              std::string::npos)
+        << e;
+    e = error_of([&] { style_from_string("colwize"); });
+    EXPECT_NE(e.find("unknown tensor-parallel style 'colwize'"), std::string::npos) << e;
+    // Glob keys and string plans.
+    auto paths = match_module_paths(*model, "*_proj");
+    EXPECT_EQ(paths, (std::vector<std::string>{"in_proj", "out_proj"}));
+    parallelize_module(*model, mesh, plan_from_strings({{"in_proj", "colwise"}, {"out_proj", "rowwise"}}));
+    EXPECT_EQ(placements(model->out_proj->weight), Placements{Shard(1)});
+  });
+}
+
+TEST(Parallelize, ToyTpProgramUnderTprun) {
+  auto r = dtensor::testing::run_process(
+      {dtensor::testing::bin_path("tprun"), "--nproc-per-node", "2", "--master-port", "0", "toy_tp"}, {}, 120);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank0]: loss 9 "), std::string::npos) << r.output;
+}

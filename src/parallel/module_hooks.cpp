@@ -18,6 +18,20 @@ struct HookSet {
   std::weak_ptr<torch::nn::Module> owner;  // guards against a new module reusing a dead one's address
   std::vector<ForwardPreHook> pre;
   std::vector<ForwardHook> post;
+  std::string path;
+};
+
+thread_local std::vector<std::string> path_stack;
+
+// Pops the module path pushed for one forward, also when it throws.
+struct PathScope {
+  explicit PathScope(const std::string& path) : active(!path.empty()) {
+    if (active) path_stack.push_back(path);
+  }
+  ~PathScope() {
+    if (active) path_stack.pop_back();
+  }
+  bool active;
 };
 
 std::mutex& table_mutex() {
@@ -32,7 +46,7 @@ std::unordered_map<const torch::nn::Module*, HookSet>& table() {
 HookSet& hooks_of(torch::nn::Module& module) {
   auto& entry = table()[&module];
   auto alive = entry.owner.lock();
-  if (alive.get() != &module) entry = HookSet{module.shared_from_this(), {}, {}};
+  if (alive.get() != &module) entry = HookSet{module.shared_from_this(), {}, {}, ""};
   return entry;
 }
 
@@ -92,18 +106,28 @@ bool has_hooks(const torch::nn::Module& module) {
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, const std::function<at::Tensor(const Tensors&)>& body) {
   std::vector<ForwardPreHook> pre;
   std::vector<ForwardHook> post;
+  std::string path;
   {
     std::lock_guard<std::mutex> lock(table_mutex());
     auto it = table().find(&module);
     if (it == table().end() || it->second.owner.lock().get() != &module) return body(inputs);
     pre = it->second.pre;
     post = it->second.post;
+    path = it->second.path;
   }
+  PathScope scope(path);
   for (auto& hook : pre) inputs = hook(module, std::move(inputs));
   at::Tensor out = body(inputs);
   for (auto& hook : post) out = hook(module, inputs, std::move(out));
   return out;
 }
+
+void set_module_path(const torch::nn::Module& module, std::string path) {
+  std::lock_guard<std::mutex> lock(table_mutex());
+  hooks_of(const_cast<torch::nn::Module&>(module)).path = std::move(path);
+}
+
+std::string current_module_path() { return path_stack.empty() ? std::string() : path_stack.back(); }
 
 void replace_parameter(torch::nn::Module& module, const std::string& name, at::Tensor value) {
   auto& params = module.*parameters_member();

@@ -93,7 +93,10 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
   }
   auto modules = module.named_modules("", /*include_self=*/false);
   for (size_t k = 0; k < plan.size(); ++k) {
-    for (const auto& path : matches[k]) plan[k].second->apply(*modules[path], path, mesh, src_data_rank);
+    for (const auto& path : matches[k]) {
+      nn::set_module_path(*modules[path], path);
+      plan[k].second->apply(*modules[path], path, mesh, src_data_rank);
+    }
   }
 }
 

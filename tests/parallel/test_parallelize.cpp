@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "dtensor/mesh/comm_hooks.h"
+#include "dtensor/parallel/comm_debug_mode.h"
 #include "dtensor/parallel/parallelize.h"
 #include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
@@ -75,11 +75,16 @@ TEST(Parallelize, ParametersAreShardedAndCollectivesAreAsSeedsTable) {
     EXPECT_EQ(placements(model->out_proj->weight), Placements{Shard(1)});
     EXPECT_EQ(placements(model->out_proj->bias), Placements{Replicate()});
     EXPECT_EQ(model->in_proj->weight.sizes(), (at::IntArrayRef{32, 10}));  // global shape
-    std::map<std::string, int> counts;
-    CommObserverGuard guard([&](const CommEvent& e) { ++counts[e.collective]; });
-    model(torch::ones({4, 10}));
-    // Colwise with replicated input: no collective; Rowwise to Replicate: one all-reduce.
-    EXPECT_EQ(counts, (std::map<std::string, int>{{"all_reduce", 1}}));
+    CommDebugMode comm;
+    at::Tensor out = model(torch::ones({4, 10}));
+    // Colwise with replicated input: no collective; Rowwise to Replicate: one all-reduce, in out_proj.
+    EXPECT_EQ(comm.get_comm_counts(), (std::map<std::string, int64_t>{{"all_reduce", 1}}));
+    EXPECT_EQ(comm.get_comm_module_counts().at("out_proj").at("all_reduce"), 1);
+    EXPECT_EQ(comm.get_comm_bytes().at("all_reduce"), 4 * 5 * 4);  // [4, 5] float32
+    out.sum().backward();
+    // Backward: Rowwise's all-reduce has an identity backward; Colwise's replicated input gets its
+    // gradient all-reduced (Partial -> Replicate) only if someone asks for it: nobody does here.
+    EXPECT_EQ(comm.get_total_counts(), 1);
   });
 }
 

@@ -30,6 +30,11 @@ bool has_hooks(const torch::nn::Module& module);
 // Runs body(inputs) with the module's pre-hooks before and hooks after (in registration order).
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, const std::function<at::Tensor(const Tensors&)>& body);
 
+// Module paths for accounting (CommDebugMode): parallelize_module records the path of every module it
+// touches; call_with_hooks keeps the innermost one on a per-thread stack while its forward runs.
+void set_module_path(const torch::nn::Module& module, std::string path);
+std::string current_module_path();  // "" outside any recorded module
+
 // Replaces the parameter (or buffer) `name` registered directly on `module` (LibTorch's
 // register_parameter refuses an existing name) and the member handle of the standard layers that cache it
 // (Linear, Embedding, LayerNorm, RMSNorm: weight, bias).

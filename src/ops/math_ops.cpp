@@ -16,6 +16,7 @@
 
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/redistribute/redistribute.h"
+#include "ops/loss_parallel.h"
 #include "ops/strategy_utils.h"
 #include "dtensor/tensor/dtensor.h"
 #include "tensor/dtensor_impl.h"
@@ -163,8 +164,22 @@ const StrategyRegistration r9({"aten::max.dim", "aten::min.dim"}, &max_dim);
 const StrategyRegistration r10({"aten::argmax", "aten::argmin"}, &arg_dim);
 const StrategyRegistration r11({"aten::var.correction", "aten::std.correction"}, &var_dim);
 const StrategyRegistration r12({"aten::var_mean.correction", "aten::std_mean.correction"}, &var_mean_dim);
-const StrategyRegistration r14({"aten::_softmax", "aten::_log_softmax"}, &softmax);
-const StrategyRegistration r15({"aten::_softmax_backward_data", "aten::_log_softmax_backward_data"}, &softmax_backward);
+const StrategyRegistration r14({"aten::_softmax"}, &softmax);
+const StrategyRegistration r15({"aten::_softmax_backward_data"}, &softmax_backward);
+
+// log_softmax: over a sharded class dim under a LossParallelGuard, the loss-parallel kernel; else as softmax.
+void log_softmax_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpCall call(op, stack);
+  if (loss_parallel_applies(call, call.arg(1).toInt())) return loss_parallel_log_softmax(call);
+  run_strategy(op, stack, &softmax);
+}
+void log_softmax_backward_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpCall call(op, stack);
+  if (loss_parallel_applies(call, call.arg(2).toInt())) return loss_parallel_log_softmax_backward(call);
+  run_strategy(op, stack, &softmax_backward);
+}
+const OpRegistration r16("aten::_log_softmax", &log_softmax_handler);
+const OpRegistration r17("aten::_log_softmax_backward_data", &log_softmax_backward_handler);
 
 }  // namespace
 }  // namespace dtensor::ops

@@ -20,6 +20,8 @@
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/redistribute/redistribute.h"
 #include "dtensor/tensor/dtensor.h"
+#include "dtensor/parallel/loss_parallel.h"
+#include "ops/loss_parallel.h"
 #include "ops/strategy_utils.h"
 #include "tensor/dtensor_impl.h"
 
@@ -125,6 +127,7 @@ ShardingDecision nll_loss_strategy(const OpCall& call) {
 
 void nll_loss_forward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpCall call(op, stack);
+  if (call.tensors.at(0).tensor.dim() == 2 && loss_parallel_applies(call, 1)) return loss_parallel_nll_forward(call);
   const int64_t reduction = call.arg(3).toInt();
   const TensorInput& self = call.tensors.at(0);
   // 'mean' over a sharded batch is sum / total weight over all ranks: compute the local sum and weight,
@@ -272,7 +275,17 @@ const StrategyRegistration s1({"aten::native_layer_norm"}, &layer_norm);
 const StrategyRegistration s2({"aten::native_layer_norm_backward"}, &layer_norm_backward);
 const StrategyRegistration s3({"aten::_scaled_dot_product_flash_attention_for_cpu"}, &sdpa_forward);
 const StrategyRegistration s4({"aten::_scaled_dot_product_flash_attention_for_cpu_backward"}, &sdpa_backward);
-const StrategyRegistration s5({"aten::nll_loss_backward"}, &nll_loss_backward);
+void nll_loss_backward_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpCall call(op, stack);
+  const TensorInput* self = call.tensor_arg(1);
+  bool class_sharded = false;
+  if (self && self->spec && self->tensor.dim() == 2) {
+    for (const auto& p : self->spec->placements) class_sharded = class_sharded || p.is_shard(1);
+  }
+  if (LossParallelGuard::active() && class_sharded) return loss_parallel_nll_backward(call);
+  run_strategy(op, stack, &nll_loss_backward);
+}
+const OpRegistration s5("aten::nll_loss_backward", &nll_loss_backward_handler);
 const StrategyRegistration s6({"aten::embedding_dense_backward"}, &embedding_backward);
 const OpRegistration h1("aten::_fused_sdp_choice", &fused_sdp_choice);
 const OpRegistration h2("aten::nll_loss_forward", &nll_loss_forward);

@@ -370,6 +370,31 @@ ShardingDecision scatter_strategy(const OpCall& call) {
 }
 const StrategyRegistration scatters({"aten::scatter.src", "aten::scatter_.src", "aten::scatter_add", "aten::scatter_add_"},
                                     &scatter_strategy);
+// Ops whose output shape depends on the data (masked_select, nonzero): computed on replicated inputs, the
+// output replicated. The global shape is learnt from the local result (no meta kernel can know it).
+ShardingDecision replicated_only(const OpCall& call) {
+  std::vector<std::optional<Placements>> inputs;
+  for (const auto& t : call.tensors) {
+    inputs.push_back(t.is_scalar() ? std::nullopt : std::optional<Placements>(replicate_all(call.mesh->ndim())));
+  }
+  return make_decision(call, inputs, {replicate_all(call.mesh->ndim())});
+}
+// gather(self, dim, index): the gather dim whole; a shard of another dim survives where index and self
+// have the same size there (their pieces then line up), else it is gathered too.
+ShardingDecision gather_strategy(const OpCall& call) {
+  const TensorInput& self = call.tensors.at(0);
+  const TensorInput& index = call.tensors.at(1);
+  int64_t d = normalize_dim(call.arg(1).toInt(), self.tensor.dim());
+  Placements p = reduce_partials(self.spec ? self.spec->placements : replicate_all(call.mesh->ndim()));
+  for (auto& x : p) {
+    if (x.is_shard() && (x.dim() == d || index.tensor.size(x.dim()) != self.tensor.size(x.dim()))) x = Replicate();
+  }
+  std::vector<std::optional<Placements>> inputs;
+  for (const auto& t : call.tensors) inputs.push_back(t.is_scalar() ? std::nullopt : std::optional<Placements>(p));
+  return make_decision(call, inputs, {p});
+}
+const StrategyRegistration gathers({"aten::gather"}, &gather_strategy);
+const StrategyRegistration data_dependent({"aten::masked_select", "aten::nonzero"}, &replicated_only);
 const StrategyRegistration slice_backwards({"aten::slice_backward"}, &slice_backward);
 const StrategyRegistration select_backwards({"aten::select_backward"}, &select_backward);
 

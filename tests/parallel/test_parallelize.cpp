@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "dtensor/parallel/comm_debug_mode.h"
+#include "dtensor/parallel/loss_parallel.h"
 #include "dtensor/parallel/parallelize.h"
 #include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
@@ -116,4 +117,39 @@ TEST(Parallelize, ToyTpProgramUnderTprun) {
       {dtensor::testing::bin_path("tprun"), "--nproc-per-node", "2", "--master-port", "0", "toy_tp"}, {}, 120);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[rank0]: loss 9 "), std::string::npos) << r.output;
+}
+
+TEST(LossParallel, CrossEntropyOnVocabShardedLogitsEqualsReplicated) {
+  // Logits [N, C] with C uneven over 4 ranks; targets with an ignored sample; weights; every reduction;
+  // label smoothing. Forward and the logits' gradient equal the replicated computation, and the logits
+  // are never gathered.
+  at::Tensor logits = dtensor::testing::seeded_randn(31, {6, 11});
+  at::Tensor labels = at::tensor({3, 10, 0, -100, 7, 5}, at::kLong);
+  at::Tensor weight = dtensor::testing::seeded_randn(32, {11}).abs() + 0.5;
+  struct Case {
+    int64_t reduction;
+    double smoothing;
+    bool weighted;
+  };
+  for (Case c : {Case{1, 0.0, false}, Case{2, 0.0, true}, Case{0, 0.0, false}, Case{1, 0.1, false}, Case{1, 0.2, true}}) {
+    SCOPED_TRACE("reduction " + std::to_string(c.reduction) + " smoothing " + std::to_string(c.smoothing));
+    at::Tensor ref_in = logits.clone().set_requires_grad(true);
+    at::Tensor w = c.weighted ? weight : at::Tensor();
+    at::Tensor ref = at::cross_entropy_loss(ref_in, labels, w, c.reduction, -100, c.smoothing);
+    ref.sum().backward();
+    run_ranks(4, [&](int, int) {
+      auto mesh = init_device_mesh("cpu", {4});
+      at::Tensor x = distribute_tensor(logits, mesh, {Shard(1)}).set_requires_grad(true);
+      at::Tensor t = distribute_tensor(labels, mesh, {Replicate()});
+      at::Tensor dw = c.weighted ? distribute_tensor(weight, mesh, {Replicate()}) : at::Tensor();
+      LossParallelGuard guard;
+      CommDebugMode comm;
+      at::Tensor loss = at::cross_entropy_loss(x, t, dw, c.reduction, -100, c.smoothing);
+      EXPECT_EQ(comm.get_comm_counts().count("all_gather"), 0u) << comm.table();
+      EXPECT_TRUE(at::allclose(full_tensor(loss), ref.detach(), 1e-5, 1e-6));
+      loss.sum().backward();
+      EXPECT_EQ(placements(x.grad()), Placements{Shard(1)});
+      EXPECT_TRUE(at::allclose(full_tensor(x.grad()), ref_in.grad(), 1e-5, 1e-6));
+    });
+  }
 }

@@ -46,7 +46,12 @@ ShardingDecision layer_norm(const OpCall& call) {
   for (const auto& t : call.tensors) {
     inputs.push_back(t.arg == 0 ? std::optional<Placements>(p) : placements_or_null(t, replicate_all(call.mesh->ndim())));
   }
-  return make_decision(call, inputs, {p, p, p});
+  ShardingDecision d = make_decision(call, inputs, {p, p, p});
+  // out: the input's shape; mean, rstd: with the normalized dims as 1 (no C++ meta kernel).
+  std::vector<int64_t> stats = input.tensor.sizes().vec();
+  for (int64_t k = first_normalized; k < input.tensor.dim(); ++k) stats[k] = 1;
+  d.output_shapes = {input.tensor.sizes().vec(), stats, stats};
+  return d;
 }
 
 // native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
@@ -65,7 +70,12 @@ ShardingDecision layer_norm_backward(const OpCall& call) {
     bool activation = t.arg == 0 || t.arg == 1 || t.arg == 3 || t.arg == 4;
     inputs.push_back(placements_or_null(t, activation ? p : replicate_all(call.mesh->ndim())));
   }
-  return make_decision(call, inputs, {p, params, params});
+  ShardingDecision d = make_decision(call, inputs, {p, params, params});
+  const TensorInput* weight = call.tensor_arg(5);
+  const TensorInput* bias = call.tensor_arg(6);
+  d.output_shapes = {input.tensor.sizes().vec(), weight ? weight->tensor.sizes().vec() : std::vector<int64_t>{0},
+                     bias ? bias->tensor.sizes().vec() : std::vector<int64_t>{0}};
+  return d;
 }
 
 // --- attention ---------------------------------------------------------------------------------------
@@ -194,14 +204,17 @@ ShardingDecision embedding_strategy(const OpCall& call) {
   const TensorInput& weight = call.tensors.at(0);
   const TensorInput& ids = call.tensors.at(1);
   const int64_t out_last = ids.tensor.dim();  // output is ids.shape + [D]
-  return choose_per_mesh_dim(call, 1, [&](int64_t i) {
+  ShardingDecision d = choose_per_mesh_dim(call, 1, [&](int64_t) {
     std::vector<DimCandidate> c;
     c.push_back({{Shard(1), Replicate()}, {Shard(out_last)}});
     for (int64_t k = 0; k < ids.tensor.dim(); ++k) c.push_back({{Replicate(), Shard(k)}, {Shard(k)}});
     c.push_back({{Replicate(), Replicate()}, {Replicate()}});
-    (void)weight;
     return c;
   });
+  std::vector<int64_t> shape = ids.tensor.sizes().vec();
+  shape.push_back(weight.tensor.size(1));
+  d.output_shapes = {shape};
+  return d;
 }
 
 // The vocab-sharded case (weight Shard(0) on one or more mesh dims, ids replicated there): each rank looks
@@ -262,13 +275,15 @@ ShardingDecision embedding_backward(const OpCall& call) {
   const TensorInput& grad = call.tensors.at(0);
   const TensorInput& ids = call.tensors.at(1);
   const int64_t grad_last = grad.tensor.dim() - 1;
-  return choose_per_mesh_dim(call, 1, [&](int64_t) {
+  ShardingDecision d = choose_per_mesh_dim(call, 1, [&](int64_t) {
     std::vector<DimCandidate> c;
     c.push_back({{Shard(grad_last), Replicate()}, {Shard(1)}});
     for (int64_t k = 0; k < ids.tensor.dim(); ++k) c.push_back({{Shard(k), Shard(k)}, {Partial()}});
     c.push_back({{Replicate(), Replicate()}, {Replicate()}});
     return c;
   });
+  d.output_shapes = {{call.arg(2).toInt(), grad.tensor.size(grad_last)}};  // [num_weights, D]
+  return d;
 }
 
 const StrategyRegistration s1({"aten::native_layer_norm"}, &layer_norm);

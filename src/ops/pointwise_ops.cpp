@@ -5,7 +5,8 @@
 // broadcasting: an input that broadcasts dim d, or lacks it, must be Replicate there), Replicate, and Partial
 // where the op is linear in its Partial inputs:
 //   linear unary (neg, clone, mul/div by a Scalar, dtype casts)  P(sum|avg) -> P(sum|avg)
-//   additive (add, sub)                   all DTensor inputs P(op), no scalar tensors -> P(op)
+//   additive (add, sub)                   some input P(op), the others P(op) or split into terms
+//                                         (Replicate -> Partial, local), no scalar tensors -> P(op)
 //   multiplicative (mul; div numerator)   exactly one P(sum|avg) input, the others Replicate -> P
 //   shift by a Scalar (add/sub.Scalar)    P(avg|max|min) -> kept (a shift of every term shifts the
 //                                         mean / max / min); P(sum) is reduced first (n shifts)
@@ -74,6 +75,8 @@ ShardingDecision pointwise(const OpCall& call, Linearity linearity) {
           c.inputs.push_back(k < 0 ? Replicate() : Shard(k));
         } else if (out_p.is_partial() && in.spec && in.spec->placements[i].is_partial()) {
           c.inputs.push_back(in.spec->placements[i]);  // a Partial term stays one
+        } else if (out_p.is_partial() && linearity == Linearity::ADDITIVE) {
+          c.inputs.push_back(out_p);  // a summand is split into terms (Replicate -> Partial, local)
         } else {
           c.inputs.push_back(Replicate());  // Replicate output; or the non-Partial factors of a Partial product
         }
@@ -111,7 +114,9 @@ ShardingDecision pointwise(const OpCall& call, Linearity linearity) {
           if (dts.size() == 1) partial = p;
           break;
         case Linearity::ADDITIVE:
-          if (partial_count == static_cast<int>(dts.size()) && same_op && !has_scalar_tensor) partial = p;
+          // Partial(op) + Partial(op) is a term of the sum; a Replicate (or Shard) summand can be split
+          // into terms locally. A plain scalar tensor cannot (it would be added once per rank).
+          if (same_op && !has_scalar_tensor) partial = p;
           break;
         case Linearity::MULTIPLICATIVE:
           if (partial_count == 1) partial = p;

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <iostream>
 #include <mutex>
 #include <unordered_map>
 
@@ -363,9 +364,14 @@ void run_strategy(const c10::OperatorHandle& op, torch::jit::Stack* stack, Strat
     if (fresh.decision.inputs.size() != call.tensors.size()) {
       throw std::logic_error("dtensor: strategy for " + op_name(op) + " returned the wrong number of inputs");
     }
-    try {
+    if (!fresh.decision.output_shapes.empty()) {
+      for (const auto& shape : fresh.decision.output_shapes) {
+        fresh.outputs.push_back({shape, contiguous_strides(shape), call.tensors.at(0).tensor.scalar_type()});
+      }
+    } else try {
       fresh.outputs = meta_outputs(call);
-    } catch (const c10::Error&) {
+    } catch (const c10::Error& e) {
+      if (std::getenv("DTENSOR_DEBUG_META")) std::cerr << "meta failed for " << op_name(op) << ": " << e.what_without_backtrace() << std::endl;
       fresh.from_locals = true;  // an op without a meta kernel: see global_outputs_from_locals
     }
     if (!fresh.from_locals && fresh.outputs.size() != fresh.decision.outputs.size()) {

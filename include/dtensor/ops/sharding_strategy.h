@@ -59,6 +59,9 @@ struct ShardingDecision {
   // Shape arguments given in global terms that the local op needs in local terms (view's size, expand's
   // size): argument index -> this rank's value. Decisions are cached per thread, i.e. per rank.
   std::vector<std::pair<int, std::vector<int64_t>>> local_int_lists;
+  // The outputs' global shapes, for ops without a meta kernel in C++ (LibTorch lacks the Python-registered
+  // ones): contiguous, with the first tensor input's dtype. Empty: learnt from a run on meta tensors.
+  std::vector<std::vector<int64_t>> output_shapes;
 };
 
 using StrategyFn = ShardingDecision (*)(const OpCall& call);

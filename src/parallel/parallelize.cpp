@@ -53,6 +53,15 @@ std::string closest_paths(torch::nn::Module& module, const std::string& key) {
   return out.empty() ? "(the module has no submodules)" : out;
 }
 
+// PyTorch's words for a mesh that is not 1-D.
+void require_tp_mesh(const DeviceMesh& mesh) {
+  if (mesh.ndim() != 1) {
+    throw std::invalid_argument("dtensor: Tensor Parallel only accepts a 1D DeviceMesh, but found " +
+                                std::to_string(mesh.ndim()) +
+                                "D! If you have a 2-D or N-D device_mesh, consider passing in device_mesh[\"tp\"]");
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> match_module_paths(torch::nn::Module& module, const std::string& pattern) {
@@ -65,21 +74,13 @@ std::vector<std::string> match_module_paths(torch::nn::Module& module, const std
 
 void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStylePtr& style,
                         std::optional<int> src_data_rank) {
-  if (mesh.ndim() != 1) {
-    throw std::invalid_argument("dtensor: Tensor Parallel only accepts a 1D DeviceMesh, but found " +
-                                std::to_string(mesh.ndim()) +
-                                "D! If you have a 2-D or N-D device_mesh, consider passing in device_mesh[\"tp\"]");
-  }
+  require_tp_mesh(mesh);
   style->apply(module, "", mesh, src_data_rank);
 }
 
 void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan,
                         std::optional<int> src_data_rank) {
-  if (mesh.ndim() != 1) {
-    throw std::invalid_argument("dtensor: Tensor Parallel only accepts a 1D DeviceMesh, but found " +
-                                std::to_string(mesh.ndim()) +
-                                "D! If you have a 2-D or N-D device_mesh, consider passing in device_mesh[\"tp\"]");
-  }
+  require_tp_mesh(mesh);
   // Resolve every key before changing anything: a bad plan leaves the model untouched.
   std::vector<std::vector<std::string>> matches;
   for (const auto& [key, style] : plan) {

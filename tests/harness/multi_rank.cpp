@@ -54,4 +54,13 @@ at::Tensor seeded_randn(uint64_t seed, at::IntArrayRef shape, at::ScalarType dty
   return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)).to(dtype);
 }
 
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace dtensor::testing

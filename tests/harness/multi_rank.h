@@ -17,6 +17,7 @@
 #include <chrono>
 #include <functional>
 #include <initializer_list>
+#include <string>
 
 #include "dtensor/mesh/process_group.h"
 
@@ -40,5 +41,8 @@ inline void for_each_world(std::initializer_list<int> worlds, const RankBody& bo
 // Deterministic data without touching the global generator (ranks are threads): the same (seed, shape)
 // gives the same tensor on every rank.
 at::Tensor seeded_randn(uint64_t seed, at::IntArrayRef shape, at::ScalarType dtype = at::kFloat);
+
+// The message of what `f` throws, "" if it does not throw.
+std::string error_of(const std::function<void()>& f);
 
 }  // namespace dtensor::testing

@@ -12,6 +12,7 @@
 #include "toy_model.h"
 
 using namespace dtensor;
+using dtensor::testing::error_of;
 using dtensor::testing::run_ranks;
 
 namespace {
@@ -44,15 +45,6 @@ std::vector<double> toy_losses(int world, int steps) {
     }
   });
   return losses;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace

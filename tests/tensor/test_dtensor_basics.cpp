@@ -8,19 +8,10 @@
 
 using namespace dtensor;
 using dtensor::testing::for_each_world;
+using dtensor::testing::error_of;
 using dtensor::testing::run_ranks;
 using dtensor::testing::seeded_randn;
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-}  // namespace
 
 TEST(Placement, ReprEqualityHashAndParse) {
   EXPECT_EQ(Shard(1).to_string(), "Shard(dim=1)");

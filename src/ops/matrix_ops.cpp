@@ -57,8 +57,6 @@ std::vector<DimCandidate> matmul_candidates(const OpCall& call, int64_t i, int a
   if (auto p = partial_of(B)) add(Replicate(), *p, *p);
   for (int64_t d = 0; d < batch; ++d) add(Shard(d), Shard(d), Shard(d));
   add(Replicate(), Replicate(), Replicate());
-  // Put the candidate that keeps A's and B's current placements first, so ties favour no movement.
-  (void)B;
   return out;
 }
 

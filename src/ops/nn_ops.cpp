@@ -109,10 +109,8 @@ ShardingDecision nll_loss_strategy(const OpCall& call) {
   int64_t reduction = call.arg(3).toInt();  // 0 none, 1 mean, 2 sum
   Placements p = reduce_partials(self.spec ? self.spec->placements : replicate_all(call.mesh->ndim()));
   Placements out = p, total = replicate_all(call.mesh->ndim());
-  bool batch_sharded = false;
   for (size_t i = 0; i < p.size(); ++i) {
     if (p[i].is_shard(0) && self.tensor.dim() == 2) {
-      batch_sharded = true;
       if (reduction != 0) {
         out[i] = Partial();
         total[i] = Partial();
@@ -121,7 +119,6 @@ ShardingDecision nll_loss_strategy(const OpCall& call) {
       p[i] = out[i] = Replicate();  // the class dim (or a 1-d input) whole
     }
   }
-  (void)batch_sharded;
   Placements target_p = p;
   for (auto& x : target_p) {
     if (x.is_shard() && x.dim() != 0) x = Replicate();

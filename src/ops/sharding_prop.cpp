@@ -147,27 +147,6 @@ Placements reduce_partials(Placements p) {
   return p;
 }
 
-int64_t redistribute_cost(const DTensorSpec& spec, const Placements& target) {
-  if (spec.placements == target) return 0;
-  int64_t bytes = c10::elementSize(spec.meta.dtype);
-  for (int64_t s : spec.meta.shape) bytes *= s;
-  int64_t cost = 0;
-  for (size_t i = 0; i < target.size(); ++i) {
-    const Placement& from = spec.placements[i];
-    const Placement& to = target[i];
-    if (from == to) continue;
-    int64_t n = spec.mesh.size(static_cast<int64_t>(i));
-    if (from.is_replicate() && to.is_shard()) continue;               // local chunk
-    if (from.is_replicate() && to.is_partial()) continue;             // local split
-    if (from.is_shard() && to.is_replicate()) cost += bytes;          // all-gather
-    else if (from.is_partial() && to.is_replicate()) cost += 2 * bytes;  // all-reduce
-    else if (from.is_partial() && to.is_shard()) cost += bytes;       // reduce-scatter
-    else if (from.is_shard() && to.is_shard()) cost += bytes / n;     // all-to-all
-    else cost += 2 * bytes;
-  }
-  return cost + 1;  // any change costs something
-}
-
 // ------------------------------------------------------------------------------------------------- cache
 
 namespace {

@@ -35,9 +35,6 @@ bool has_strategy(const std::string& qualified_name);
 // The generic runner (steps 1-5 above).
 void run_strategy(const c10::OperatorHandle& op, torch::jit::Stack* stack, StrategyFn strategy);
 
-// Cost in bytes of moving a tensor of `spec` to `target` on this rank (0 when equal); used to pick among
-// candidate strategies.
-int64_t redistribute_cost(const DTensorSpec& spec, const Placements& target);
 
 
 }  // namespace dtensor::ops

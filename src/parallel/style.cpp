@@ -40,6 +40,19 @@ at::Tensor prepare_output(const at::Tensor& out, const DeviceMesh& mesh, const P
   return use_local && is_dtensor(dt) ? to_local(dt) : dt;
 }
 
+// Colwise / Rowwise: the first input arrives as `layout` and is moved to `desired`; the output is moved to
+// `out` (and made local when asked).
+void register_layer_hooks(torch::nn::Module& m, const DeviceMesh& mesh, Placement layout, Placement desired,
+                          Placement out, bool use_local_output) {
+  nn::register_forward_pre_hook(m, [=](torch::nn::Module&, nn::Tensors xs) {
+    xs[0] = prepare_input(xs[0], mesh, layout, desired);
+    return xs;
+  });
+  nn::register_forward_hook(m, [=](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
+    return prepare_output(y, mesh, out, use_local_output);
+  });
+}
+
 void require_1d(const DeviceMesh& mesh, const std::string& style) {
   if (mesh.ndim() != 1) throw std::invalid_argument("dtensor: " + style + " needs a 1-D mesh");
 }
@@ -57,16 +70,7 @@ void ColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const
     throw std::invalid_argument("dtensor: ColwiseParallel applies to Linear and Embedding, but '" + path + "' is a " +
                                 type_name(m));
   }
-  Placement in = input_layouts, out = output_layouts;
-  DeviceMesh mesh_copy = mesh;
-  bool local = use_local_output;
-  nn::register_forward_pre_hook(m, [=](torch::nn::Module&, nn::Tensors xs) {
-    xs[0] = prepare_input(xs[0], mesh_copy, in, Replicate());
-    return xs;
-  });
-  nn::register_forward_hook(m, [=](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
-    return prepare_output(y, mesh_copy, out, local);
-  });
+  register_layer_hooks(m, mesh, input_layouts, Replicate(), output_layouts, use_local_output);
 }
 
 void RowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
@@ -82,17 +86,8 @@ void RowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const
     throw std::invalid_argument("dtensor: RowwiseParallel applies to Linear and Embedding, but '" + path + "' is a " +
                                 type_name(m));
   }
-  Placement in = input_layouts, out = output_layouts;
-  DeviceMesh mesh_copy = mesh;
-  bool local = use_local_output;
-  nn::register_forward_pre_hook(m, [=](torch::nn::Module&, nn::Tensors xs) {
-    xs[0] = prepare_input(xs[0], mesh_copy, in, desired_in);
-    return xs;
-  });
   // The output is Partial: to Replicate = all-reduce, to Shard(d) = reduce-scatter.
-  nn::register_forward_hook(m, [=](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
-    return prepare_output(y, mesh_copy, out, local);
-  });
+  register_layer_hooks(m, mesh, input_layouts, desired_in, output_layouts, use_local_output);
 }
 
 void SequenceParallel::apply(torch::nn::Module& m, const std::string&, const DeviceMesh& mesh,

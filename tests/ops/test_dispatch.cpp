@@ -69,8 +69,6 @@ TEST(Dispatch, DropoutMaskIsConsistentAcrossShardings) {
     EXPECT_GT((a == 2).sum().item<int64_t>(), 0);
     // Replicas hold the same mask: rank 0's local equals rank 3's.
     at::Tensor local = to_local(at::dropout(distribute_tensor(x, mesh, {Replicate()}), 0.5, true));
-    at::Tensor all = full_tensor(distribute_tensor(local.unsqueeze(0), mesh, {Replicate()}));
-    (void)all;
     if (rank == 0) results[0] = local;
     if (rank == 3) results[1] = local;
   });

@@ -273,10 +273,12 @@ ShardingDecision embedding_backward(const OpCall& call) {
   const TensorInput& ids = call.tensors.at(1);
   const int64_t grad_last = grad.tensor.dim() - 1;
   ShardingDecision d = choose_per_mesh_dim(call, 1, [&](int64_t) {
+    // Replicate first: a replicated grad (a vocab-sharded embedding's) gives a Replicate weight grad, as
+    // PyTorch's does, rather than a free slice to Shard(1), whose placement differs from the weight's.
     std::vector<DimCandidate> c;
+    c.push_back({{Replicate(), Replicate()}, {Replicate()}});
     c.push_back({{Shard(grad_last), Replicate()}, {Shard(1)}});
     for (int64_t k = 0; k < ids.tensor.dim(); ++k) c.push_back({{Shard(k), Shard(k)}, {Partial()}});
-    c.push_back({{Replicate(), Replicate()}, {Replicate()}});
     return c;
   });
   d.output_shapes = {{call.arg(2).toInt(), grad.tensor.size(grad_last)}};  // [num_weights, D]

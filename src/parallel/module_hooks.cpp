@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 
 #include "dtensor/parallel/layers.h"
@@ -16,7 +17,7 @@ namespace {
 
 struct HookSet {
   std::weak_ptr<torch::nn::Module> owner;  // guards against a new module reusing a dead one's address
-  std::vector<ForwardPreHook> pre;
+  std::vector<ForwardPreHookWithKwargs> pre;  // positional-only hooks are wrapped
   std::vector<ForwardHook> post;
   std::string path;
 };
@@ -87,6 +88,12 @@ void sync_member_handles(torch::nn::Module& module, const std::string& name, con
 }  // namespace
 
 void register_forward_pre_hook(torch::nn::Module& module, ForwardPreHook hook) {
+  register_forward_pre_hook_with_kwargs(module, [hook = std::move(hook)](torch::nn::Module& m, Tensors args, Kwargs kwargs) {
+    return std::make_pair(hook(m, std::move(args)), std::move(kwargs));
+  });
+}
+
+void register_forward_pre_hook_with_kwargs(torch::nn::Module& module, ForwardPreHookWithKwargs hook) {
   std::lock_guard<std::mutex> lock(table_mutex());
   hooks_of(module).pre.push_back(std::move(hook));
 }
@@ -104,20 +111,25 @@ bool has_hooks(const torch::nn::Module& module) {
 }
 
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, const std::function<at::Tensor(const Tensors&)>& body) {
-  std::vector<ForwardPreHook> pre;
+  return call_with_hooks(module, std::move(inputs), Kwargs{}, [&](const Tensors& args, const Kwargs&) { return body(args); });
+}
+
+at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, Kwargs kwargs,
+                           const std::function<at::Tensor(const Tensors&, const Kwargs&)>& body) {
+  std::vector<ForwardPreHookWithKwargs> pre;
   std::vector<ForwardHook> post;
   std::string path;
   {
     std::lock_guard<std::mutex> lock(table_mutex());
     auto it = table().find(&module);
-    if (it == table().end() || it->second.owner.lock().get() != &module) return body(inputs);
+    if (it == table().end() || it->second.owner.lock().get() != &module) return body(inputs, kwargs);
     pre = it->second.pre;
     post = it->second.post;
     path = it->second.path;
   }
   PathScope scope(path);
-  for (auto& hook : pre) inputs = hook(module, std::move(inputs));
-  at::Tensor out = body(inputs);
+  for (auto& hook : pre) std::tie(inputs, kwargs) = hook(module, std::move(inputs), std::move(kwargs));
+  at::Tensor out = body(inputs, kwargs);
   for (auto& hook : post) out = hook(module, inputs, std::move(out));
   return out;
 }

@@ -8,6 +8,7 @@
 
 #include "dtensor/parallel/module_hooks.h"
 #include "dtensor/tensor/dtensor.h"
+#include "parallel/distribute_params.h"
 
 namespace dtensor {
 namespace {
@@ -53,6 +54,13 @@ std::string closest_paths(torch::nn::Module& module, const std::string& key) {
   return out.empty() ? "(the module has no submodules)" : out;
 }
 
+template <typename Style, typename Set>
+ParallelStylePtr configured(Set set) {
+  Style style;
+  set(style);
+  return make_style(std::move(style));
+}
+
 // PyTorch's words for a mesh that is not 1-D.
 void require_tp_mesh(const DeviceMesh& mesh) {
   if (mesh.ndim() != 1) {
@@ -65,6 +73,7 @@ void require_tp_mesh(const DeviceMesh& mesh) {
 }  // namespace
 
 std::vector<std::string> match_module_paths(torch::nn::Module& module, const std::string& pattern) {
+  if (pattern.empty()) return {""};  // the module itself
   std::vector<std::string> out;
   for (const auto& item : module.named_modules("", /*include_self=*/false)) {
     if (path_matches(pattern, item.key())) out.push_back(item.key());
@@ -92,7 +101,7 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
     }
     matches.push_back(std::move(paths));
   }
-  auto modules = module.named_modules("", /*include_self=*/false);
+  auto modules = module.named_modules("", /*include_self=*/true);
   for (size_t k = 0; k < plan.size(); ++k) {
     for (const auto& path : matches[k]) {
       nn::set_module_path(*modules[path], path);
@@ -104,40 +113,30 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
 ParallelStylePtr style_from_string(const std::string& name) {
   if (name == "colwise") return make_style<ColwiseParallel>();
   if (name == "rowwise") return make_style<RowwiseParallel>();
-  if (name == "colwise_rep") {
-    ColwiseParallel s;
-    s.output_layouts = Replicate();
-    return make_style(s);
-  }
-  if (name == "rowwise_rep") {
-    RowwiseParallel s;
-    s.input_layouts = Replicate();
-    return make_style(s);
-  }
+  if (name == "colwise_rep") return configured<ColwiseParallel>([](auto& s) { s.output_layouts = Replicate(); });
+  if (name == "rowwise_rep") return configured<RowwiseParallel>([](auto& s) { s.input_layouts = Replicate(); });
   if (name == "sequence_parallel") return make_style<SequenceParallel>();
+  if (name == "replicate") return make_style<ReplicateParallel>();
+  // The module's output is a partial sum on each rank (e.g. of local_rowwise experts): all-reduce it. A
+  // DTensor output is made Replicate whatever its placement.
   if (name == "gather") {
-    PrepareModuleOutput s;
-    s.output_layouts = Shard(-1);
-    s.desired_output_layouts = Replicate();
-    return make_style(s);
+    return configured<PrepareModuleOutput>([](auto& s) {
+      s.output_layouts = Partial();
+      s.desired_output_layouts = Replicate();
+    });
   }
-  if (name == "replicate") {
-    // Parameters replicated, inputs and outputs as they are: a sequence-parallel style on dim... none.
-    struct ReplicateParallel : ParallelStyle {
-      void apply(torch::nn::Module& m, const std::string&, const DeviceMesh& mesh, std::optional<int> src) const override {
-        for (const auto& item : m.named_parameters(/*recurse=*/false)) {
-          at::Tensor dt = distribute_tensor(item.value().detach(), mesh, {Replicate()}, src);
-          dt.set_requires_grad(item.value().requires_grad());
-          nn::replace_parameter(m, item.key(), dt);
-        }
-      }
-      std::string name() const override { return "ReplicateParallel"; }
-    };
-    return std::make_shared<const ReplicateParallel>();
+  if (name == "local_colwise") return make_style<LocalColwiseParallel>();
+  if (name == "local_rowwise") return make_style<LocalRowwiseParallel>();
+  if (name == "packed_colwise") return configured<LocalColwiseParallel>([](auto& s) { s.packed_parts = {1, 1}; });
+  if (name == "packed_rowwise") {
+    return configured<LocalRowwiseParallel>([](auto& s) {
+      s.packed_parts = {1, 1};
+      s.output_layouts = Replicate();
+    });
   }
   throw std::invalid_argument("dtensor: unknown tensor-parallel style '" + name +
                               "' (known: colwise, rowwise, colwise_rep, rowwise_rep, sequence_parallel, replicate, "
-                              "gather)");
+                              "gather, local_colwise, local_rowwise, packed_colwise, packed_rowwise)");
 }
 
 ParallelizePlan plan_from_strings(const std::vector<std::pair<std::string, std::string>>& plan) {
@@ -149,19 +148,8 @@ ParallelizePlan plan_from_strings(const std::vector<std::pair<std::string, std::
 void distribute_module(torch::nn::Module& module, const DeviceMesh& mesh, PartitionFn partition_fn, InputFn input_fn,
                        OutputFn output_fn) {
   for (const auto& item : module.named_modules("", /*include_self=*/true)) {
-    torch::nn::Module& sub = *item.value();
-    if (partition_fn) partition_fn(item.key(), sub, mesh);
-    // Whatever is still plain is replicated.
-    for (const auto& p : sub.named_parameters(/*recurse=*/false)) {
-      if (!p.value().defined() || is_dtensor(p.value())) continue;
-      at::Tensor dt = distribute_tensor(p.value().detach(), mesh, Placements(mesh.ndim(), Replicate()));
-      dt.set_requires_grad(p.value().requires_grad());
-      nn::replace_parameter(sub, p.key(), dt);
-    }
-    for (const auto& b : sub.named_buffers(/*recurse=*/false)) {
-      if (!b.value().defined() || is_dtensor(b.value())) continue;
-      nn::replace_buffer(sub, b.key(), distribute_tensor(b.value(), mesh, Placements(mesh.ndim(), Replicate())));
-    }
+    if (partition_fn) partition_fn(item.key(), *item.value(), mesh);
+    detail::replicate_params(*item.value(), mesh, /*src=*/0, /*buffers=*/true);  // whatever is still plain
   }
   DeviceMesh mesh_copy = mesh;
   if (input_fn) {

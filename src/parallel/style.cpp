@@ -1,5 +1,6 @@
 #include "dtensor/parallel/style.h"
 
+#include <ATen/ATen.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 
@@ -7,24 +8,16 @@
 
 #include "dtensor/parallel/module_hooks.h"
 #include "dtensor/tensor/dtensor.h"
+#include "parallel/distribute_params.h"
 
 namespace dtensor {
 namespace {
 
-std::string type_name(const torch::nn::Module& m) { return m.name(); }
+using detail::distribute_params;
 
-// Re-creates each parameter named in `placements` as a DTensor (the source rank's values are the truth).
-void distribute_params(torch::nn::Module& module, const DeviceMesh& mesh,
-                       const std::vector<std::pair<std::string, Placement>>& placements, std::optional<int> src) {
-  for (const auto& [name, p] : placements) {
-    auto params = module.named_parameters(/*recurse=*/false);
-    if (!params.contains(name)) continue;  // e.g. a Linear without bias
-    const at::Tensor& old = params[name];
-    if (!old.defined()) continue;
-    at::Tensor dt = distribute_tensor(old.detach(), mesh, {p}, src);
-    dt.set_requires_grad(old.requires_grad());
-    nn::replace_parameter(module, name, dt);
-  }
+std::string not_applicable(const std::string& style, const std::string& applies_to, const std::string& path,
+                           const torch::nn::Module& m) {
+  return "dtensor: " + style + " applies to " + applies_to + ", but '" + path + "' is a " + m.name();
 }
 
 // An input as it arrives (a plain tensor is this rank's local part with `layout`) moved to `desired`.
@@ -57,18 +50,89 @@ void require_1d(const DeviceMesh& mesh, const std::string& style) {
   if (mesh.ndim() != 1) throw std::invalid_argument("dtensor: " + style + " needs a 1-D mesh");
 }
 
+// PrepareModuleInput's checks (PyTorch's asserts, with the path) and its pre-hook.
+void register_input_hook(torch::nn::Module& m, const std::string& style, const std::string& path,
+                         const DeviceMesh& mesh, const std::vector<std::optional<Placement>>& in,
+                         const std::vector<std::optional<Placement>>& desired, const std::map<std::string, Placement>& kw_in,
+                         const std::map<std::string, Placement>& kw_desired, bool use_local) {
+  if (in.size() != desired.size()) {
+    throw std::invalid_argument("dtensor: " + style + " for '" + path + "': input_layouts has " +
+                                std::to_string(in.size()) + " entries but desired_input_layouts has " +
+                                std::to_string(desired.size()) + "; they must have the same length");
+  }
+  for (size_t k = 0; k < in.size(); ++k) {
+    if (!in[k] && desired[k]) {
+      throw std::invalid_argument("dtensor: " + style + " for '" + path + "': input " + std::to_string(k) +
+                                  " has a desired layout " + desired[k]->to_string() + " but no input layout");
+    }
+  }
+  for (const auto& [name, p] : kw_desired) {
+    if (!kw_in.contains(name)) {
+      throw std::invalid_argument("dtensor: " + style + " for '" + path + "': keyword input '" + name +
+                                  "' has a desired layout " + p.to_string() + " but no input_kwarg_layouts entry");
+    }
+  }
+  if (in.empty() && kw_in.empty()) return;
+  nn::register_forward_pre_hook_with_kwargs(m, [=](torch::nn::Module&, nn::Tensors args, nn::Kwargs kwargs) {
+    auto prepare = [&](at::Tensor& x, const Placement& layout, const Placement& want) {
+      if (!x.defined()) return;  // None stays None
+      x = prepare_input(x, mesh, layout, want);
+      if (use_local) x = to_local(x);
+    };
+    if (!in.empty()) {
+      if (args.size() != in.size()) {
+        throw std::invalid_argument("dtensor: " + style + " for '" + path + "': the module got " +
+                                    std::to_string(args.size()) + " positional inputs but input_layouts has " +
+                                    std::to_string(in.size()) + " (module inputs and input_layouts should have same length)");
+      }
+      for (size_t k = 0; k < args.size(); ++k) {
+        if (in[k]) prepare(args[k], *in[k], desired[k].value_or(*in[k]));
+      }
+    }
+    for (auto& [name, x] : kwargs) {
+      auto it = kw_in.find(name);
+      if (it == kw_in.end()) continue;
+      auto want = kw_desired.find(name);
+      prepare(x, it->second, want == kw_desired.end() ? it->second : want->second);
+    }
+    return std::make_pair(std::move(args), std::move(kwargs));
+  });
+}
+
+void register_output_hook(torch::nn::Module& m, const DeviceMesh& mesh, Placement layout, Placement desired,
+                          bool use_local) {
+  nn::register_forward_hook(m, [=](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
+    at::Tensor dt = is_dtensor(y) ? y : DTensor::from_local(y, mesh, {layout});
+    return prepare_output(dt, mesh, desired, use_local);
+  });
+}
+
+// Local styles: the parameter `name` (if present) becomes this rank's plain slice of dim `dim`, packed per
+// `parts`. The source rank's values are the truth (broadcast first), as for distribute_tensor.
+void localize_param(torch::nn::Module& m, const std::string& name, int64_t dim, const std::vector<int64_t>& parts,
+                    const DeviceMesh& mesh, std::optional<int> src, const std::string& what) {
+  auto params = m.named_parameters(/*recurse=*/false);
+  if (!params.contains(name) || !params[name].defined()) return;
+  const at::Tensor& old = params[name];
+  at::Tensor full = src ? to_local(distribute_tensor(old.detach(), mesh, {Replicate()}, src)) : old.detach();
+  const int64_t r = mesh.get_coordinate().value()[0];
+  auto idx = detail::packed_indices(full.size(dim), parts, mesh.size(), r, what + " '" + name + "'");
+  at::Tensor local = full.index_select(dim, at::tensor(idx, at::kLong)).contiguous();
+  local.set_requires_grad(old.requires_grad());
+  nn::replace_parameter(m, name, local);
+}
+
 }  // namespace
 
 void ColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                             std::optional<int> src) const {
   require_1d(mesh, name());
   if (dynamic_cast<torch::nn::LinearImpl*>(&m)) {
-    distribute_params(m, mesh, {{"weight", Shard(0)}, {"bias", Shard(0)}}, src);
+    distribute_params(m, mesh, {{"weight", {Shard(0)}}, {"bias", {Shard(0)}}}, src);
   } else if (dynamic_cast<torch::nn::EmbeddingImpl*>(&m)) {
-    distribute_params(m, mesh, {{"weight", Shard(1)}}, src);
+    distribute_params(m, mesh, {{"weight", {Shard(1)}}}, src);
   } else {
-    throw std::invalid_argument("dtensor: ColwiseParallel applies to Linear and Embedding, but '" + path + "' is a " +
-                                type_name(m));
+    throw std::invalid_argument(not_applicable(name(), "Linear and Embedding", path, m));
   }
   register_layer_hooks(m, mesh, input_layouts, Replicate(), output_layouts, use_local_output);
 }
@@ -78,13 +142,12 @@ void RowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const
   require_1d(mesh, name());
   Placement desired_in = Shard(-1);
   if (dynamic_cast<torch::nn::LinearImpl*>(&m)) {
-    distribute_params(m, mesh, {{"weight", Shard(1)}, {"bias", Replicate()}}, src);
+    distribute_params(m, mesh, {{"weight", {Shard(1)}}, {"bias", {Replicate()}}}, src);
   } else if (dynamic_cast<torch::nn::EmbeddingImpl*>(&m)) {
-    distribute_params(m, mesh, {{"weight", Shard(0)}}, src);
+    distribute_params(m, mesh, {{"weight", {Shard(0)}}}, src);
     desired_in = Replicate();
   } else {
-    throw std::invalid_argument("dtensor: RowwiseParallel applies to Linear and Embedding, but '" + path + "' is a " +
-                                type_name(m));
+    throw std::invalid_argument(not_applicable(name(), "Linear and Embedding", path, m));
   }
   // The output is Partial: to Replicate = all-reduce, to Shard(d) = reduce-scatter.
   register_layer_hooks(m, mesh, input_layouts, desired_in, output_layouts, use_local_output);
@@ -93,50 +156,108 @@ void RowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const
 void SequenceParallel::apply(torch::nn::Module& m, const std::string&, const DeviceMesh& mesh,
                              std::optional<int> src) const {
   require_1d(mesh, name());
-  std::vector<std::pair<std::string, Placement>> params;
-  for (const auto& item : m.named_parameters(/*recurse=*/false)) params.emplace_back(item.key(), Replicate());
-  distribute_params(m, mesh, params, src);
-  Placement seq = Shard(sequence_dim);
-  DeviceMesh mesh_copy = mesh;
-  bool local = use_local_output;
+  detail::replicate_params(m, mesh, src, /*buffers=*/false);
+  const Placement seq = Shard(sequence_dim);
   nn::register_forward_pre_hook(m, [=](torch::nn::Module&, nn::Tensors xs) {
-    xs[0] = prepare_input(xs[0], mesh_copy, seq, seq);
+    xs[0] = prepare_input(xs[0], mesh, seq, seq);
     return xs;
   });
+  const bool local = use_local_output;
   nn::register_forward_hook(m, [=](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
     return local && is_dtensor(y) ? to_local(y) : y;
   });
 }
 
+void ReplicateParallel::apply(torch::nn::Module& m, const std::string&, const DeviceMesh& mesh,
+                              std::optional<int> src) const {
+  require_1d(mesh, name());
+  detail::replicate_params(m, mesh, src, /*buffers=*/false);
+}
+
 void PrepareModuleInput::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                                std::optional<int>) const {
   require_1d(mesh, name());
-  if (input_layouts.size() != desired_input_layouts.size()) {
-    throw std::invalid_argument("dtensor: PrepareModuleInput for '" + path +
-                                "' needs as many desired_input_layouts as input_layouts");
-  }
-  auto in = input_layouts, desired = desired_input_layouts;
-  DeviceMesh mesh_copy = mesh;
-  bool local = use_local_output;
-  nn::register_forward_pre_hook(m, [=](torch::nn::Module&, nn::Tensors xs) {
-    for (size_t k = 0; k < xs.size() && k < in.size(); ++k) {
-      if (!in[k] || !xs[k].defined()) continue;
-      xs[k] = prepare_input(xs[k], mesh_copy, *in[k], desired[k].value_or(*in[k]));
-      if (local) xs[k] = to_local(xs[k]);
-    }
-    return xs;
-  });
+  register_input_hook(m, name(), path, mesh, input_layouts, desired_input_layouts, input_kwarg_layouts,
+                      desired_input_kwarg_layouts, use_local_output);
 }
 
 void PrepareModuleOutput::apply(torch::nn::Module& m, const std::string&, const DeviceMesh& mesh,
                                 std::optional<int>) const {
   require_1d(mesh, name());
-  Placement layout = output_layouts, desired = desired_output_layouts;
-  DeviceMesh mesh_copy = mesh;
-  bool local = use_local_output;
-  nn::register_forward_hook(m, [=](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
-    at::Tensor dt = is_dtensor(y) ? y : DTensor::from_local(y, mesh_copy, {layout});
-    return prepare_output(dt, mesh_copy, desired, local);
+  register_output_hook(m, mesh, output_layouts, desired_output_layouts, use_local_output);
+}
+
+void PrepareModuleInputOutput::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
+                                     std::optional<int>) const {
+  require_1d(mesh, name());
+  register_input_hook(m, name(), path, mesh, input_layouts, desired_input_layouts, input_kwarg_layouts,
+                      desired_input_kwarg_layouts, use_local_input);
+  register_output_hook(m, mesh, output_layouts, desired_output_layouts, use_local_output);
+}
+
+void LocalColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
+                                 std::optional<int> src) const {
+  require_1d(mesh, name());
+  if (dynamic_cast<torch::nn::LinearImpl*>(&m)) {
+    localize_param(m, "weight", 0, packed_parts, mesh, src, name() + " on '" + path + "'");
+    localize_param(m, "bias", 0, packed_parts, mesh, src, name() + " on '" + path + "'");
+  } else if (dynamic_cast<torch::nn::EmbeddingImpl*>(&m) && packed_parts.size() == 1) {
+    localize_param(m, "weight", 1, packed_parts, mesh, src, name() + " on '" + path + "'");
+  } else {
+    throw std::invalid_argument(
+        not_applicable(name(), packed_parts.size() == 1 ? "Linear and Embedding" : "Linear", path, m));
+  }
+  // Every rank needs the whole input: a DTensor is made Replicate and local; a plain tensor is taken as is.
+  nn::register_forward_pre_hook(m, [mesh](torch::nn::Module&, nn::Tensors xs) {
+    if (is_dtensor(xs[0])) xs[0] = to_local(redistribute(xs[0], mesh, {Replicate()}));
+    return xs;
+  });
+}
+
+void LocalRowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
+                                 std::optional<int> src) const {
+  require_1d(mesh, name());
+  auto* linear = dynamic_cast<torch::nn::LinearImpl*>(&m);
+  if (!linear) throw std::invalid_argument(not_applicable(name(), "Linear", path, m));
+  const bool has_bias = linear->bias.defined();
+  if (has_bias && !output_layouts) {
+    throw std::invalid_argument("dtensor: " + name() + " on '" + path +
+                                "': the output is left a partial sum on each rank, so a bias would be added once per "
+                                "rank; give output_layouts (e.g. Replicate()) or use a Linear without bias");
+  }
+  localize_param(m, "weight", 1, packed_parts, mesh, src, name() + " on '" + path + "'");
+  if (has_bias) {
+    // The bias stays a registered (replicated, plain) parameter but leaves the Linear's forward: it is
+    // added once, after the reduction.
+    at::Tensor bias = to_local(distribute_tensor(linear->bias.detach(), mesh, {Replicate()}, src));
+    bias.set_requires_grad(linear->bias.requires_grad());
+    nn::replace_parameter(m, "bias", bias);
+    linear->bias = at::Tensor();
+  }
+  const auto parts = packed_parts;
+  // A DTensor input is moved to this rank's (packed) columns of the last dim; a plain one is taken as them.
+  nn::register_forward_pre_hook(m, [mesh, parts](torch::nn::Module&, nn::Tensors xs) {
+    if (!is_dtensor(xs[0])) return xs;
+    if (parts.size() == 1) {
+      xs[0] = to_local(redistribute(xs[0], mesh, {Shard(-1)}));
+    } else {
+      at::Tensor full = to_local(redistribute(xs[0], mesh, {Replicate()}));
+      auto idx = detail::packed_indices(full.size(-1), parts, mesh.size(), mesh.get_coordinate().value()[0], "input");
+      xs[0] = full.index_select(-1, at::tensor(idx, at::kLong));
+    }
+    return xs;
+  });
+  if (!output_layouts) return;
+  const Placement out = *output_layouts;
+  const bool local = use_local_output;
+  // The output is this rank's partial sum: to Replicate = all-reduce, to Shard(d) = reduce-scatter.
+  nn::register_forward_hook(m, [mesh, out, local, has_bias](torch::nn::Module& module, const nn::Tensors&, at::Tensor y) {
+    at::Tensor dt = redistribute(DTensor::from_local(y, mesh, {Partial()}), mesh, {out});
+    if (has_bias) {
+      at::Tensor bias = module.named_parameters(/*recurse=*/false)["bias"];
+      dt = dt + DTensor::from_local(bias, mesh, {Replicate()});
+    }
+    return local ? to_local(dt) : dt;
   });
 }
 

@@ -12,28 +12,17 @@
 
 #include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
+#include "harness/oracle_json.h"
 
 using namespace dtensor;
 using json = nlohmann::json;
 
 namespace {
 
-std::string oracle_path() {
-  const char* env = std::getenv("DTENSOR_ORACLE_JSON");
-  return env ? env : std::string(DTENSOR_BIN_DIR) + "/../oracle/dtensor_cases.json";
-}
+std::string oracle_path() { return dtensor::testing::oracle_file("DTENSOR_ORACLE_JSON", "dtensor_cases.json"); }
 
-Placements parse_placements(const json& list) {
-  Placements out;
-  for (const auto& p : list) out.push_back(Placement::parse(p.get<std::string>()));
-  return out;
-}
-
-at::Tensor tensor_of(const json& j) {
-  auto values = j["values"].get<std::vector<double>>();
-  auto shape = j["shape"].get<std::vector<int64_t>>();
-  return at::tensor(values, at::kDouble).to(at::kFloat).reshape(shape);
-}
+using dtensor::testing::placements_of;
+using dtensor::testing::tensor_of;
 
 // The oracle's input convention: arange(numel) * 0.25 - 1 (+ offset * global rank).
 at::Tensor oracle_input(const std::vector<int64_t>& shape, double rank_offset, int rank) {
@@ -60,7 +49,7 @@ void replay(const json& c, int rank, const DeviceMesh& mesh, Outcome& outcome) {
   // --- source
   at::Tensor src, from_local_leaf;
   try {
-    Placements src_placements = parse_placements(c["src"]);
+    Placements src_placements = placements_of(c["src"]);
     if (c.value("src_mode", "distribute") == "distribute") {
       at::Tensor input = oracle_input(shape, c["rank_input_offset"].get<double>(), mesh.get_rank());
       src = distribute_tensor(input.set_requires_grad(true), mesh, src_placements, src_rank);
@@ -103,7 +92,7 @@ void replay(const json& c, int rank, const DeviceMesh& mesh, Outcome& outcome) {
   EXPECT_TRUE(at::equal(to_local(src).detach(), tensor_of(mine["src_local"]))) << id << " src_local";
 
   // --- redistribute
-  Placements dst_placements = parse_placements(c["dst"]);
+  Placements dst_placements = placements_of(c["dst"]);
   at::Tensor dst;
   try {
     dst = redistribute(src, mesh, dst_placements);
@@ -137,7 +126,7 @@ void replay(const json& c, int rank, const DeviceMesh& mesh, Outcome& outcome) {
     EXPECT_TRUE(at::equal(grad_local, tensor_of(mine["src_grad"]))) << id << " src_grad: ours " << grad_local
                                                                      << " PyTorch's " << tensor_of(mine["src_grad"]);
     if (is_dtensor(grad) && mine["src_grad"].contains("placements")) {
-      EXPECT_EQ(placements(grad), parse_placements(mine["src_grad"]["placements"])) << id;
+      EXPECT_EQ(placements(grad), placements_of(mine["src_grad"]["placements"])) << id;
     }
   }
   ++outcome.compared;

@@ -6,29 +6,42 @@
 //      Dropout: the same options and forward as torch::nn's) where a plan may apply a style. Containers
 //      (Sequential, ModuleList, ModuleDict) and your own modules work as they are.
 //   2. A module of your own that a plan targets directly (e.g. PrepareModuleInput on an attention block)
-//      runs its forward body through dtensor::nn::call_with_hooks(*this, inputs, body).
+//      runs its forward body through dtensor::nn::call_with_hooks(*this, inputs, body). Inputs it wants
+//      reachable by name (PrepareModuleInput's input_kwarg_layouts) go in the Kwargs of
+//      call_with_hooks(*this, args, kwargs, body). An optional input that is absent is an undefined tensor.
 #pragma once
 
 #include <torch/nn/module.h>
 
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dtensor::nn {
 
 using Tensors = std::vector<at::Tensor>;
+// Keyword inputs by name (PyTorch's forward kwargs); an undefined tensor is None.
+using Kwargs = std::map<std::string, at::Tensor>;
 // Gets the module's positional inputs and returns the ones forward will see.
 using ForwardPreHook = std::function<Tensors(torch::nn::Module& module, Tensors inputs)>;
+// The same with the keyword inputs (PyTorch's register_forward_pre_hook(..., with_kwargs=True)).
+using ForwardPreHookWithKwargs =
+    std::function<std::pair<Tensors, Kwargs>(torch::nn::Module& module, Tensors args, Kwargs kwargs)>;
 // Gets the inputs forward saw and its output, and returns the output the caller will see.
 using ForwardHook = std::function<at::Tensor(torch::nn::Module& module, const Tensors& inputs, at::Tensor output)>;
 
 void register_forward_pre_hook(torch::nn::Module& module, ForwardPreHook hook);
+void register_forward_pre_hook_with_kwargs(torch::nn::Module& module, ForwardPreHookWithKwargs hook);
 void register_forward_hook(torch::nn::Module& module, ForwardHook hook);
 bool has_hooks(const torch::nn::Module& module);
 
 // Runs body(inputs) with the module's pre-hooks before and hooks after (in registration order).
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, const std::function<at::Tensor(const Tensors&)>& body);
+// The same for a forward with keyword inputs: body(args, kwargs).
+at::Tensor call_with_hooks(torch::nn::Module& module, Tensors args, Kwargs kwargs,
+                           const std::function<at::Tensor(const Tensors&, const Kwargs&)>& body);
 
 // Module paths for accounting (CommDebugMode): parallelize_module records the path of every module it
 // touches; call_with_hooks keeps the innermost one on a per-thread stack while its forward runs.

@@ -21,8 +21,8 @@
 
 namespace dtensor {
 
-// A plan: module path -> style. Each dot-separated atom of a path is an fnmatch pattern ("layers.*.w?").
-// Entries apply in order.
+// A plan: module path -> style. Each dot-separated atom of a path is an fnmatch pattern ("layers.*.w?");
+// "" is the module itself. Entries apply in order.
 using ParallelizePlan = std::vector<std::pair<std::string, ParallelStylePtr>>;
 
 // Applies `plan` to the submodules of `module` on a 1-D mesh (a mesh of more dims raises PyTorch's error:
@@ -33,9 +33,17 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
 void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStylePtr& style,
                         std::optional<int> src_data_rank = 0);
 
-// HF transformers' string plans: "colwise", "rowwise", "colwise_rep" (output replicated), "rowwise_rep"
-// (input replicated), "sequence_parallel", "replicate" (parameters replicated), "gather" (output
-// gathered to Replicate, use_local_output).
+// HF transformers' string plans:
+//   "colwise", "rowwise"            ColwiseParallel(), RowwiseParallel()
+//   "colwise_rep", "rowwise_rep"    ColwiseParallel(output_layouts = Replicate), RowwiseParallel(input_layouts = Replicate)
+//   "sequence_parallel"             SequenceParallel()
+//   "replicate"                     ReplicateParallel(): parameters replicated, inputs and outputs untouched
+//   "gather"                        PrepareModuleOutput(Partial -> Replicate): the output, a partial sum on
+//                                   each rank (or a DTensor of any placement), all-reduced and made local
+//   "local_colwise", "local_rowwise"  LocalColwiseParallel(), LocalRowwiseParallel(): plain local shards,
+//                                   no communication (the rowwise output stays a partial sum)
+//   "packed_colwise", "packed_rowwise"  the same for fused weights of two equal parts (gate/up); the
+//                                   packed rowwise output is all-reduced to Replicate
 ParallelStylePtr style_from_string(const std::string& name);
 ParallelizePlan plan_from_strings(const std::vector<std::pair<std::string, std::string>>& plan);
 

@@ -119,14 +119,19 @@ at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, Kwargs kwa
   std::vector<ForwardPreHookWithKwargs> pre;
   std::vector<ForwardHook> post;
   std::string path;
+  bool hooked = false;
   {
+    // Copies the hooks out: the body (and the hooks) run without the lock, and may call submodules.
     std::lock_guard<std::mutex> lock(table_mutex());
     auto it = table().find(&module);
-    if (it == table().end() || it->second.owner.lock().get() != &module) return body(inputs, kwargs);
-    pre = it->second.pre;
-    post = it->second.post;
-    path = it->second.path;
+    if (it != table().end() && it->second.owner.lock().get() == &module) {
+      hooked = true;
+      pre = it->second.pre;
+      post = it->second.post;
+      path = it->second.path;
+    }
   }
+  if (!hooked) return body(inputs, kwargs);
   PathScope scope(path);
   for (auto& hook : pre) std::tie(inputs, kwargs) = hook(module, std::move(inputs), std::move(kwargs));
   at::Tensor out = body(inputs, kwargs);

@@ -84,13 +84,15 @@ std::vector<std::string> match_module_paths(torch::nn::Module& module, const std
 void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStylePtr& style,
                         std::optional<int> src_data_rank) {
   require_tp_mesh(mesh);
+  if (!style) throw std::invalid_argument("dtensor: parallelize_module got no style");
   style->apply(module, "", mesh, src_data_rank);
 }
 
 void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan,
                         std::optional<int> src_data_rank) {
   require_tp_mesh(mesh);
-  // Resolve every key before changing anything: a bad plan leaves the model untouched.
+  // Resolve every key and validate every style before changing anything: a bad plan leaves the model
+  // untouched.
   std::vector<std::vector<std::string>> matches;
   for (const auto& [key, style] : plan) {
     if (!style) throw std::invalid_argument("dtensor: the plan's entry '" + key + "' has no style");
@@ -102,6 +104,9 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
     matches.push_back(std::move(paths));
   }
   auto modules = module.named_modules("", /*include_self=*/true);
+  for (size_t k = 0; k < plan.size(); ++k) {
+    for (const auto& path : matches[k]) plan[k].second->validate(*modules[path], path);
+  }
   for (size_t k = 0; k < plan.size(); ++k) {
     for (const auto& path : matches[k]) {
       nn::set_module_path(*modules[path], path);

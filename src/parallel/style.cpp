@@ -50,11 +50,10 @@ void require_1d(const DeviceMesh& mesh, const std::string& style) {
   if (mesh.ndim() != 1) throw std::invalid_argument("dtensor: " + style + " needs a 1-D mesh");
 }
 
-// PrepareModuleInput's checks (PyTorch's asserts, with the path) and its pre-hook.
-void register_input_hook(torch::nn::Module& m, const std::string& style, const std::string& path,
-                         const DeviceMesh& mesh, const std::vector<std::optional<Placement>>& in,
-                         const std::vector<std::optional<Placement>>& desired, const std::map<std::string, Placement>& kw_in,
-                         const std::map<std::string, Placement>& kw_desired, bool use_local) {
+// PrepareModuleInput's checks (PyTorch's asserts, with the path).
+void check_input_layouts(const std::string& style, const std::string& path, const std::vector<std::optional<Placement>>& in,
+                         const std::vector<std::optional<Placement>>& desired,
+                         const std::map<std::string, Placement>& kw_in, const std::map<std::string, Placement>& kw_desired) {
   if (in.size() != desired.size()) {
     throw std::invalid_argument("dtensor: " + style + " for '" + path + "': input_layouts has " +
                                 std::to_string(in.size()) + " entries but desired_input_layouts has " +
@@ -72,6 +71,13 @@ void register_input_hook(torch::nn::Module& m, const std::string& style, const s
                                   "' has a desired layout " + p.to_string() + " but no input_kwarg_layouts entry");
     }
   }
+}
+
+// PrepareModuleInput's pre-hook.
+void register_input_hook(torch::nn::Module& m, const std::string& style, const std::string& path,
+                         const DeviceMesh& mesh, const std::vector<std::optional<Placement>>& in,
+                         const std::vector<std::optional<Placement>>& desired, const std::map<std::string, Placement>& kw_in,
+                         const std::map<std::string, Placement>& kw_desired, bool use_local) {
   if (in.empty() && kw_in.empty()) return;
   nn::register_forward_pre_hook_with_kwargs(m, [=](torch::nn::Module&, nn::Tensors args, nn::Kwargs kwargs) {
     auto prepare = [&](at::Tensor& x, const Placement& layout, const Placement& want) {
@@ -122,32 +128,41 @@ void localize_param(torch::nn::Module& m, const std::string& name, int64_t dim, 
   nn::replace_parameter(m, name, local);
 }
 
+bool is_linear(const torch::nn::Module& m) { return dynamic_cast<const torch::nn::LinearImpl*>(&m) != nullptr; }
+bool is_embedding(const torch::nn::Module& m) { return dynamic_cast<const torch::nn::EmbeddingImpl*>(&m) != nullptr; }
+
 }  // namespace
+
+void ColwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
+  if (!is_linear(m) && !is_embedding(m)) throw std::invalid_argument(not_applicable(name(), "Linear and Embedding", path, m));
+}
 
 void ColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                             std::optional<int> src) const {
   require_1d(mesh, name());
-  if (dynamic_cast<torch::nn::LinearImpl*>(&m)) {
+  validate(m, path);
+  if (is_linear(m)) {
     distribute_params(m, mesh, {{"weight", {Shard(0)}}, {"bias", {Shard(0)}}}, src);
-  } else if (dynamic_cast<torch::nn::EmbeddingImpl*>(&m)) {
-    distribute_params(m, mesh, {{"weight", {Shard(1)}}}, src);
   } else {
-    throw std::invalid_argument(not_applicable(name(), "Linear and Embedding", path, m));
+    distribute_params(m, mesh, {{"weight", {Shard(1)}}}, src);
   }
   register_layer_hooks(m, mesh, input_layouts, Replicate(), output_layouts, use_local_output);
+}
+
+void RowwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
+  if (!is_linear(m) && !is_embedding(m)) throw std::invalid_argument(not_applicable(name(), "Linear and Embedding", path, m));
 }
 
 void RowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                             std::optional<int> src) const {
   require_1d(mesh, name());
+  validate(m, path);
   Placement desired_in = Shard(-1);
-  if (dynamic_cast<torch::nn::LinearImpl*>(&m)) {
+  if (is_linear(m)) {
     distribute_params(m, mesh, {{"weight", {Shard(1)}}, {"bias", {Replicate()}}}, src);
-  } else if (dynamic_cast<torch::nn::EmbeddingImpl*>(&m)) {
+  } else {
     distribute_params(m, mesh, {{"weight", {Shard(0)}}}, src);
     desired_in = Replicate();
-  } else {
-    throw std::invalid_argument(not_applicable(name(), "Linear and Embedding", path, m));
   }
   // The output is Partial: to Replicate = all-reduce, to Shard(d) = reduce-scatter.
   register_layer_hooks(m, mesh, input_layouts, desired_in, output_layouts, use_local_output);
@@ -174,9 +189,14 @@ void ReplicateParallel::apply(torch::nn::Module& m, const std::string&, const De
   detail::replicate_params(m, mesh, src, /*buffers=*/false);
 }
 
+void PrepareModuleInput::validate(const torch::nn::Module&, const std::string& path) const {
+  check_input_layouts(name(), path, input_layouts, desired_input_layouts, input_kwarg_layouts, desired_input_kwarg_layouts);
+}
+
 void PrepareModuleInput::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                                std::optional<int>) const {
   require_1d(mesh, name());
+  validate(m, path);
   register_input_hook(m, name(), path, mesh, input_layouts, desired_input_layouts, input_kwarg_layouts,
                       desired_input_kwarg_layouts, use_local_output);
 }
@@ -187,25 +207,38 @@ void PrepareModuleOutput::apply(torch::nn::Module& m, const std::string&, const 
   register_output_hook(m, mesh, output_layouts, desired_output_layouts, use_local_output);
 }
 
+void PrepareModuleInputOutput::validate(const torch::nn::Module&, const std::string& path) const {
+  check_input_layouts(name(), path, input_layouts, desired_input_layouts, input_kwarg_layouts, desired_input_kwarg_layouts);
+}
+
 void PrepareModuleInputOutput::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                                      std::optional<int>) const {
   require_1d(mesh, name());
+  validate(m, path);
   register_input_hook(m, name(), path, mesh, input_layouts, desired_input_layouts, input_kwarg_layouts,
                       desired_input_kwarg_layouts, use_local_input);
   register_output_hook(m, mesh, output_layouts, desired_output_layouts, use_local_output);
 }
 
+void LocalColwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
+  if (!is_linear(m) && !(is_embedding(m) && packed_parts.size() == 1)) {
+    throw std::invalid_argument(
+        not_applicable(name(), packed_parts.size() == 1 ? "Linear and Embedding" : "Linear", path, m));
+  }
+  const auto& weight = m.named_parameters(/*recurse=*/false)["weight"];
+  detail::packed_indices(weight.size(is_linear(m) ? 0 : 1), packed_parts, 1, 0, name() + " on '" + path + "'");
+}
+
 void LocalColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                                  std::optional<int> src) const {
   require_1d(mesh, name());
-  if (dynamic_cast<torch::nn::LinearImpl*>(&m)) {
-    localize_param(m, "weight", 0, packed_parts, mesh, src, name() + " on '" + path + "'");
-    localize_param(m, "bias", 0, packed_parts, mesh, src, name() + " on '" + path + "'");
-  } else if (dynamic_cast<torch::nn::EmbeddingImpl*>(&m) && packed_parts.size() == 1) {
-    localize_param(m, "weight", 1, packed_parts, mesh, src, name() + " on '" + path + "'");
+  validate(m, path);
+  const std::string what = name() + " on '" + path + "'";
+  if (is_linear(m)) {
+    localize_param(m, "weight", 0, packed_parts, mesh, src, what);
+    localize_param(m, "bias", 0, packed_parts, mesh, src, what);
   } else {
-    throw std::invalid_argument(
-        not_applicable(name(), packed_parts.size() == 1 ? "Linear and Embedding" : "Linear", path, m));
+    localize_param(m, "weight", 1, packed_parts, mesh, src, what);
   }
   // Every rank needs the whole input: a DTensor is made Replicate and local; a plain tensor is taken as is.
   nn::register_forward_pre_hook(m, [mesh](torch::nn::Module&, nn::Tensors xs) {
@@ -214,25 +247,31 @@ void LocalColwiseParallel::apply(torch::nn::Module& m, const std::string& path, 
   });
 }
 
-void LocalRowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
-                                 std::optional<int> src) const {
-  require_1d(mesh, name());
-  auto* linear = dynamic_cast<torch::nn::LinearImpl*>(&m);
+void LocalRowwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
+  const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(&m);
   if (!linear) throw std::invalid_argument(not_applicable(name(), "Linear", path, m));
-  const bool has_bias = linear->bias.defined();
-  if (has_bias && !output_layouts) {
+  if (linear->bias.defined() && !output_layouts) {
     throw std::invalid_argument("dtensor: " + name() + " on '" + path +
                                 "': the output is left a partial sum on each rank, so a bias would be added once per "
                                 "rank; give output_layouts (e.g. Replicate()) or use a Linear without bias");
   }
+  detail::packed_indices(linear->weight.size(1), packed_parts, 1, 0, name() + " on '" + path + "'");
+}
+
+void LocalRowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
+                                 std::optional<int> src) const {
+  require_1d(mesh, name());
+  validate(m, path);
+  auto& linear = dynamic_cast<torch::nn::LinearImpl&>(m);
+  const bool has_bias = linear.bias.defined();
   localize_param(m, "weight", 1, packed_parts, mesh, src, name() + " on '" + path + "'");
   if (has_bias) {
     // The bias stays a registered (replicated, plain) parameter but leaves the Linear's forward: it is
     // added once, after the reduction.
-    at::Tensor bias = to_local(distribute_tensor(linear->bias.detach(), mesh, {Replicate()}, src));
-    bias.set_requires_grad(linear->bias.requires_grad());
+    at::Tensor bias = to_local(distribute_tensor(linear.bias.detach(), mesh, {Replicate()}, src));
+    bias.set_requires_grad(linear.bias.requires_grad());
     nn::replace_parameter(m, "bias", bias);
-    linear->bias = at::Tensor();
+    linear.bias = at::Tensor();
   }
   const auto parts = packed_parts;
   // A DTensor input is moved to this rank's (packed) columns of the last dim; a plain one is taken as them.

@@ -34,6 +34,9 @@ class ParallelStyle {
   virtual void apply(torch::nn::Module& module, const std::string& path, const DeviceMesh& mesh,
                      std::optional<int> src_data_rank) const = 0;
   virtual std::string name() const = 0;
+  // Throws, naming the path, when the style cannot apply to `module`. parallelize_module validates every
+  // entry of a plan before applying any, so a bad plan leaves the model untouched.
+  virtual void validate(const torch::nn::Module& /*module*/, const std::string& /*path*/) const {}
 };
 using ParallelStylePtr = std::shared_ptr<const ParallelStyle>;
 
@@ -41,6 +44,7 @@ struct ColwiseParallel : ParallelStyle {
   Placement input_layouts = Replicate();
   Placement output_layouts = Shard(-1);
   bool use_local_output = true;
+  void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "ColwiseParallel"; }
 };
@@ -49,6 +53,7 @@ struct RowwiseParallel : ParallelStyle {
   Placement input_layouts = Shard(-1);
   Placement output_layouts = Replicate();
   bool use_local_output = true;
+  void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "RowwiseParallel"; }
 };
@@ -75,6 +80,7 @@ struct PrepareModuleInput : ParallelStyle {
   std::map<std::string, Placement> input_kwarg_layouts;
   std::map<std::string, Placement> desired_input_kwarg_layouts;
   bool use_local_output = false;
+  void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "PrepareModuleInput"; }
 };
@@ -99,6 +105,7 @@ struct PrepareModuleInputOutput : ParallelStyle {
   Placement output_layouts = Replicate();
   Placement desired_output_layouts = Replicate();
   bool use_local_output = true;
+  void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "PrepareModuleInputOutput"; }
 };
@@ -113,6 +120,7 @@ struct PrepareModuleInputOutput : ParallelStyle {
 // a plain tensor is taken as replicated.
 struct LocalColwiseParallel : ParallelStyle {
   std::vector<int64_t> packed_parts = {1};
+  void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return packed_parts.size() > 1 ? "PackedColwiseParallel" : "LocalColwiseParallel"; }
 };
@@ -127,6 +135,7 @@ struct LocalRowwiseParallel : ParallelStyle {
   std::vector<int64_t> packed_parts = {1};
   std::optional<Placement> output_layouts;  // nullopt: partial sums stay on each rank
   bool use_local_output = true;
+  void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return packed_parts.size() > 1 ? "PackedRowwiseParallel" : "LocalRowwiseParallel"; }
 };

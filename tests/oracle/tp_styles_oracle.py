@@ -46,6 +46,9 @@ Each case:
       output       the output's local tensor (out.to_local() if out is a DTensor)
       output_placements [strs] or null (null = the model returned a plain tensor)
       grad_output  local gradient fed as local_out.backward(grad_output)
+      comm_forward, comm_backward  {collective: count} PyTorch's CommDebugMode saw during the forward /
+                   the backward, names shortened to all_reduce, all_gather, reduce_scatter, all_to_all,
+                   broadcast, scatter
       arg_grads    [tensor or null, ...] .grad of each float positional input (leaf,
                    requires_grad=True); null for int inputs / None args / no grad
       kwarg_grads  {name: tensor or null}: same for keyword inputs
@@ -390,11 +393,26 @@ def _apply_plan(model, mesh, plan):
     return parallelize_module(model, mesh, {p: build_style(s) for p, s in plan})
 
 
+def _comm_counts(comm):
+    """CommDebugMode's counts by collective, with our short names (all_reduce, all_gather, ...)."""
+    out = {}
+    for op, n in comm.get_comm_counts().items():
+        name = str(op)
+        for short in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "scatter"):
+            if short in name:
+                out[short] = out.get(short, 0) + n
+                break
+        else:
+            out[name] = out.get(name, 0) + n
+    return out
+
+
 def run_case(i, case, mesh, rank):
     import torch
     import torch.distributed as dist
     import torch.nn as nn
     from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.debug import CommDebugMode
 
     res = {}
     out = {"rank": res}
@@ -439,7 +457,9 @@ def run_case(i, case, mesh, rank):
                                    for n, prm in model.named_parameters() if isinstance(prm, DTensor)}
 
         # ---- forward
-        y = model(*args, **kwargs)
+        with CommDebugMode() as comm:
+            y = model(*args, **kwargs)
+        res["comm_forward"] = _comm_counts(comm)
         if isinstance(y, DTensor):
             y_local = y.to_local()
             res["output_placements"] = [repr(p) for p in y.placements]
@@ -469,7 +489,9 @@ def run_case(i, case, mesh, rank):
         if list(grad_local.shape) != list(y_local.shape):
             raise ValueError(f"grad piece {list(grad_local.shape)} != output {list(y_local.shape)}")
         res["grad_output"] = _tj(grad_local)
-        y_local.backward(grad_local)
+        with CommDebugMode() as comm:
+            y_local.backward(grad_local)
+        res["comm_backward"] = _comm_counts(comm)
 
         res["arg_grads"] = [None if (a is None or a.grad is None) else _tj(a.grad) for a in args]
         res["kwarg_grads"] = {k: None if v.grad is None else _tj(v.grad) for k, v in kwargs.items()}

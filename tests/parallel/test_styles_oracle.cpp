@@ -1,7 +1,8 @@
 // Our parallel styles against PyTorch's: tests/oracle/tp_styles_oracle.py runs torch.distributed.tensor.parallel
 // (world 2, Gloo) on small modules with small plans and records each rank's inputs, local outputs, output
-// placements, input gradients and every parameter's gradient (value and placements). Each case is replayed
-// here on the same modules, parameters and inputs and must agree.
+// placements, input gradients, every parameter's gradient (value and placements) and the collectives its
+// CommDebugMode counts in the forward and in the backward. Each case is replayed here on the same modules,
+// parameters and inputs and must agree in all of these.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,6 +10,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "dtensor/parallel/comm_debug_mode.h"
 #include "dtensor/parallel/parallelize.h"
 #include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
@@ -88,6 +90,12 @@ ParallelStylePtr style_of(const json& j) {
   throw std::invalid_argument("oracle style '" + name + "' is not known to this test");
 }
 
+std::map<std::string, int64_t> counts_of(const json& j) {
+  std::map<std::string, int64_t> out;
+  for (const auto& [k, v] : j.items()) out[k] = v.get<int64_t>();
+  return out;
+}
+
 at::Tensor input_of(const json& j) {
   if (j.is_null()) return {};
   at::Tensor t = tensor_of(j);
@@ -143,7 +151,12 @@ void replay(const json& c, int rank, std::mutex& build_mutex) {
   for (const auto& a : mine["args"]) args.push_back(input_of(a));
   nn::Kwargs kwargs;
   for (const auto& [k, v] : mine["kwargs"].items()) kwargs[k] = input_of(v);
-  at::Tensor out = model.forward(args, kwargs);
+  at::Tensor out;
+  {
+    CommDebugMode comm;
+    out = model.forward(args, kwargs);
+    EXPECT_EQ(comm.get_comm_counts(), counts_of(mine["comm_forward"])) << id << ": collectives in the forward";
+  }
 
   if (mine["output_placements"].is_null()) {
     EXPECT_FALSE(is_dtensor(out)) << id << ": PyTorch's output is a plain tensor";
@@ -154,7 +167,11 @@ void replay(const json& c, int rank, std::mutex& build_mutex) {
   at::Tensor local = is_dtensor(out) ? to_local(out) : out;
   expect_close(local, mine["output"], id + ": rank " + std::to_string(rank) + " output");
 
-  local.backward(tensor_of(mine["grad_output"]));
+  {
+    CommDebugMode comm;
+    local.backward(tensor_of(mine["grad_output"]));
+    EXPECT_EQ(comm.get_comm_counts(), counts_of(mine["comm_backward"])) << id << ": collectives in the backward";
+  }
   for (size_t k = 0; k < args.size(); ++k) {
     if (mine["arg_grads"][k].is_null()) continue;
     ASSERT_TRUE(args[k].grad().defined()) << id << ": input " << k << " got no gradient";

@@ -211,13 +211,29 @@ void PrepareModuleInputOutput::validate(const torch::nn::Module&, const std::str
   check_input_layouts(name(), path, input_layouts, desired_input_layouts, input_kwarg_layouts, desired_input_kwarg_layouts);
 }
 
+PrepareModuleInput PrepareModuleInputOutput::input_style() const {
+  PrepareModuleInput in;
+  in.input_layouts = input_layouts;
+  in.desired_input_layouts = desired_input_layouts;
+  in.input_kwarg_layouts = input_kwarg_layouts;
+  in.desired_input_kwarg_layouts = desired_input_kwarg_layouts;
+  in.use_local_output = use_local_input;
+  return in;
+}
+
+PrepareModuleOutput PrepareModuleInputOutput::output_style() const {
+  PrepareModuleOutput out;
+  out.output_layouts = output_layouts;
+  out.desired_output_layouts = desired_output_layouts;
+  out.use_local_output = use_local_output;
+  return out;
+}
+
 void PrepareModuleInputOutput::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
-                                     std::optional<int>) const {
-  require_1d(mesh, name());
-  validate(m, path);
-  register_input_hook(m, name(), path, mesh, input_layouts, desired_input_layouts, input_kwarg_layouts,
-                      desired_input_kwarg_layouts, use_local_input);
-  register_output_hook(m, mesh, output_layouts, desired_output_layouts, use_local_output);
+                                     std::optional<int> src) const {
+  validate(m, path);  // with this style's name in the errors
+  input_style().apply(m, path, mesh, src);
+  output_style().apply(m, path, mesh, src);
 }
 
 void LocalColwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {

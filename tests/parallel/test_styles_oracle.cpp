@@ -41,6 +41,15 @@ std::map<std::string, Placement> kwarg_layouts(const json& j) {
   return out;
 }
 
+// PrepareModuleInput's fields, also PrepareModuleInputOutput's.
+template <typename Style>
+void set_input_layouts(Style& s, const json& j) {
+  s.input_layouts = optional_layouts(j["input_layouts"]);
+  s.desired_input_layouts = optional_layouts(j["desired_input_layouts"]);
+  s.input_kwarg_layouts = kwarg_layouts(j["input_kwarg_layouts"]);
+  s.desired_input_kwarg_layouts = kwarg_layouts(j["desired_input_kwarg_layouts"]);
+}
+
 // The oracle writes every keyword of a style with its effective value.
 ParallelStylePtr style_of(const json& j) {
   const std::string name = j["style"];
@@ -61,10 +70,7 @@ ParallelStylePtr style_of(const json& j) {
   }
   if (name == "PrepareModuleInput") {
     PrepareModuleInput s;
-    s.input_layouts = optional_layouts(j["input_layouts"]);
-    s.desired_input_layouts = optional_layouts(j["desired_input_layouts"]);
-    s.input_kwarg_layouts = kwarg_layouts(j["input_kwarg_layouts"]);
-    s.desired_input_kwarg_layouts = kwarg_layouts(j["desired_input_kwarg_layouts"]);
+    set_input_layouts(s, j);
     s.use_local_output = j["use_local_output"];
     return make_style(s);
   }
@@ -77,10 +83,7 @@ ParallelStylePtr style_of(const json& j) {
   }
   if (name == "PrepareModuleInputOutput") {
     PrepareModuleInputOutput s;
-    s.input_layouts = optional_layouts(j["input_layouts"]);
-    s.desired_input_layouts = optional_layouts(j["desired_input_layouts"]);
-    s.input_kwarg_layouts = kwarg_layouts(j["input_kwarg_layouts"]);
-    s.desired_input_kwarg_layouts = kwarg_layouts(j["desired_input_kwarg_layouts"]);
+    set_input_layouts(s, j);
     s.use_local_input = j["use_local_input"];
     s.output_layouts = placement_of(j["output_layouts"]);
     s.desired_output_layouts = placement_of(j["desired_output_layouts"]);

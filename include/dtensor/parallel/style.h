@@ -108,6 +108,10 @@ struct PrepareModuleInputOutput : ParallelStyle {
   void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "PrepareModuleInputOutput"; }
+
+ private:
+  PrepareModuleInput input_style() const;
+  PrepareModuleOutput output_style() const;
 };
 
 // HF transformers' "local_colwise" (packed_parts {1}) and "packed_colwise" (packed_parts {1, 1}): a Linear's

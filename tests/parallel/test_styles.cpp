@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "dtensor/ops/dispatch_options.h"
 #include "dtensor/parallel/comm_debug_mode.h"
 #include "dtensor/parallel/layers.h"
 #include "dtensor/parallel/parallelize.h"
 #include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
+
+#include <mutex>
 
 using namespace dtensor;
 using dtensor::testing::run_ranks;
@@ -119,4 +122,36 @@ TEST(Styles, PrepareModuleInputShard1ToReplicateIsOneAllGather) {
   s.use_local_output = true;
   auto counts = check_style(linear, linear_fwd, make_style(s), seeded_randn(6, {2, 6, 8}), Shard(1), 2);
   EXPECT_EQ(counts, (std::map<std::string, int64_t>{{"all_gather", 1}}));
+}
+
+TEST(Styles, SequenceParallelDropoutIsTheSameMaskAtAnyShardingAndItsGradientFollows) {
+  // Dropout under SequenceParallel draws one mask for the global tensor (dtensor::manual_seed), so the
+  // full output does not depend on the TP degree, and the backward uses the forward's mask.
+  const double p = 0.25;
+  at::Tensor x = seeded_randn(7, {2, 8, 6}), g = seeded_randn(8, {2, 8, 6});
+  std::map<int, at::Tensor> outputs;
+  std::mutex m;
+  for (int world : {2, 4}) {
+    run_ranks(world, [&](int rank, int) {
+      nn::Dropout dropout(p);
+      dropout->train();
+      auto mesh = init_device_mesh("cpu", {world});
+      parallelize_module(*dropout, mesh, make_style<SequenceParallel>());
+      dtensor::manual_seed(7);
+      at::Tensor local_x = to_local(distribute_tensor(x, mesh, {Shard(1)})).detach().requires_grad_(true);
+      at::Tensor out = dropout(local_x);
+      ASSERT_EQ(placements(out), Placements{Shard(1)});
+      at::Tensor full = full_tensor(out).detach();
+      to_local(out).backward(to_local(distribute_tensor(g, mesh, {Shard(1)})));
+      at::Tensor expected_grad = at::where(full != 0, g / (1 - p), at::zeros_like(g)).chunk(world, 1)[rank];
+      EXPECT_TRUE(at::allclose(local_x.grad(), expected_grad));
+      EXPECT_TRUE(at::allclose(full.masked_select(full != 0), (x / (1 - p)).masked_select(full != 0)));
+      std::lock_guard<std::mutex> lock(m);
+      outputs[world] = full;
+    });
+  }
+  EXPECT_TRUE(at::equal(outputs[2], outputs[4]));
+  const double kept = (outputs[2] != 0).to(at::kDouble).mean().item<double>();
+  EXPECT_GT(kept, 0.5);  // 96 values, 3/4 kept on average
+  EXPECT_LT(kept, 0.95);
 }

@@ -4,6 +4,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -15,24 +16,35 @@
 namespace dtensor::nn {
 namespace {
 
+// A hooked module that encloses another hooked one: its forward must be running whenever the inner one runs.
+struct Enclosing {
+  std::weak_ptr<torch::nn::Module> module;
+  std::string path;
+};
+
 struct HookSet {
   std::weak_ptr<torch::nn::Module> owner;  // guards against a new module reusing a dead one's address
   std::vector<ForwardPreHookWithKwargs> pre;  // positional-only hooks are wrapped
   std::vector<ForwardHook> post;
   std::string path;
+  std::vector<Enclosing> enclosing;
 };
 
+// The hooked modules whose forward is running on this thread, innermost last, and their paths.
+thread_local std::vector<const torch::nn::Module*> running;
 thread_local std::vector<std::string> path_stack;
 
-// Pops the module path pushed for one forward, also when it throws.
-struct PathScope {
-  explicit PathScope(const std::string& path) : active(!path.empty()) {
-    if (active) path_stack.push_back(path);
+// Pushes one hooked forward and pops it, also when it throws.
+struct RunningScope {
+  RunningScope(const torch::nn::Module* module, const std::string& path) : has_path(!path.empty()) {
+    running.push_back(module);
+    if (has_path) path_stack.push_back(path);
   }
-  ~PathScope() {
-    if (active) path_stack.pop_back();
+  ~RunningScope() {
+    running.pop_back();
+    if (has_path) path_stack.pop_back();
   }
-  bool active;
+  bool has_path;
 };
 
 std::mutex& table_mutex() {
@@ -119,6 +131,7 @@ at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, Kwargs kwa
   std::vector<ForwardPreHookWithKwargs> pre;
   std::vector<ForwardHook> post;
   std::string path;
+  std::vector<Enclosing> enclosing;
   bool hooked = false;
   {
     // Copies the hooks out: the body (and the hooks) run without the lock, and may call submodules.
@@ -129,10 +142,21 @@ at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, Kwargs kwa
       pre = it->second.pre;
       post = it->second.post;
       path = it->second.path;
+      enclosing = it->second.enclosing;
     }
   }
   if (!hooked) return body(inputs, kwargs);
-  PathScope scope(path);
+  // A style's hooks on an enclosing module are skipped when its forward does not go through
+  // call_with_hooks: its inputs would silently arrive unprepared here. Refuse instead.
+  for (const auto& outer : enclosing) {
+    auto alive = outer.module.lock();
+    if (!alive || std::find(running.begin(), running.end(), alive.get()) != running.end()) continue;
+    throw std::logic_error("dtensor: '" + (path.empty() ? module.name() : path) + "' ran outside the forward of '" + outer.path +
+                           "', which has parallel-style hooks: " + alive->name() +
+                           "::forward must run its body through dtensor::nn::call_with_hooks (rule 2 in "
+                           "dtensor/parallel/module_hooks.h), or its hooks never run");
+  }
+  RunningScope scope(&module, path);
   for (auto& hook : pre) std::tie(inputs, kwargs) = hook(module, std::move(inputs), std::move(kwargs));
   at::Tensor out = body(inputs, kwargs);
   for (auto& hook : post) out = hook(module, inputs, std::move(out));
@@ -142,6 +166,24 @@ at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, Kwargs kwa
 void set_module_path(const torch::nn::Module& module, std::string path) {
   std::lock_guard<std::mutex> lock(table_mutex());
   hooks_of(const_cast<torch::nn::Module&>(module)).path = std::move(path);
+}
+
+void link_enclosing_hooks(torch::nn::Module& root) {
+  std::lock_guard<std::mutex> lock(table_mutex());
+  auto hooked = [](const std::shared_ptr<torch::nn::Module>& m) {
+    auto it = table().find(m.get());
+    return it != table().end() && it->second.owner.lock() == m && (!it->second.pre.empty() || !it->second.post.empty());
+  };
+  for (const auto& outer : root.named_modules("", /*include_self=*/true)) {
+    if (!hooked(outer.value())) continue;
+    for (const auto& inner : outer.value()->named_modules("", /*include_self=*/false)) {
+      if (!hooked(inner.value())) continue;
+      auto& list = table()[inner.value().get()].enclosing;
+      bool known = false;
+      for (const auto& e : list) known = known || e.module.lock() == outer.value();
+      if (!known) list.push_back({outer.value(), outer.key().empty() ? std::string("(the root module)") : outer.key()});
+    }
+  }
 }
 
 std::string current_module_path() { return path_stack.empty() ? std::string() : path_stack.back(); }

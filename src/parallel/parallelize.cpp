@@ -86,6 +86,7 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
   require_tp_mesh(mesh);
   if (!style) throw std::invalid_argument("dtensor: parallelize_module got no style");
   style->apply(module, "", mesh, src_data_rank);
+  nn::link_enclosing_hooks(module);
 }
 
 void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan,
@@ -113,6 +114,7 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
       plan[k].second->apply(*modules[path], path, mesh, src_data_rank);
     }
   }
+  nn::link_enclosing_hooks(module);
 }
 
 ParallelStylePtr style_from_string(const std::string& name) {
@@ -165,6 +167,7 @@ void distribute_module(torch::nn::Module& module, const DeviceMesh& mesh, Partit
       return output_fn(m, std::move(y), mesh_copy);
     });
   }
+  nn::link_enclosing_hooks(module);
 }
 
 }  // namespace dtensor

@@ -262,3 +262,27 @@ TEST(LocalStyles, EveryBadPlanGivesAClearErrorAndLeavesTheModelUntouched) {
     EXPECT_FALSE(nn::has_hooks(*block->ffn));
   });
 }
+
+TEST(LocalStyles, ACustomModuleThatSkipsCallWithHooksIsAnErrorNotASilentlyUnpreparedInput) {
+  // Rule 2 broken: this block's forward does not go through call_with_hooks, so PrepareModuleInput's
+  // Shard(1) -> Replicate never runs and w1 would take a sequence shard as the whole input.
+  struct ForgetfulImpl : torch::nn::Module {
+    ForgetfulImpl() { w1 = register_module("w1", nn::Linear(8, 16)); }
+    at::Tensor forward(const at::Tensor& x) { return w1(x); }
+    nn::Linear w1{nullptr};
+  };
+  struct ModelImpl : torch::nn::Module {
+    ModelImpl() { block = register_module("block", std::make_shared<ForgetfulImpl>()); }
+    std::shared_ptr<ForgetfulImpl> block;
+  };
+  run_ranks(2, [](int rank, int) {
+    auto model = std::make_shared<ModelImpl>();
+    PrepareModuleInput prep;
+    prep.input_layouts = {Shard(1)};
+    prep.desired_input_layouts = {Replicate()};
+    parallelize_module(*model, init_device_mesh("cpu", {2}), {{"block", make_style(prep)}, {"block.w1", make_style<ColwiseParallel>()}});
+    std::string e = error_of([&] { model->block->forward(seeded_randn(1, {2, 4, 8}).chunk(2, 1)[rank]); });
+    EXPECT_NE(e.find("'block.w1' ran outside the forward of 'block', which has parallel-style hooks"), std::string::npos) << e;
+    EXPECT_NE(e.find("must run its body through dtensor::nn::call_with_hooks"), std::string::npos) << e;
+  });
+}

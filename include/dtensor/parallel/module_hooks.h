@@ -9,6 +9,7 @@
 //      runs its forward body through dtensor::nn::call_with_hooks(*this, inputs, body). Inputs it wants
 //      reachable by name (PrepareModuleInput's input_kwarg_layouts) go in the Kwargs of
 //      call_with_hooks(*this, args, kwargs, body). An optional input that is absent is an undefined tensor.
+//      A module that forgets this rule is caught when a styled submodule of it runs (link_enclosing_hooks).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -42,6 +43,11 @@ at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, const std:
 // The same for a forward with keyword inputs: body(args, kwargs).
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors args, Kwargs kwargs,
                            const std::function<at::Tensor(const Tensors&, const Kwargs&)>& body);
+
+// Records, for every hooked module under `root`, the hooked modules that enclose it. From then on a hooked
+// module that runs while an enclosing hooked module's forward is not running raises an error naming both
+// (that forward skipped call_with_hooks, rule 2, so its hooks never ran). parallelize_module calls it.
+void link_enclosing_hooks(torch::nn::Module& root);
 
 // Module paths for accounting (CommDebugMode): parallelize_module records the path of every module it
 // touches; call_with_hooks keeps the innermost one on a per-thread stack while its forward runs.

@@ -24,6 +24,8 @@ Each case (see `generate_cases` / `run_case`):
              src_grad = gradient arriving at the source ({"shape","values"} + "placements" for
                         distribute mode, where it is the leaf DTensor's .grad; for from_local mode it is
                         the plain local tensor's .grad), or backward_error.
+
+The processes are spawned and joined by oracle_launch.run_on_ranks (shared with tp_styles_oracle.py).
 """
 
 from __future__ import annotations
@@ -31,16 +33,13 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import sys
-import tempfile
 import time
-import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_launch import error_text, run_on_ranks  # noqa: E402
 
 WORLD_SIZE = 4
-PG_TIMEOUT_S = 20
-TOTAL_TIMEOUT_S = 150
-T_START = 0.0
 
 # ----------------------------------------------------------------------------
 # placements as strings
@@ -246,12 +245,6 @@ def _tj(t):
     return {"shape": list(t.shape), "values": [float(v) for v in t.reshape(-1).tolist()]}
 
 
-def _err(e):
-    msg = str(e).strip().splitlines()
-    first = " | ".join(m.strip() for m in msg[:3]) if msg else ""
-    return f"{type(e).__name__}: {first}"[:400]
-
-
 def _base(shape, offset, rank):
     import torch
 
@@ -307,7 +300,15 @@ def _from_local_input(case, mesh, placements, rank):
     return t + delta
 
 
-def run_case(case, meshes, rank):
+def setup(rank):
+    """The two device meshes, by shape: (4,) and (2, 2) = [[0, 1], [2, 3]]."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return {(4,): init_device_mesh("cpu", (4,)), (2, 2): init_device_mesh("cpu", (2, 2))}
+
+
+def run_case(i, case, meshes, rank):
+    """One case on this rank (i, the case's index, is not needed: the data depend on the case only)."""
     import torch
     from torch.distributed.tensor import DTensor, distribute_tensor
     from torch.distributed.tensor._utils import (
@@ -328,7 +329,7 @@ def run_case(case, meshes, rank):
             ls, off = compute_local_shape_and_global_offset(torch.Size(shape), mesh, _normalize(pl, ndim))
             return {"local_shape": list(ls), "global_offset": list(off)}
         except Exception as e:  # noqa: BLE001
-            return {"error": _err(e)}
+            return {"error": error_text(e)}
 
     res["src_meta"] = meta(src_pl)
     res["dst_meta"] = meta(dst_pl)
@@ -348,7 +349,7 @@ def run_case(case, meshes, rank):
             leaf = local
             res["from_local_global_shape"] = list(src.shape)
     except Exception as e:  # noqa: BLE001
-        out["error"] = _err(e)
+        out["error"] = error_text(e)
         out["stage"] = "src"
         return out
     res["src_local"] = _tj(src.to_local())
@@ -358,13 +359,13 @@ def run_case(case, meshes, rank):
         res["inferred_global_shape"] = list(
             compute_global_tensor_info(src.to_local(), mesh, list(src.placements))[0])
     except Exception as e:  # noqa: BLE001
-        res["inferred_global_shape"] = {"error": _err(e)}
+        res["inferred_global_shape"] = {"error": error_text(e)}
 
     # ---- redistribute
     try:
         dst = src.redistribute(mesh, dst_pl)
     except Exception as e:  # noqa: BLE001
-        out["error"] = _err(e)
+        out["error"] = error_text(e)
         out["stage"] = "redistribute"
         return out
     res["dst_local"] = _tj(dst.to_local())
@@ -378,7 +379,7 @@ def run_case(case, meshes, rank):
         if rank == 0:
             out["full"] = _tj(full)
     except Exception as e:  # noqa: BLE001
-        out["full_error"] = _err(e)
+        out["full_error"] = error_text(e)
 
     # ---- backward: dst.to_local().backward(grad_out)
     try:
@@ -397,65 +398,13 @@ def run_case(case, meshes, rank):
         else:
             res["src_grad"] = _tj(gr)
     except Exception as e:  # noqa: BLE001
-        res["backward_error"] = _err(e)
+        res["backward_error"] = error_text(e)
     return out
-
-
-def worker(rank, port, cases, outdir):
-    global T_START
-    T_START = time.time()
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    os.environ["RANK"] = str(rank)
-    os.environ["WORLD_SIZE"] = str(WORLD_SIZE)
-    import datetime
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE,
-                            timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
-    meshes = {(4,): init_device_mesh("cpu", (4,)), (2, 2): init_device_mesh("cpu", (2, 2))}
-    t_init = time.time()
-    results = []
-    debug = bool(os.environ.get("ORACLE_DEBUG"))
-    for case in cases:
-        if debug:
-            print(f"[rank{rank}] {case['id']} {case}", file=sys.stderr, flush=True)
-        try:
-            r = run_case(case, meshes, rank)
-        except Exception as e:  # noqa: BLE001
-            r = {"error": "OracleFailure: " + _err(e), "trace": traceback.format_exc()[-800:]}
-        results.append(r)
-    # the error status of every case must be rank-consistent (an inconsistent error would
-    # normally already have desynchronised the collectives and tripped the Gloo timeout)
-    status = [None] * WORLD_SIZE
-    dist.all_gather_object(status, [r.get("error") for r in results])
-    for i, r in enumerate(results):
-        errs = [status[k][i] for k in range(WORLD_SIZE)]
-        if len(set(errs)) != 1:
-            r["inconsistent_error"] = errs
-    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-        json.dump({"results": results, "torch_version": torch.__version__,
-                   "t_init": t_init - T_START, "t_cases": time.time() - t_init}, f)
-    dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------
 # driver
 # ----------------------------------------------------------------------------
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _merge(cases, per_rank):
@@ -477,38 +426,9 @@ def main():
         print(__doc__.splitlines()[3], file=sys.stderr)
         sys.exit(2)
     out_path = sys.argv[1]
-    import multiprocessing as mp
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ["PYTHONHASHSEED"] = "0"  # deterministic set ordering in PyTorch error messages
     t0 = time.time()
     cases = generate_cases()
-    port = _free_port()
-    ctx = mp.get_context("spawn")
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = [ctx.Process(target=worker, args=(r, port, cases, tmp)) for r in range(WORLD_SIZE)]
-        for p in procs:
-            p.start()
-        deadline = time.time() + TOTAL_TIMEOUT_S
-        for p in procs:
-            p.join(max(0.1, deadline - time.time()))
-        alive = [p for p in procs if p.is_alive()]
-        for p in alive:
-            p.kill()
-        for p in procs:
-            p.join(5)
-        if alive or any(p.exitcode != 0 for p in procs):
-            print(f"oracle failed: exitcodes={[p.exitcode for p in procs]} timed_out={bool(alive)}",
-                  file=sys.stderr)
-            sys.exit(1)
-        per_rank = []
-        for r in range(WORLD_SIZE):
-            with open(os.path.join(tmp, f"rank{r}.json")) as f:
-                doc_r = json.load(f)
-            per_rank.append(doc_r["results"])
-            if r == 0:
-                torch_version = doc_r["torch_version"]
-                timing = f"worker startup {doc_r['t_init']:.1f}s, cases {doc_r['t_cases']:.1f}s"
+    per_rank, torch_version, timing = run_on_ranks(WORLD_SIZE, setup, run_case, cases)
     doc = {
         "torch_version": torch_version,
         "world_size": WORLD_SIZE,

@@ -67,21 +67,22 @@ Data (all deterministic, identical on both ranks):
     Float inputs are leaf tensors with requires_grad_(True).
   * after forward: global grad = randn(full output shape, generator=g); grad_output = this rank's
     piece of it (by the output DTensor's placements, or by out_layout for a plain output).
+
+The processes are spawned and joined by oracle_launch.run_on_ranks (shared with dtensor_oracle.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
-import tempfile
 import time
 import traceback
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from oracle_launch import error_text, run_on_ranks  # noqa: E402
+
 WORLD_SIZE = 2
-PG_TIMEOUT_S = 20
-TOTAL_TIMEOUT_S = 150
 
 R = "Replicate()"
 
@@ -359,12 +360,6 @@ def _tj(t):
             "values": [float(v) for v in t.reshape(-1).tolist()]}
 
 
-def _err(e):
-    msg = str(e).strip().splitlines()
-    first = " | ".join(m.strip() for m in msg[:3]) if msg else ""
-    return f"{type(e).__name__}: {first}"[:400]
-
-
 def _local_piece(t, layout, rank):
     """This rank's piece of a global tensor for a single placement string."""
     import torch
@@ -405,6 +400,13 @@ def _comm_counts(comm):
         else:
             out[name] = out.get(name, 0) + n
     return out
+
+
+def setup(rank):
+    """The 1-D device mesh over all ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (WORLD_SIZE,))
 
 
 def run_case(i, case, mesh, rank):
@@ -515,62 +517,14 @@ def run_case(i, case, mesh, rank):
                 grads[n] = d
         out["param_grads"] = grads
     except Exception as e:  # noqa: BLE001
-        out["error"] = _err(e)
+        out["error"] = error_text(e)
         out["trace"] = traceback.format_exc()[-1500:]
     return out
-
-
-def worker(rank, port, cases, outdir):
-    t_start = time.time()
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    os.environ["RANK"] = str(rank)
-    os.environ["WORLD_SIZE"] = str(WORLD_SIZE)
-    import datetime
-    import logging
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.disable(logging.WARNING)
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD_SIZE,
-                            timeout=datetime.timedelta(seconds=PG_TIMEOUT_S))
-    mesh = init_device_mesh("cpu", (WORLD_SIZE,))
-    t_init = time.time()
-    results = []
-    for i, case in enumerate(cases):
-        if os.environ.get("ORACLE_DEBUG"):
-            print(f"[rank{rank}] {case['id']}", file=sys.stderr, flush=True)
-        try:
-            r = run_case(i, case, mesh, rank)
-        except Exception as e:  # noqa: BLE001
-            r = {"error": "OracleFailure: " + _err(e), "trace": traceback.format_exc()[-1500:]}
-        results.append(r)
-    status = [None] * WORLD_SIZE
-    dist.all_gather_object(status, [r.get("error") for r in results])
-    for i, r in enumerate(results):
-        errs = [status[k][i] for k in range(WORLD_SIZE)]
-        if len(set(errs)) != 1:
-            r["inconsistent_error"] = errs
-    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-        json.dump({"results": results, "torch_version": torch.__version__,
-                   "t_init": t_init - t_start, "t_cases": time.time() - t_init}, f)
-    dist.destroy_process_group()
 
 
 # ----------------------------------------------------------------------------
 # driver
 # ----------------------------------------------------------------------------
-
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _merge(cases, per_rank):
@@ -606,38 +560,9 @@ def main():
         print("usage: python tests/oracle/tp_styles_oracle.py OUT.json", file=sys.stderr)
         sys.exit(2)
     out_path = sys.argv[1]
-    import multiprocessing as mp
-
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    os.environ["PYTHONHASHSEED"] = "0"
     t0 = time.time()
     cases = generate_cases()
-    port = _free_port()
-    ctx = mp.get_context("spawn")
-    with tempfile.TemporaryDirectory() as tmp:
-        procs = [ctx.Process(target=worker, args=(r, port, cases, tmp)) for r in range(WORLD_SIZE)]
-        for p in procs:
-            p.start()
-        deadline = time.time() + TOTAL_TIMEOUT_S
-        for p in procs:
-            p.join(max(0.1, deadline - time.time()))
-        alive = [p for p in procs if p.is_alive()]
-        for p in alive:
-            p.kill()
-        for p in procs:
-            p.join(5)
-        if alive or any(p.exitcode != 0 for p in procs):
-            print(f"oracle failed: exitcodes={[p.exitcode for p in procs]} timed_out={bool(alive)}",
-                  file=sys.stderr)
-            sys.exit(1)
-        per_rank = []
-        for r in range(WORLD_SIZE):
-            with open(os.path.join(tmp, f"rank{r}.json")) as f:
-                doc_r = json.load(f)
-            per_rank.append(doc_r["results"])
-            if r == 0:
-                torch_version = doc_r["torch_version"]
-                timing = f"worker startup {doc_r['t_init']:.1f}s, cases {doc_r['t_cases']:.1f}s"
+    per_rank, torch_version, timing = run_on_ranks(WORLD_SIZE, setup, run_case, cases)
     doc = {"torch_version": torch_version, "world_size": WORLD_SIZE, "cases": _merge(cases, per_rank)}
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with open(out_path, "w") as f:

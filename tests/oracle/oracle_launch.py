@@ -1,0 +1,127 @@
+"""Multi-process launcher shared by the PyTorch oracles (dtensor_oracle.py, tp_styles_oracle.py).
+
+`run_on_ranks(world_size, setup, run_case, cases)` spawns one process per rank (multiprocessing
+"spawn", CPU, Gloo on 127.0.0.1), runs every case on every rank and returns what each rank produced.
+In each worker:
+  * MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE are set, warnings and logging silenced,
+    torch.set_num_threads(1), init_process_group("gloo", timeout=pg_timeout_s);
+  * ctx = setup(rank)   (e.g. the device meshes), then for case i:  run_case(i, case, ctx, rank)
+    -> a JSON-able dict; an exception escaping run_case (a bug in the oracle, not a PyTorch error the
+    case records itself) becomes {"error": "OracleFailure: <Type>: <message>", "trace": ...};
+  * every case's "error" is compared across ranks (all_gather_object); where ranks disagree the
+    result gets "inconsistent_error": [error of rank 0, rank 1, ...].
+setup and run_case must be picklable: module-level functions (those of the __main__ script are fine,
+spawn re-imports it in the workers). ORACLE_DEBUG=1 prints "[rank<r>] <case id> <case>" to stderr
+before each case.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+import traceback
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def error_text(e):
+    """"<Type>: <first up to 3 message lines joined by ' | '>", at most 400 characters."""
+    msg = str(e).strip().splitlines()
+    first = " | ".join(m.strip() for m in msg[:3]) if msg else ""
+    return f"{type(e).__name__}: {first}"[:400]
+
+
+def _worker(rank, world_size, port, setup, run_case, cases, outdir, pg_timeout_s):
+    t_start = time.time()
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    os.environ["RANK"] = str(rank)
+    os.environ["WORLD_SIZE"] = str(world_size)
+    import datetime
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.disable(logging.WARNING)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=pg_timeout_s))
+    ctx = setup(rank)
+    t_init = time.time()
+    results = []
+    debug = bool(os.environ.get("ORACLE_DEBUG"))
+    for i, case in enumerate(cases):
+        if debug:
+            print(f"[rank{rank}] {case['id']} {case}", file=sys.stderr, flush=True)
+        try:
+            r = run_case(i, case, ctx, rank)
+        except Exception as e:  # noqa: BLE001
+            r = {"error": "OracleFailure: " + error_text(e), "trace": traceback.format_exc()[-1500:]}
+        results.append(r)
+    # the error status of every case must be rank-consistent (an inconsistent error would
+    # normally already have desynchronised the collectives and tripped the Gloo timeout)
+    status = [None] * world_size
+    dist.all_gather_object(status, [r.get("error") for r in results])
+    for i, r in enumerate(results):
+        errs = [status[k][i] for k in range(world_size)]
+        if len(set(errs)) != 1:
+            r["inconsistent_error"] = errs
+    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+        json.dump({"results": results, "torch_version": torch.__version__,
+                   "t_init": t_init - t_start, "t_cases": time.time() - t_init}, f)
+    dist.destroy_process_group()
+
+
+def run_on_ranks(world_size, setup, run_case, cases, *, total_timeout_s=150, pg_timeout_s=20):
+    """Run `cases` on `world_size` spawned Gloo ranks (see the module docstring).
+
+    Returns (per_rank, torch_version, timing): per_rank[r][i] is rank r's result dict for cases[i];
+    timing is "worker startup X.Xs, cases Y.Ys" as measured on rank 0. If a worker fails or the
+    ranks are not all done within total_timeout_s (stragglers are killed), prints
+    "oracle failed: exitcodes=[...] timed_out=..." to stderr and exits with status 1.
+    """
+    import multiprocessing as mp
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ["PYTHONHASHSEED"] = "0"  # deterministic set ordering in PyTorch error messages
+    port = free_port()
+    mp_ctx = mp.get_context("spawn")
+    with tempfile.TemporaryDirectory() as tmp:
+        procs = [mp_ctx.Process(target=_worker,
+                                args=(r, world_size, port, setup, run_case, cases, tmp, pg_timeout_s))
+                 for r in range(world_size)]
+        for p in procs:
+            p.start()
+        deadline = time.time() + total_timeout_s
+        for p in procs:
+            p.join(max(0.1, deadline - time.time()))
+        alive = [p for p in procs if p.is_alive()]
+        for p in alive:
+            p.kill()
+        for p in procs:
+            p.join(5)
+        if alive or any(p.exitcode != 0 for p in procs):
+            print(f"oracle failed: exitcodes={[p.exitcode for p in procs]} timed_out={bool(alive)}",
+                  file=sys.stderr)
+            sys.exit(1)
+        per_rank = []
+        for r in range(world_size):
+            with open(os.path.join(tmp, f"rank{r}.json")) as f:
+                doc_r = json.load(f)
+            per_rank.append(doc_r["results"])
+            if r == 0:
+                torch_version = doc_r["torch_version"]
+                timing = f"worker startup {doc_r['t_init']:.1f}s, cases {doc_r['t_cases']:.1f}s"
+    return per_rank, torch_version, timing

@@ -6,6 +6,7 @@
 
 #include <stdexcept>
 
+#include "dtensor/parallel/layers.h"
 #include "dtensor/parallel/module_hooks.h"
 #include "dtensor/tensor/dtensor.h"
 #include "parallel/distribute_params.h"
@@ -128,6 +129,22 @@ void localize_param(torch::nn::Module& m, const std::string& name, int64_t dim, 
   nn::replace_parameter(m, name, local);
 }
 
+// A style's hooks only run in the forward of a hookable module (rule 1 in module_hooks.h): torch::nn's own
+// layers have none, so a style on one of them would do nothing at run time. Refused up front.
+void require_hookable(const torch::nn::Module& m, const std::string& style, const std::string& path) {
+  auto plain = [&](auto* torch_layer, auto* ours, const char* use) {
+    if (torch_layer && !ours) {
+      throw std::invalid_argument("dtensor: " + style + " on '" + path + "': " + m.name() +
+                                  " has no forward hooks, so the style could not prepare its inputs and outputs; use " +
+                                  use + " (dtensor/parallel/layers.h), which has torch::nn's options and numerics");
+    }
+  };
+  plain(dynamic_cast<const torch::nn::LinearImpl*>(&m), dynamic_cast<const nn::LinearImpl*>(&m), "dtensor::nn::Linear");
+  plain(dynamic_cast<const torch::nn::EmbeddingImpl*>(&m), dynamic_cast<const nn::EmbeddingImpl*>(&m), "dtensor::nn::Embedding");
+  plain(dynamic_cast<const torch::nn::LayerNormImpl*>(&m), dynamic_cast<const nn::LayerNormImpl*>(&m), "dtensor::nn::LayerNorm");
+  plain(dynamic_cast<const torch::nn::DropoutImpl*>(&m), dynamic_cast<const nn::DropoutImpl*>(&m), "dtensor::nn::Dropout");
+}
+
 bool is_linear(const torch::nn::Module& m) { return dynamic_cast<const torch::nn::LinearImpl*>(&m) != nullptr; }
 bool is_embedding(const torch::nn::Module& m) { return dynamic_cast<const torch::nn::EmbeddingImpl*>(&m) != nullptr; }
 
@@ -135,6 +152,7 @@ bool is_embedding(const torch::nn::Module& m) { return dynamic_cast<const torch:
 
 void ColwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
   if (!is_linear(m) && !is_embedding(m)) throw std::invalid_argument(not_applicable(name(), "Linear and Embedding", path, m));
+  require_hookable(m, name(), path);  // after the type check, whose error comes first
 }
 
 void ColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
@@ -151,6 +169,7 @@ void ColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const
 
 void RowwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
   if (!is_linear(m) && !is_embedding(m)) throw std::invalid_argument(not_applicable(name(), "Linear and Embedding", path, m));
+  require_hookable(m, name(), path);  // after the type check, whose error comes first
 }
 
 void RowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
@@ -168,9 +187,14 @@ void RowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const
   register_layer_hooks(m, mesh, input_layouts, desired_in, output_layouts, use_local_output);
 }
 
-void SequenceParallel::apply(torch::nn::Module& m, const std::string&, const DeviceMesh& mesh,
+void SequenceParallel::validate(const torch::nn::Module& m, const std::string& path) const {
+  require_hookable(m, name(), path);
+}
+
+void SequenceParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                              std::optional<int> src) const {
   require_1d(mesh, name());
+  validate(m, path);
   detail::replicate_params(m, mesh, src, /*buffers=*/false);
   const Placement seq = Shard(sequence_dim);
   nn::register_forward_pre_hook(m, [=](torch::nn::Module&, nn::Tensors xs) {
@@ -189,7 +213,8 @@ void ReplicateParallel::apply(torch::nn::Module& m, const std::string&, const De
   detail::replicate_params(m, mesh, src, /*buffers=*/false);
 }
 
-void PrepareModuleInput::validate(const torch::nn::Module&, const std::string& path) const {
+void PrepareModuleInput::validate(const torch::nn::Module& m, const std::string& path) const {
+  require_hookable(m, name(), path);
   check_input_layouts(name(), path, input_layouts, desired_input_layouts, input_kwarg_layouts, desired_input_kwarg_layouts);
 }
 
@@ -201,13 +226,19 @@ void PrepareModuleInput::apply(torch::nn::Module& m, const std::string& path, co
                       desired_input_kwarg_layouts, use_local_output);
 }
 
-void PrepareModuleOutput::apply(torch::nn::Module& m, const std::string&, const DeviceMesh& mesh,
+void PrepareModuleOutput::validate(const torch::nn::Module& m, const std::string& path) const {
+  require_hookable(m, name(), path);
+}
+
+void PrepareModuleOutput::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                                 std::optional<int>) const {
   require_1d(mesh, name());
+  validate(m, path);
   register_output_hook(m, mesh, output_layouts, desired_output_layouts, use_local_output);
 }
 
-void PrepareModuleInputOutput::validate(const torch::nn::Module&, const std::string& path) const {
+void PrepareModuleInputOutput::validate(const torch::nn::Module& m, const std::string& path) const {
+  require_hookable(m, name(), path);
   check_input_layouts(name(), path, input_layouts, desired_input_layouts, input_kwarg_layouts, desired_input_kwarg_layouts);
 }
 
@@ -243,6 +274,7 @@ void LocalColwiseParallel::validate(const torch::nn::Module& m, const std::strin
   }
   const auto& weight = m.named_parameters(/*recurse=*/false)["weight"];
   detail::packed_indices(weight.size(is_linear(m) ? 0 : 1), packed_parts, 1, 0, name() + " on '" + path + "'");
+  require_hookable(m, name(), path);  // after the type check, whose error comes first
 }
 
 void LocalColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
@@ -272,6 +304,7 @@ void LocalRowwiseParallel::validate(const torch::nn::Module& m, const std::strin
                                 "rank; give output_layouts (e.g. Replicate()) or use a Linear without bias");
   }
   detail::packed_indices(linear->weight.size(1), packed_parts, 1, 0, name() + " on '" + path + "'");
+  require_hookable(m, name(), path);  // after the type check, whose error comes first
 }
 
 void LocalRowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,

@@ -257,6 +257,13 @@ TEST(LocalStyles, EveryBadPlanGivesAClearErrorAndLeavesTheModelUntouched) {
     expect_error([&] { parallelize_module(*block, mesh, {{"ffn", make_style(prep_io)}}); },
                  "PrepareModuleInputOutput for 'ffn': keyword input 'mask' has a desired layout Replicate() but no "
                  "input_kwarg_layouts entry");
+    // torch::nn's own layers have no forward hooks (rule 1): a style on one would do nothing at run time.
+    torch::nn::Sequential plain_layers(torch::nn::Linear(8, 8), torch::nn::LayerNorm(torch::nn::LayerNormOptions({8})));
+    expect_error([&] { parallelize_module(*plain_layers, mesh, plan_from_strings({{"0", "colwise"}})); },
+                 "ColwiseParallel on '0': torch::nn::LinearImpl has no forward hooks, so the style could not prepare its "
+                 "inputs and outputs; use dtensor::nn::Linear");
+    expect_error([&] { parallelize_module(*plain_layers, mesh, plan_from_strings({{"1", "sequence_parallel"}})); },
+                 "SequenceParallel on '1': torch::nn::LayerNormImpl has no forward hooks");
     // Nothing above changed the model.
     for (const auto& p : block->named_parameters()) EXPECT_FALSE(is_dtensor(p.value())) << p.key();
     EXPECT_FALSE(nn::has_hooks(*block->ffn));

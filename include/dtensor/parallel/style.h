@@ -61,6 +61,7 @@ struct RowwiseParallel : ParallelStyle {
 struct SequenceParallel : ParallelStyle {
   int64_t sequence_dim = 1;
   bool use_local_output = false;
+  void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "SequenceParallel"; }
 };
@@ -91,6 +92,7 @@ struct PrepareModuleOutput : ParallelStyle {
   Placement output_layouts = Replicate();
   Placement desired_output_layouts = Replicate();
   bool use_local_output = true;
+  void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "PrepareModuleOutput"; }
 };

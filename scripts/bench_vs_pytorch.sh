@@ -2,11 +2,12 @@
 # Our benchmark and PyTorch's Python DTensor doing the same, on the same machine and world size:
 #   ./scripts/bench_vs_pytorch.sh dispatch       per-op dispatch overhead (tools/bench/dispatch_bench.*)
 #   ./scripts/bench_vs_pytorch.sh redistribute   redistribute overhead over the raw collective
+#   ./scripts/bench_vs_pytorch.sh tp_step        a Colwise/Rowwise MLP training step's overhead
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bench=${1:?usage: bench_vs_pytorch.sh dispatch|redistribute [args]}
+bench=${1:?usage: bench_vs_pytorch.sh dispatch|redistribute|tp_step [args]}
 shift
-case "$bench" in dispatch|redistribute) ;; *) echo "unknown benchmark '$bench'" >&2; exit 2 ;; esac
+case "$bench" in dispatch|redistribute|tp_step) ;; *) echo "unknown benchmark '$bench'" >&2; exit 2 ;; esac
 ./scripts/setup.sh >/dev/null
 NPROC=${NPROC:-2}
 build/bin/tprun --nproc-per-node "$NPROC" --master-port 0 --no-prefix "${bench}_bench" "$@" 2>/dev/null

@@ -123,7 +123,14 @@ std::string ProcessGroup::describe() const {
 }
 
 Work ProcessGroup::start(const char* collective, int64_t bytes,
-                         const std::function<c10::intrusive_ptr<c10d::Work>()>& issue, std::function<void()> finish) {
+                         const std::function<c10::intrusive_ptr<c10d::Work>()>& issue, std::function<void()> finish,
+                         const std::function<void()>& alone) {
+  // A group of one rank communicates with no one: the collective is its local result (the caller's copy),
+  // with no backend call and nothing for the comm observers, as PyTorch skips size-1 mesh dims.
+  if (size() == 1) {
+    if (alone) alone();
+    return Work();
+  }
   detail::notify_comm_observers(CommEvent{collective, bytes, size(), &ranks_});
   std::string what = std::string(collective) + " on " + describe();
   c10::intrusive_ptr<c10d::Work> work;
@@ -153,7 +160,8 @@ Work ProcessGroup::all_gather_into_async(at::Tensor& out, at::Tensor& in) {
   check_contiguous(in, "all_gather");
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
-  return start("all_gather", nbytes(in), [&] { return backend_->_allgather_base(out, in, opts); });
+  return start("all_gather", nbytes(in), [&] { return backend_->_allgather_base(out, in, opts); }, {},
+               [&] { out.copy_(in.view(out.sizes())); });
 }
 
 Work ProcessGroup::reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, ReduceOp op) {
@@ -165,7 +173,7 @@ Work ProcessGroup::reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, Re
   std::function<void()> finish;
   if (op == ReduceOp::AVG) finish = [out, n = size()]() mutable { out.div_(n); };
   return start("reduce_scatter", nbytes(in), [&] { return backend_->_reduce_scatter_base(out, in, opts); },
-               std::move(finish));
+               std::move(finish), [&] { out.copy_(in.view(out.sizes())); });
 }
 
 Work ProcessGroup::all_to_all_single_async(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
@@ -174,7 +182,8 @@ Work ProcessGroup::all_to_all_single_async(at::Tensor& out, at::Tensor& in, std:
   check_contiguous(in, "all_to_all");
   c10d::AllToAllOptions opts;
   opts.timeout = timeout_;
-  return start("all_to_all", nbytes(in), [&] { return backend_->alltoall_base(out, in, out_splits, in_splits, opts); });
+  return start("all_to_all", nbytes(in), [&] { return backend_->alltoall_base(out, in, out_splits, in_splits, opts); },
+               {}, [&] { out.copy_(in.view(out.sizes())); });
 }
 
 Work ProcessGroup::broadcast_async(at::Tensor& tensor, int src_group_rank) {

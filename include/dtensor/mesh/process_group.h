@@ -84,8 +84,10 @@ class ProcessGroup {
  private:
   // Runs the comm hooks, then `issue` (which starts the c10d collective), and wraps the result so that
   // wait() is bounded and errors carry context; `finish` runs after a successful wait.
+  // Issues a collective through the backend; in a group of one rank runs `alone` (the local result)
+  // instead.
   Work start(const char* collective, int64_t bytes, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue,
-             std::function<void()> finish = nullptr);
+             std::function<void()> finish = nullptr, const std::function<void()>& alone = nullptr);
 
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::vector<int> ranks_;

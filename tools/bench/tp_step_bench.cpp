@@ -1,0 +1,105 @@
+// tp_step_bench: what tensor parallelism costs beyond its compute and its one collective, for one training
+// step (forward + backward) of an MLP under {in_proj: Colwise, out_proj: Rowwise}:
+//
+//   overhead = TP step - the same step on this rank's shard as plain tensors - one raw all_reduce of the output
+//
+// Sizes are small so that the framework's cost (hooks, dispatch, sharding propagation, redistribute
+// planning, autograd of DTensors) shows. tools/bench/tp_step_bench.py measures PyTorch's parallelize_module
+// the same way.
+//
+//   tprun --nproc-per-node 2 tp_step_bench [--iters N]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/nn/module.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/parallel/comm_debug_mode.h"
+#include "dtensor/parallel/layers.h"
+#include "dtensor/parallel/parallelize.h"
+#include "dtensor/tensor/dtensor.h"
+
+using namespace dtensor;
+
+namespace {
+
+constexpr int64_t kBatch = 8, kIn = 64, kHidden = 256, kOut = 64;
+
+struct MlpImpl : torch::nn::Module {
+  explicit MlpImpl(int64_t hidden) {
+    in_proj = register_module("in_proj", nn::Linear(kIn, hidden));
+    out_proj = register_module("out_proj", nn::Linear(hidden, kOut));
+  }
+  at::Tensor forward(const at::Tensor& x) { return out_proj(at::relu(in_proj(x))); }
+  nn::Linear in_proj{nullptr}, out_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+// Median over 15 batches of the mean time per call, in microseconds.
+double time_us(int iters, const std::function<void()>& fn) {
+  for (int i = 0; i < iters / 10 + 10; ++i) fn();
+  std::vector<double> batches;
+  for (int b = 0; b < 15; ++b) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) fn();
+    batches.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
+  }
+  std::sort(batches.begin(), batches.end());
+  return batches[batches.size() / 2];
+}
+
+void step(Mlp& model, const at::Tensor& x) {
+  for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
+  model(x).sum().backward();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    int iters = 200;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
+      else throw std::invalid_argument("tp_step_bench: unknown option " + a + " (options: --iters N)");
+    }
+    at::set_num_threads(1);  // as the Python twin: one intra-op thread per rank on this 2-core machine
+    auto world = init_process_group();
+    const int n = world->size();
+    auto mesh = init_device_mesh("cpu", {n});
+    at::manual_seed(0);
+    at::Tensor x = at::randn({kBatch, kIn});
+    Mlp shard(kHidden / n);  // this rank's part of the work, as plain tensors
+    Mlp tp(kHidden);
+    parallelize_module(*tp, mesh, {{"in_proj", make_style<ColwiseParallel>()}, {"out_proj", make_style<RowwiseParallel>()}});
+    at::Tensor out = at::randn({kBatch, kOut});
+
+    std::string comms;
+    {
+      CommDebugMode comm;
+      step(tp, x);
+      for (const auto& [name, count] : comm.get_comm_counts()) comms += " " + name + " x" + std::to_string(count);
+    }
+    const double t_shard = time_us(iters, [&] { step(shard, x); });
+    const double t_comm = time_us(iters, [&] { all_reduce(out, ReduceOp::SUM, mesh.get_group(0)); });
+    const double t_tp = time_us(iters, [&] { step(tp, x); });
+    if (world->rank() == 0) {
+      std::printf("# dtensor TP step (forward + backward) of Linear(%lld,%lld)-ReLU-Linear(%lld,%lld), batch %lld, "
+                  "world %d: median of 15 batches of %d steps (us per step)\n",
+                  (long long)kIn, (long long)kHidden, (long long)kHidden, (long long)kOut, (long long)kBatch, n, iters);
+      std::printf("%-12s %12s %12s %12s\n", "TP step", "shard step", "all_reduce", "overhead");
+      std::printf("%-12.1f %12.1f %12.1f %12.1f\n", t_tp, t_shard, t_comm, t_tp - t_shard - t_comm);
+      std::printf("collectives per TP step:%s\n", comms.empty() ? " none" : comms.c_str());
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

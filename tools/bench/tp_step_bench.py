@@ -61,7 +61,8 @@ def main():
 
     with CommDebugMode() as comm:
         step(tp, x)
-    comms = " ".join(f"{str(k).split('.')[-2] if '.' in str(k) else k} x{v}" for k, v in comm.get_comm_counts().items())
+    short = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+    comms = " ".join(f"{next((s for s in short if s in str(k)), str(k))} x{v}" for k, v in comm.get_comm_counts().items())
     t_shard = time_us(args.iters, lambda: step(shard, x))
     t_comm = time_us(args.iters, lambda: dist.all_reduce(out))
     t_tp = time_us(args.iters, lambda: step(tp, x))

@@ -5,42 +5,19 @@
 //   tprun --nproc-per-node 2 dispatch_bench [--iters N]
 #include <ATen/ATen.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "dtensor/tensor/dtensor.h"
 
 using namespace dtensor;
 
-namespace {
-
-// Median over 15 batches of the mean time per call, in microseconds.
-double time_us(int iters, const std::function<void()>& fn) {
-  for (int i = 0; i < iters / 10 + 10; ++i) fn();
-  std::vector<double> batches;
-  for (int b = 0; b < 15; ++b) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) fn();
-    batches.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
-  }
-  std::sort(batches.begin(), batches.end());
-  return batches[batches.size() / 2];
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   try {
-    int iters = 2000;
-    for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
-      else throw std::invalid_argument("dispatch_bench: unknown option " + a + " (options: --iters N)");
-    }
+    const int iters = bench::parse_iters(argc, argv, 2000, "dispatch_bench");
     auto world = init_process_group();
     const int n = world->size();
     auto mesh = init_device_mesh("cpu", {n});
@@ -68,7 +45,7 @@ int main(int argc, char** argv) {
       std::printf("%-42s %10s %10s %10s\n", "op", "DTensor", "local", "overhead");
     }
     for (const auto& c : cases) {
-      double dt = time_us(iters, c.dt), local = time_us(iters, c.local);
+      double dt = bench::batched_median_us(iters, c.dt), local = bench::batched_median_us(iters, c.local);
       if (world->rank() == 0) std::printf("%-42s %10.2f %10.2f %10.2f\n", c.name, dt, local, dt - local);
     }
     return 0;

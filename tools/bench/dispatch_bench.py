@@ -3,25 +3,12 @@
     .venv/bin/torchrun --standalone --nproc-per-node 2 tools/bench/dispatch_bench.py [--iters N]
 """
 import argparse
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-
-
-def time_us(iters, fn):
-    for _ in range(iters // 10 + 10):
-        fn()
-    batches = []
-    for _ in range(15):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        batches.append((time.perf_counter() - t0) * 1e6 / iters)
-    return statistics.median(batches)
+from bench_util import batched_median_us
 
 
 def main():
@@ -51,7 +38,7 @@ def main():
               f"{args.iters} calls (us per call)")
         print(f"{'op':<42} {'DTensor':>10} {'local':>10} {'overhead':>10}")
     for name, dt, local in cases:
-        t_dt, t_local = time_us(args.iters, dt), time_us(args.iters, local)
+        t_dt, t_local = batched_median_us(args.iters, dt), batched_median_us(args.iters, local)
         if dist.get_rank() == 0:
             print(f"{name:<42} {t_dt:>10.2f} {t_local:>10.2f} {t_dt - t_local:>10.2f}", flush=True)
     dist.destroy_process_group()

@@ -8,42 +8,19 @@
 // DTensor the same way.
 #include <ATen/ATen.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "dtensor/tensor/dtensor.h"
 
 using namespace dtensor;
 
-namespace {
-
-double median_us(int iters, ProcessGroup& group, const std::function<void()>& body) {
-  for (int i = 0; i < 3; ++i) body();
-  std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    group.barrier();
-    auto t0 = std::chrono::steady_clock::now();
-    body();
-    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   try {
-    int iters = 200;
-    for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
-      else throw std::invalid_argument("redistribute_bench: unknown option " + a + " (options: --iters N)");
-    }
+    const int iters = bench::parse_iters(argc, argv, 200, "redistribute_bench");
     auto world = init_process_group();
     const int n = world->size();
     auto mesh = init_device_mesh("cpu", {n});
@@ -68,7 +45,7 @@ int main(int argc, char** argv) {
       at::Tensor full = at::randn({rows * n, cols});
       for (const auto& t : transitions) {
         at::Tensor dt = distribute_tensor(full, mesh, t.src);
-        double ours = median_us(iters, group, [&] { redistribute(dt, mesh, t.dst); });
+        double ours = bench::synchronized_median_us(iters, group, [&] { redistribute(dt, mesh, t.dst); });
         at::Tensor local = to_local(dt).contiguous();
         at::Tensor out_full = at::empty_like(full), out_shard = at::empty({rows, cols});
         std::vector<int64_t> splits(n, local.size(0) / n);  // rows per rank
@@ -80,7 +57,7 @@ int main(int argc, char** argv) {
         else if (name == "Partial->Shard(0)") raw = [&] { group.reduce_scatter_into(out_shard, local, ReduceOp::SUM); };
         else if (name == "Shard(0)->Shard(1)") raw = [&] { group.all_to_all_single(a2a_out, local, splits, splits); };
         else raw = [&] { local.narrow(0, 0, rows).clone(); };
-        double bare = median_us(iters, group, raw);
+        double bare = bench::synchronized_median_us(iters, group, raw);
         if (world->rank() == 0) {
           std::printf("%-26s %10lld %12.1f %12.1f %12.1f\n", t.name, (long long)full.numel(), ours, bare, ours - bare);
           std::fflush(stdout);

@@ -7,25 +7,12 @@ the same bytes, and the difference (the overhead).
 """
 import argparse
 import os
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
-
-
-def median_us(iters, fn):
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        dist.barrier()
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
+from bench_util import synchronized_median_us
 
 
 def main():
@@ -53,7 +40,7 @@ def main():
         full = torch.randn(rows * n, cols)
         for name, src, dst in transitions:
             dt = distribute_tensor(full, mesh, src)
-            ours = median_us(args.iters, lambda: dt.redistribute(mesh, dst))
+            ours = synchronized_median_us(args.iters, lambda: dt.redistribute(mesh, dst))
             local = dt.to_local().contiguous()
             out_full = torch.empty_like(full)
             out_shard = torch.empty(rows, cols)
@@ -68,7 +55,7 @@ def main():
                 raw = lambda: dist.all_to_all_single(a2a_out, local)
             else:
                 raw = lambda: local.narrow(0, 0, rows).clone()
-            bare = median_us(args.iters, raw)
+            bare = synchronized_median_us(args.iters, raw)
             if rank == 0:
                 print(f"{name:<26} {full.numel():>10} {ours:>12.1f} {bare:>12.1f} {ours - bare:>12.1f}", flush=True)
     dist.destroy_process_group()

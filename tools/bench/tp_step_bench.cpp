@@ -12,17 +12,15 @@
 #include <ATen/Parallel.h>
 #include <torch/nn/module.h>
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <functional>
 #include <string>
-#include <vector>
 
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/parallel/comm_debug_mode.h"
 #include "dtensor/parallel/layers.h"
 #include "dtensor/parallel/parallelize.h"
+#include "bench_util.h"
 #include "dtensor/tensor/dtensor.h"
 
 using namespace dtensor;
@@ -41,19 +39,6 @@ struct MlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
-// Median over 15 batches of the mean time per call, in microseconds.
-double time_us(int iters, const std::function<void()>& fn) {
-  for (int i = 0; i < iters / 10 + 10; ++i) fn();
-  std::vector<double> batches;
-  for (int b = 0; b < 15; ++b) {
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) fn();
-    batches.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters);
-  }
-  std::sort(batches.begin(), batches.end());
-  return batches[batches.size() / 2];
-}
-
 void step(Mlp& model, const at::Tensor& x) {
   for (auto& p : model->parameters()) p.mutable_grad() = at::Tensor();
   model(x).sum().backward();
@@ -63,12 +48,7 @@ void step(Mlp& model, const at::Tensor& x) {
 
 int main(int argc, char** argv) {
   try {
-    int iters = 200;
-    for (int i = 1; i < argc; ++i) {
-      std::string a = argv[i];
-      if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
-      else throw std::invalid_argument("tp_step_bench: unknown option " + a + " (options: --iters N)");
-    }
+    const int iters = bench::parse_iters(argc, argv, 200, "tp_step_bench");
     at::set_num_threads(1);  // as the Python twin: one intra-op thread per rank on this 2-core machine
     auto world = init_process_group();
     const int n = world->size();
@@ -86,9 +66,9 @@ int main(int argc, char** argv) {
       step(tp, x);
       for (const auto& [name, count] : comm.get_comm_counts()) comms += " " + name + " x" + std::to_string(count);
     }
-    const double t_shard = time_us(iters, [&] { step(shard, x); });
-    const double t_comm = time_us(iters, [&] { all_reduce(out, ReduceOp::SUM, mesh.get_group(0)); });
-    const double t_tp = time_us(iters, [&] { step(tp, x); });
+    const double t_shard = bench::batched_median_us(iters, [&] { step(shard, x); });
+    const double t_comm = bench::batched_median_us(iters, [&] { all_reduce(out, ReduceOp::SUM, mesh.get_group(0)); });
+    const double t_tp = bench::batched_median_us(iters, [&] { step(tp, x); });
     if (world->rank() == 0) {
       std::printf("# dtensor TP step (forward + backward) of Linear(%lld,%lld)-ReLU-Linear(%lld,%lld), batch %lld, "
                   "world %d: median of 15 batches of %d steps (us per step)\n",

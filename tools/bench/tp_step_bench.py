@@ -5,8 +5,6 @@ as plain tensors, minus one raw all_reduce of the output.
     .venv/bin/torchrun --standalone --nproc-per-node 2 tools/bench/tp_step_bench.py [--iters N]
 """
 import argparse
-import statistics
-import time
 
 import torch
 import torch.distributed as dist
@@ -14,6 +12,7 @@ import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from bench_util import batched_median_us
 
 BATCH, IN, HIDDEN, OUT = 8, 64, 256, 64
 
@@ -26,18 +25,6 @@ class Mlp(nn.Module):
 
     def forward(self, x):
         return self.out_proj(torch.relu(self.in_proj(x)))
-
-
-def time_us(iters, fn):
-    for _ in range(iters // 10 + 10):
-        fn()
-    batches = []
-    for _ in range(15):
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        batches.append((time.perf_counter() - t0) * 1e6 / iters)
-    return statistics.median(batches)
 
 
 def step(model, x):
@@ -63,9 +50,9 @@ def main():
         step(tp, x)
     short = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
     comms = " ".join(f"{next((s for s in short if s in str(k)), str(k))} x{v}" for k, v in comm.get_comm_counts().items())
-    t_shard = time_us(args.iters, lambda: step(shard, x))
-    t_comm = time_us(args.iters, lambda: dist.all_reduce(out))
-    t_tp = time_us(args.iters, lambda: step(tp, x))
+    t_shard = batched_median_us(args.iters, lambda: step(shard, x))
+    t_comm = batched_median_us(args.iters, lambda: dist.all_reduce(out))
+    t_tp = batched_median_us(args.iters, lambda: step(tp, x))
     if dist.get_rank() == 0:
         print(f"# PyTorch {torch.__version__} TP step (forward + backward) of Linear({IN},{HIDDEN})-ReLU-"
               f"Linear({HIDDEN},{OUT}), batch {BATCH}, world {n}: median of 15 batches of {args.iters} steps "

@@ -28,4 +28,8 @@ void replicate_params(torch::nn::Module& module, const DeviceMesh& mesh, std::op
 std::vector<int64_t> packed_indices(int64_t size, const std::vector<int64_t>& parts, int64_t n, int64_t r,
                                     const std::string& what);
 
+// This rank's packed part of dim `dim` of `full` on the 1-D `mesh` (packed_indices, then index_select).
+at::Tensor packed_slice(const at::Tensor& full, int64_t dim, const std::vector<int64_t>& parts, const DeviceMesh& mesh,
+                        const std::string& what);
+
 }  // namespace dtensor::detail

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
@@ -59,9 +60,20 @@ std::unordered_map<const torch::nn::Module*, HookSet>& table() {
 HookSet& hooks_of(torch::nn::Module& module) {
   auto& entry = table()[&module];
   auto alive = entry.owner.lock();
-  if (alive.get() != &module) entry = HookSet{module.shared_from_this(), {}, {}, ""};
+  if (alive.get() != &module) {
+    entry = HookSet{};
+    entry.owner = module.shared_from_this();
+  }
   return entry;
 }
+
+// The module's hooks, if the entry at its address is this live module's (not a dead one's). Lock held.
+const HookSet* live_hooks(const torch::nn::Module& module) {
+  auto it = table().find(&module);
+  return it != table().end() && it->second.owner.lock().get() == &module ? &it->second : nullptr;
+}
+
+bool any_hooks(const HookSet* hooks) { return hooks && (!hooks->pre.empty() || !hooks->post.empty()); }
 
 // torch::nn::Module keeps parameters_ protected and buffers_ private, and register_parameter /
 // register_buffer refuse existing names. An explicit template instantiation may name private members (the
@@ -117,9 +129,7 @@ void register_forward_hook(torch::nn::Module& module, ForwardHook hook) {
 
 bool has_hooks(const torch::nn::Module& module) {
   std::lock_guard<std::mutex> lock(table_mutex());
-  auto it = table().find(&module);
-  return it != table().end() && it->second.owner.lock().get() == &module &&
-         (!it->second.pre.empty() || !it->second.post.empty());
+  return any_hooks(live_hooks(module));
 }
 
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, const std::function<at::Tensor(const Tensors&)>& body) {
@@ -128,27 +138,17 @@ at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, const std:
 
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, Kwargs kwargs,
                            const std::function<at::Tensor(const Tensors&, const Kwargs&)>& body) {
-  std::vector<ForwardPreHookWithKwargs> pre;
-  std::vector<ForwardHook> post;
-  std::string path;
-  std::vector<Enclosing> enclosing;
-  bool hooked = false;
+  std::optional<HookSet> hooks;
   {
     // Copies the hooks out: the body (and the hooks) run without the lock, and may call submodules.
     std::lock_guard<std::mutex> lock(table_mutex());
-    auto it = table().find(&module);
-    if (it != table().end() && it->second.owner.lock().get() == &module) {
-      hooked = true;
-      pre = it->second.pre;
-      post = it->second.post;
-      path = it->second.path;
-      enclosing = it->second.enclosing;
-    }
+    if (const HookSet* live = live_hooks(module)) hooks = *live;
   }
-  if (!hooked) return body(inputs, kwargs);
+  if (!hooks) return body(inputs, kwargs);
+  const std::string& path = hooks->path;
   // A style's hooks on an enclosing module are skipped when its forward does not go through
   // call_with_hooks: its inputs would silently arrive unprepared here. Refuse instead.
-  for (const auto& outer : enclosing) {
+  for (const auto& outer : hooks->enclosing) {
     auto alive = outer.module.lock();
     if (!alive || std::find(running.begin(), running.end(), alive.get()) != running.end()) continue;
     throw std::logic_error("dtensor: '" + (path.empty() ? module.name() : path) + "' ran outside the forward of '" + outer.path +
@@ -157,9 +157,9 @@ at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, Kwargs kwa
                            "dtensor/parallel/module_hooks.h), or its hooks never run");
   }
   RunningScope scope(&module, path);
-  for (auto& hook : pre) std::tie(inputs, kwargs) = hook(module, std::move(inputs), std::move(kwargs));
+  for (auto& hook : hooks->pre) std::tie(inputs, kwargs) = hook(module, std::move(inputs), std::move(kwargs));
   at::Tensor out = body(inputs, kwargs);
-  for (auto& hook : post) out = hook(module, inputs, std::move(out));
+  for (auto& hook : hooks->post) out = hook(module, inputs, std::move(out));
   return out;
 }
 
@@ -170,10 +170,7 @@ void set_module_path(const torch::nn::Module& module, std::string path) {
 
 void link_enclosing_hooks(torch::nn::Module& root) {
   std::lock_guard<std::mutex> lock(table_mutex());
-  auto hooked = [](const std::shared_ptr<torch::nn::Module>& m) {
-    auto it = table().find(m.get());
-    return it != table().end() && it->second.owner.lock() == m && (!it->second.pre.empty() || !it->second.post.empty());
-  };
+  auto hooked = [](const std::shared_ptr<torch::nn::Module>& m) { return any_hooks(live_hooks(*m)); };
   for (const auto& outer : root.named_modules("", /*include_self=*/true)) {
     if (!hooked(outer.value())) continue;
     for (const auto& inner : outer.value()->named_modules("", /*include_self=*/false)) {

@@ -122,9 +122,7 @@ void localize_param(torch::nn::Module& m, const std::string& name, int64_t dim, 
   if (!params.contains(name) || !params[name].defined()) return;
   const at::Tensor& old = params[name];
   at::Tensor full = src ? to_local(distribute_tensor(old.detach(), mesh, {Replicate()}, src)) : old.detach();
-  const int64_t r = mesh.get_coordinate().value()[0];
-  auto idx = detail::packed_indices(full.size(dim), parts, mesh.size(), r, what + " '" + name + "'");
-  at::Tensor local = full.index_select(dim, at::tensor(idx, at::kLong)).contiguous();
+  at::Tensor local = detail::packed_slice(full, dim, parts, mesh, what + " '" + name + "'").contiguous();
   local.set_requires_grad(old.requires_grad());
   nn::replace_parameter(m, name, local);
 }
@@ -329,9 +327,7 @@ void LocalRowwiseParallel::apply(torch::nn::Module& m, const std::string& path, 
     if (parts.size() == 1) {
       xs[0] = to_local(redistribute(xs[0], mesh, {Shard(-1)}));
     } else {
-      at::Tensor full = to_local(redistribute(xs[0], mesh, {Replicate()}));
-      auto idx = detail::packed_indices(full.size(-1), parts, mesh.size(), mesh.get_coordinate().value()[0], "input");
-      xs[0] = full.index_select(-1, at::tensor(idx, at::kLong));
+      xs[0] = detail::packed_slice(to_local(redistribute(xs[0], mesh, {Replicate()})), -1, parts, mesh, "input");
     }
     return xs;
   });

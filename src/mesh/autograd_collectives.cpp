@@ -1,4 +1,5 @@
 #include "dtensor/mesh/autograd_collectives.h"
+#include "dtensor/error.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -32,7 +33,7 @@ struct AllReduceFn : torch::autograd::Function<AllReduceFn> {
     // SUM: y = sum_r x_r and each rank's loss term reads y locally, so d(loss)/dx_r is that rank's grad.
     if (op == ReduceOp::SUM) return {grads[0], {}, {}};
     if (op == ReduceOp::AVG) return {grads[0] / ctx->saved_data["n"].toInt(), {}, {}};
-    throw std::runtime_error(std::string("dtensor: all_reduce with ") + reduce_op_name(op) + " has no backward");
+    throw dtensor::Error(std::string("dtensor: all_reduce with ") + reduce_op_name(op) + " has no backward");
   }
 };
 
@@ -58,7 +59,7 @@ struct AllGatherFn : torch::autograd::Function<AllGatherFn> {
 struct ReduceScatterFn : torch::autograd::Function<ReduceScatterFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, ReduceOp op, int64_t dim, ProcessGroup* g) {
     if (op != ReduceOp::SUM && op != ReduceOp::AVG) {
-      throw std::runtime_error(std::string("dtensor: reduce_scatter_autograd supports sum and avg, not ") +
+      throw dtensor::Error(std::string("dtensor: reduce_scatter_autograd supports sum and avg, not ") +
                                reduce_op_name(op));
     }
     int64_t d = dim < 0 ? dim + x.dim() : dim;

@@ -1,4 +1,5 @@
 #include "dtensor/mesh/device_mesh.h"
+#include "dtensor/error.h"
 
 #include <algorithm>
 #include <functional>
@@ -51,33 +52,33 @@ DeviceMesh::DeviceMesh(std::string device_type, std::vector<int64_t> shape, std:
                        std::vector<std::string> dim_names, std::shared_ptr<World> world) {
   auto impl = std::make_shared<Impl>();
   if (device_type != "cpu") {
-    throw std::invalid_argument("dtensor: DeviceMesh device_type '" + device_type +
+    throw dtensor::Error("dtensor: DeviceMesh device_type '" + device_type +
                                 "' is not supported by this build (Gloo backend: use \"cpu\")");
   }
   if (!world) world = current_world();
-  if (shape.empty()) throw std::invalid_argument("dtensor: DeviceMesh needs at least one dim");
+  if (shape.empty()) throw dtensor::Error("dtensor: DeviceMesh needs at least one dim");
   int64_t n = 1;
   for (int64_t s : shape) {
-    if (s < 1) throw std::invalid_argument("dtensor: DeviceMesh dims must be >= 1");
+    if (s < 1) throw dtensor::Error("dtensor: DeviceMesh dims must be >= 1");
     n *= s;
   }
   if (n != static_cast<int64_t>(ranks.size())) {
-    throw std::invalid_argument("dtensor: DeviceMesh shape holds " + std::to_string(n) + " ranks but " +
+    throw dtensor::Error("dtensor: DeviceMesh shape holds " + std::to_string(n) + " ranks but " +
                                 std::to_string(ranks.size()) + " were given");
   }
   std::set<int> unique(ranks.begin(), ranks.end());
   if (unique.size() != ranks.size() || *unique.begin() < 0 || *unique.rbegin() >= world->size()) {
-    throw std::invalid_argument("dtensor: DeviceMesh ranks must be distinct and within the world of " +
+    throw dtensor::Error("dtensor: DeviceMesh ranks must be distinct and within the world of " +
                                 std::to_string(world->size()));
   }
   if (!dim_names.empty()) {
     if (dim_names.size() != shape.size()) {
-      throw std::invalid_argument("dtensor: DeviceMesh has " + std::to_string(shape.size()) + " dims but " +
+      throw dtensor::Error("dtensor: DeviceMesh has " + std::to_string(shape.size()) + " dims but " +
                                   std::to_string(dim_names.size()) + " names");
     }
     std::set<std::string> unique_names(dim_names.begin(), dim_names.end());
     if (unique_names.size() != dim_names.size()) {
-      throw std::invalid_argument("dtensor: DeviceMesh dim names must be unique, got " + quoted_names(dim_names));
+      throw dtensor::Error("dtensor: DeviceMesh dim names must be unique, got " + quoted_names(dim_names));
     }
   }
   impl->device_type = std::move(device_type);
@@ -110,7 +111,7 @@ std::optional<std::vector<int64_t>> DeviceMesh::get_coordinate() const { return 
 int64_t DeviceMesh::size(int64_t mesh_dim) const {
   if (mesh_dim < 0) mesh_dim += ndim();
   if (mesh_dim < 0 || mesh_dim >= ndim()) {
-    throw std::out_of_range("dtensor: mesh dim " + std::to_string(mesh_dim) + " is out of range for a " +
+    throw dtensor::Error("dtensor: mesh dim " + std::to_string(mesh_dim) + " is out of range for a " +
                             std::to_string(ndim()) + "-D mesh");
   }
   return impl_->shape[mesh_dim];
@@ -119,7 +120,7 @@ int64_t DeviceMesh::size(int64_t mesh_dim) const {
 int64_t DeviceMesh::dim_index(const std::string& dim_name) const {
   auto it = std::find(impl_->names.begin(), impl_->names.end(), dim_name);
   if (it == impl_->names.end()) {
-    throw std::invalid_argument("dtensor: mesh dim '" + dim_name + "' not found; the mesh's dims are " +
+    throw dtensor::Error("dtensor: mesh dim '" + dim_name + "' not found; the mesh's dims are " +
                                 (impl_->names.empty() ? std::string("unnamed") : quoted_names(impl_->names)));
   }
   return it - impl_->names.begin();
@@ -131,7 +132,7 @@ ProcessGroup& DeviceMesh::get_group(int64_t mesh_dim) const {
   size(mesh_dim);  // range check
   if (mesh_dim < 0) mesh_dim += ndim();
   if (!impl_->coordinate) {
-    throw std::runtime_error("dtensor: rank " + std::to_string(get_rank()) + " is not in " + to_string());
+    throw dtensor::Error("dtensor: rank " + std::to_string(get_rank()) + " is not in " + to_string());
   }
   return *impl_->groups[mesh_dim];
 }
@@ -141,11 +142,11 @@ DeviceMesh DeviceMesh::slice(const std::vector<std::string>& dim_names) const {
   for (const auto& name : dim_names) dims.push_back(dim_index(name));
   if (dims.empty() || !std::is_sorted(dims.begin(), dims.end()) ||
       std::adjacent_find(dims.begin(), dims.end()) != dims.end()) {
-    throw std::invalid_argument("dtensor: slice dims " + quoted_names(dim_names) +
+    throw dtensor::Error("dtensor: slice dims " + quoted_names(dim_names) +
                                 " must be distinct and in the mesh's order " + quoted_names(impl_->names));
   }
   if (!impl_->coordinate) {
-    throw std::runtime_error("dtensor: rank " + std::to_string(get_rank()) + " cannot slice " + to_string() +
+    throw dtensor::Error("dtensor: rank " + std::to_string(get_rank()) + " cannot slice " + to_string() +
                              ": it is not a member");
   }
   auto sub = std::make_shared<Impl>();
@@ -216,7 +217,7 @@ DeviceMesh init_device_mesh(const std::string& device_type, std::vector<int64_t>
   int64_t n = 1;
   for (int64_t s : mesh_shape) n *= s;
   if (n != world->size()) {
-    throw std::invalid_argument("dtensor: init_device_mesh shape holds " + std::to_string(n) +
+    throw dtensor::Error("dtensor: init_device_mesh shape holds " + std::to_string(n) +
                                 " ranks but the world has " + std::to_string(world->size()));
   }
   std::vector<int> ranks(world->size());

@@ -1,6 +1,7 @@
 // Functional collectives over ProcessGroup's raw, equal-size primitives. Uneven sizes are handled by
 // padding every rank's piece to the largest (all_gather, reduce_scatter) or by element counts
 // (all_to_all), moving the collective's tensor dim to dim 0 so that pieces are contiguous rows.
+#include "dtensor/error.h"
 #include "dtensor/mesh/functional_collectives.h"
 
 #include <ATen/ATen.h>
@@ -15,7 +16,7 @@ namespace {
 int64_t normalize_dim(int64_t dim, int64_t ndim, const char* what) {
   int64_t d = dim < 0 ? dim + ndim : dim;
   if (ndim == 0 || d < 0 || d >= ndim) {
-    throw std::out_of_range(std::string("dtensor: ") + what + " dim " + std::to_string(dim) +
+    throw dtensor::Error(std::string("dtensor: ") + what + " dim " + std::to_string(dim) +
                             " is out of range for a " + std::to_string(ndim) + "-d tensor");
   }
   return d;
@@ -29,11 +30,11 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& sizes) {
 
 void check_sizes(const std::vector<int64_t>& sizes, ProcessGroup& group, const char* what) {
   if (static_cast<int>(sizes.size()) != group.size()) {
-    throw std::invalid_argument(std::string("dtensor: ") + what + " got " + std::to_string(sizes.size()) +
+    throw dtensor::Error(std::string("dtensor: ") + what + " got " + std::to_string(sizes.size()) +
                                 " sizes for " + group.describe());
   }
   for (int64_t s : sizes) {
-    if (s < 0) throw std::invalid_argument(std::string("dtensor: ") + what + " got a negative size");
+    if (s < 0) throw dtensor::Error(std::string("dtensor: ") + what + " got a negative size");
   }
 }
 
@@ -53,7 +54,7 @@ at::Tensor pad_rows(const at::Tensor& x, const std::vector<int64_t>& sizes, int6
 }  // namespace
 
 std::vector<int64_t> chunk_sizes(int64_t dim_size, int64_t num_chunks) {
-  if (num_chunks < 1) throw std::invalid_argument("dtensor: chunk_sizes needs num_chunks >= 1");
+  if (num_chunks < 1) throw dtensor::Error("dtensor: chunk_sizes needs num_chunks >= 1");
   std::vector<int64_t> sizes(num_chunks, 0);
   if (dim_size == 0) return sizes;
   int64_t chunk = (dim_size + num_chunks - 1) / num_chunks;  // torch.chunk: ceil, trailing chunks short/empty
@@ -80,7 +81,7 @@ at::Tensor all_gather(const at::Tensor& tensor, int64_t gather_dim, ProcessGroup
   if (!sizes) sizes = exchange_sizes(tensor.size(d), group);
   check_sizes(*sizes, group, "all_gather");
   if ((*sizes)[group.rank()] != tensor.size(d)) {
-    throw std::invalid_argument("dtensor: all_gather: this rank's size " + std::to_string(tensor.size(d)) +
+    throw dtensor::Error("dtensor: all_gather: this rank's size " + std::to_string(tensor.size(d)) +
                                 " along dim " + std::to_string(d) + " differs from the size given for it, " +
                                 std::to_string((*sizes)[group.rank()]));
   }
@@ -109,7 +110,7 @@ at::Tensor reduce_scatter(const at::Tensor& tensor, ReduceOp op, int64_t scatter
   if (!sizes) sizes = chunk_sizes(tensor.size(d), n);
   check_sizes(*sizes, group, "reduce_scatter");
   if (std::accumulate(sizes->begin(), sizes->end(), int64_t{0}) != tensor.size(d)) {
-    throw std::invalid_argument("dtensor: reduce_scatter sizes do not sum to the size of dim " + std::to_string(d));
+    throw dtensor::Error("dtensor: reduce_scatter sizes do not sum to the size of dim " + std::to_string(d));
   }
   const int64_t block = *std::max_element(sizes->begin(), sizes->end());
   const bool even = std::all_of(sizes->begin(), sizes->end(), [&](int64_t s) { return s == block; });
@@ -128,12 +129,12 @@ at::Tensor all_to_all(const at::Tensor& tensor, int64_t split_dim, int64_t conca
                       std::optional<std::vector<int64_t>> split_sizes) {
   int64_t s = normalize_dim(split_dim, tensor.dim(), "all_to_all split");
   int64_t c = normalize_dim(concat_dim, tensor.dim(), "all_to_all concat");
-  if (s == c) throw std::invalid_argument("dtensor: all_to_all needs different split and concat dims");
+  if (s == c) throw dtensor::Error("dtensor: all_to_all needs different split and concat dims");
   const int64_t n = group.size();
   if (!split_sizes) split_sizes = chunk_sizes(tensor.size(s), n);
   check_sizes(*split_sizes, group, "all_to_all");
   if (std::accumulate(split_sizes->begin(), split_sizes->end(), int64_t{0}) != tensor.size(s)) {
-    throw std::invalid_argument("dtensor: all_to_all split sizes do not sum to the size of dim " + std::to_string(s));
+    throw dtensor::Error("dtensor: all_to_all split sizes do not sum to the size of dim " + std::to_string(s));
   }
   if (!concat_sizes) concat_sizes = exchange_sizes(tensor.size(c), group);
   check_sizes(*concat_sizes, group, "all_to_all");
@@ -185,7 +186,7 @@ at::Tensor scatter(const at::Tensor& tensor, int64_t dim, int src, ProcessGroup&
   check_sizes(*sizes, group, "scatter");
   const bool root = group.rank() == src;
   if (root && tensor.size(d) != dim_size) {
-    throw std::invalid_argument("dtensor: scatter: the source's size along dim " + std::to_string(d) + " is " +
+    throw dtensor::Error("dtensor: scatter: the source's size along dim " + std::to_string(d) + " is " +
                                 std::to_string(tensor.size(d)) + ", expected " + std::to_string(dim_size));
   }
   // An all-to-all in which only the source sends: piece k (rows of the dim moved to the front) to rank k.

@@ -1,4 +1,5 @@
 #include "dtensor/mesh/launch_env.h"
+#include "dtensor/error.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -23,7 +24,7 @@ long parse_int(const char* name, const std::string& text) {
   char* end = nullptr;
   long value = std::strtol(text.c_str(), &end, 10);
   if (text.empty() || *end != '\0' || errno != 0) {
-    throw std::runtime_error(std::string("dtensor: environment variable ") + name + "='" + text +
+    throw dtensor::Error(std::string("dtensor: environment variable ") + name + "='" + text +
                              "' is not an integer");
   }
   return value;
@@ -31,7 +32,7 @@ long parse_int(const char* name, const std::string& text) {
 
 long require_int(const char* name) {
   auto v = get(name);
-  if (!v) throw std::runtime_error(std::string("dtensor: environment variable ") + name + " is not set" + kHint);
+  if (!v) throw dtensor::Error(std::string("dtensor: environment variable ") + name + " is not set" + kHint);
   return parse_int(name, *v);
 }
 
@@ -41,9 +42,9 @@ LaunchEnv LaunchEnv::from_environ() {
   LaunchEnv env;
   long world = require_int("WORLD_SIZE");
   long rank = require_int("RANK");
-  if (world < 1) throw std::runtime_error("dtensor: WORLD_SIZE=" + std::to_string(world) + " must be >= 1");
+  if (world < 1) throw dtensor::Error("dtensor: WORLD_SIZE=" + std::to_string(world) + " must be >= 1");
   if (rank < 0 || rank >= world) {
-    throw std::runtime_error("dtensor: RANK=" + std::to_string(rank) + " is outside [0, WORLD_SIZE=" +
+    throw dtensor::Error("dtensor: RANK=" + std::to_string(rank) + " is outside [0, WORLD_SIZE=" +
                              std::to_string(world) + ")");
   }
   auto local_rank_s = get("LOCAL_RANK");
@@ -51,20 +52,20 @@ LaunchEnv LaunchEnv::from_environ() {
   long local_rank = local_rank_s ? parse_int("LOCAL_RANK", *local_rank_s) : rank;
   long local_world = local_world_s ? parse_int("LOCAL_WORLD_SIZE", *local_world_s) : world;
   if (local_world < 1 || local_world > world) {
-    throw std::runtime_error("dtensor: LOCAL_WORLD_SIZE=" + std::to_string(local_world) + " must be in [1, WORLD_SIZE=" +
+    throw dtensor::Error("dtensor: LOCAL_WORLD_SIZE=" + std::to_string(local_world) + " must be in [1, WORLD_SIZE=" +
                              std::to_string(world) + "]");
   }
   if (local_rank < 0 || local_rank >= local_world) {
-    throw std::runtime_error("dtensor: LOCAL_RANK=" + std::to_string(local_rank) + " is outside [0, LOCAL_WORLD_SIZE=" +
+    throw dtensor::Error("dtensor: LOCAL_RANK=" + std::to_string(local_rank) + " is outside [0, LOCAL_WORLD_SIZE=" +
                              std::to_string(local_world) + ")");
   }
   auto addr = get("MASTER_ADDR");
   if (!addr || addr->empty()) {
-    throw std::runtime_error(std::string("dtensor: environment variable MASTER_ADDR is not set") + kHint);
+    throw dtensor::Error(std::string("dtensor: environment variable MASTER_ADDR is not set") + kHint);
   }
   long port = require_int("MASTER_PORT");
   if (port < 1 || port > 65535) {
-    throw std::runtime_error("dtensor: MASTER_PORT=" + std::to_string(port) + " is outside [1, 65535]");
+    throw dtensor::Error("dtensor: MASTER_PORT=" + std::to_string(port) + " is outside [1, 65535]");
   }
   env.rank = static_cast<int>(rank);
   env.world_size = static_cast<int>(world);
@@ -81,7 +82,7 @@ double timeout_seconds_from_environ(double fallback) {
   char* end = nullptr;
   double s = std::strtod(v->c_str(), &end);
   if (v->empty() || *end != '\0' || !(s > 0)) {
-    throw std::runtime_error("dtensor: DTENSOR_TIMEOUT_SEC='" + *v + "' must be a positive number of seconds");
+    throw dtensor::Error("dtensor: DTENSOR_TIMEOUT_SEC='" + *v + "' must be a positive number of seconds");
   }
   return s;
 }

@@ -1,5 +1,6 @@
 // ProcessGroup, World and init_process_group over c10d (TCPStore, PrefixStore, ProcessGroupGloo).
 // This is the only translation unit that includes ProcessGroupGloo.hpp (and with it gloo's headers).
+#include "dtensor/error.h"
 #include "dtensor/mesh/process_group.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -34,13 +35,13 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
     case ReduceOp::MAX: return c10d::ReduceOp(c10d::ReduceOp::MAX);
     case ReduceOp::MIN: return c10d::ReduceOp(c10d::ReduceOp::MIN);
   }
-  throw std::logic_error("unreachable");
+  throw dtensor::Error("unreachable");
 }
 
 int64_t nbytes(const at::Tensor& t) { return static_cast<int64_t>(t.numel()) * t.element_size(); }
 
 void check_contiguous(const at::Tensor& t, const char* what) {
-  if (!t.is_contiguous()) throw std::invalid_argument(std::string("dtensor: ") + what + " needs a contiguous tensor");
+  if (!t.is_contiguous()) throw dtensor::Error(std::string("dtensor: ") + what + " needs a contiguous tensor");
 }
 
 // c10 errors carry a C++ backtrace in what(); users need the message.
@@ -96,10 +97,10 @@ void Work::wait() {
   try {
     completed = state->work->wait(state->timeout);
   } catch (const std::exception& e) {
-    throw std::runtime_error("dtensor: " + state->what + " failed: " + message_of(e));
+    throw dtensor::Error("dtensor: " + state->what + " failed: " + message_of(e));
   }
   if (!completed) {
-    throw std::runtime_error("dtensor: " + state->what + " did not complete within " +
+    throw dtensor::Error("dtensor: " + state->what + " did not complete within " +
                              std::to_string(state->timeout.count()) + " ms");
   }
   if (state->finish) state->finish();
@@ -113,7 +114,7 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, std::vecto
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (ranks_[i] == global_rank) rank_ = static_cast<int>(i);
   }
-  if (rank_ < 0) throw std::invalid_argument("dtensor: rank " + std::to_string(global_rank) + " is not in " + describe());
+  if (rank_ < 0) throw dtensor::Error("dtensor: rank " + std::to_string(global_rank) + " is not in " + describe());
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -137,7 +138,7 @@ Work ProcessGroup::start(const char* collective, int64_t bytes,
   try {
     work = issue();
   } catch (const std::exception& e) {
-    throw std::runtime_error("dtensor: " + what + " failed to start: " + message_of(e));
+    throw dtensor::Error("dtensor: " + what + " failed to start: " + message_of(e));
   }
   Work w;
   w.state_ = std::make_unique<Work::State>(Work::State{std::move(work), std::move(what), timeout_, std::move(finish)});
@@ -189,7 +190,7 @@ Work ProcessGroup::all_to_all_single_async(at::Tensor& out, at::Tensor& in, std:
 Work ProcessGroup::broadcast_async(at::Tensor& tensor, int src_group_rank) {
   check_contiguous(tensor, "broadcast");
   if (src_group_rank < 0 || src_group_rank >= size()) {
-    throw std::invalid_argument("dtensor: broadcast source " + std::to_string(src_group_rank) + " is not a rank of " +
+    throw dtensor::Error("dtensor: broadcast source " + std::to_string(src_group_rank) + " is not a rank of " +
                                 describe());
   }
   std::vector<at::Tensor> tensors{tensor};
@@ -218,7 +219,7 @@ World::World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOpti
       groups_(std::make_unique<Groups>()) {
   options_.timeout = resolve_timeout(options_.timeout);
   if (size < 1 || rank < 0 || rank >= size) {
-    throw std::invalid_argument("dtensor: rank " + std::to_string(rank) + " is outside [0, world size " +
+    throw dtensor::Error("dtensor: rank " + std::to_string(rank) + " is outside [0, world size " +
                                 std::to_string(size) + ")");
   }
 }
@@ -229,7 +230,7 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
   std::set<int> unique(global_ranks.begin(), global_ranks.end());
   if (unique.size() != global_ranks.size() || global_ranks.empty() || *unique.begin() < 0 ||
       *unique.rbegin() >= size_) {
-    throw std::invalid_argument("dtensor: invalid process group ranks [" + join(global_ranks, ", ") +
+    throw dtensor::Error("dtensor: invalid process group ranks [" + join(global_ranks, ", ") +
                                 "] in a world of " + std::to_string(size_));
   }
   std::lock_guard<std::mutex> lock(groups_->mutex);
@@ -241,7 +242,7 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
     if (global_ranks[i] == rank_) group_rank = static_cast<int>(i);
   }
   if (group_rank < 0) {
-    throw std::invalid_argument("dtensor: rank " + std::to_string(rank_) + " is not a member of group [" +
+    throw dtensor::Error("dtensor: rank " + std::to_string(rank_) + " is not a member of group [" +
                                 join(global_ranks, ", ") + "]");
   }
   // Each member builds its own backend under a prefix derived from the rank list alone, so all members
@@ -261,7 +262,7 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
     backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, group_rank,
                                                           static_cast<int>(global_ranks.size()), gloo_options);
   } catch (const std::exception& e) {
-    throw std::runtime_error("dtensor: rank " + std::to_string(rank_) + " could not connect process group [" +
+    throw dtensor::Error("dtensor: rank " + std::to_string(rank_) + " could not connect process group [" +
                              join(global_ranks, ", ") + "] within " + std::to_string(options_.timeout.count()) +
                              " ms (did every member start and reach the same point?): " + message_of(e));
   }
@@ -310,11 +311,11 @@ std::shared_ptr<World> init_process_group(InitOptions options) {
   } catch (const std::exception& e) {
     std::string msg = message_of(e);
     if (env.rank == 0 && (msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos)) {
-      throw std::runtime_error("dtensor: rank 0 cannot serve the rendezvous store on " + where +
+      throw dtensor::Error("dtensor: rank 0 cannot serve the rendezvous store on " + where +
                                ": the port is already in use (another job? choose another MASTER_PORT / "
                                "--master-port): " + msg);
     }
-    throw std::runtime_error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+    throw dtensor::Error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
                              " could not rendezvous at " + where + " within " +
                              std::to_string(options.timeout.count()) + " ms (did all ranks start?): " + msg);
   }
@@ -331,7 +332,7 @@ std::shared_ptr<World> current_world() {
   if (thread_world) return thread_world;
   std::lock_guard<std::mutex> lock(process_world_mutex);
   if (process_world) return process_world;
-  throw std::runtime_error("dtensor: no process group; call dtensor::init_process_group() first");
+  throw dtensor::Error("dtensor: no process group; call dtensor::init_process_group() first");
 }
 
 bool is_initialized() {

@@ -1,4 +1,5 @@
 #include "ops/dispatch.h"
+#include "dtensor/error.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -72,7 +73,7 @@ void install_kernel(Registry& r, const std::string& qualified_name) {
 
 void register_op(const std::string& qualified_name, OpHandler handler) {
   if (qualified_name.find("::") == std::string::npos) {
-    throw std::invalid_argument("dtensor: expected a qualified op name like aten::add.Tensor, got " + qualified_name);
+    throw dtensor::Error("dtensor: expected a qualified op name like aten::add.Tensor, got " + qualified_name);
   }
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
@@ -149,7 +150,7 @@ std::string describe_inputs(const c10::OperatorHandle& op, const torch::jit::Sta
 }
 
 void fail(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& why) {
-  throw std::runtime_error("dtensor: " + op_name(op) + " " + why + " (inputs: " + describe_inputs(op, stack) + ")");
+  throw dtensor::Error("dtensor: " + op_name(op) + " " + why + " (inputs: " + describe_inputs(op, stack) + ")");
 }
 
 int first_dtensor_input(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {

@@ -32,7 +32,7 @@ void ensure_composite_ops_covered();
 std::string op_name(const c10::OperatorHandle& op);
 // "self: [Shard(dim=0)], other: [Replicate()]" for the DTensor arguments on the stack's inputs.
 std::string describe_inputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
-// Throws std::runtime_error: "dtensor: <op> <why> (inputs: ...)".
+// Throws dtensor::Error: "dtensor: <op> <why> (inputs: ...)".
 [[noreturn]] void fail(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& why);
 
 // Replaces each DTensor input with its local tensor (or with the next of `locals` when given, in the

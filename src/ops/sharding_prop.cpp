@@ -1,4 +1,5 @@
 #include "ops/sharding_prop.h"
+#include "dtensor/error.h"
 
 #include <ATen/ATen.h>
 
@@ -341,7 +342,7 @@ void run_strategy(const c10::OperatorHandle& op, torch::jit::Stack* stack, Strat
     ++dispatch_stats().cache_misses;
     fresh.decision = strategy(call);
     if (fresh.decision.inputs.size() != call.tensors.size()) {
-      throw std::logic_error("dtensor: strategy for " + op_name(op) + " returned the wrong number of inputs");
+      throw dtensor::Error("dtensor: strategy for " + op_name(op) + " returned the wrong number of inputs");
     }
     if (!fresh.decision.output_shapes.empty()) {
       for (const auto& shape : fresh.decision.output_shapes) {
@@ -354,7 +355,7 @@ void run_strategy(const c10::OperatorHandle& op, torch::jit::Stack* stack, Strat
       fresh.from_locals = true;  // an op without a meta kernel: see global_outputs_from_locals
     }
     if (!fresh.from_locals && fresh.outputs.size() != fresh.decision.outputs.size()) {
-      throw std::logic_error("dtensor: strategy for " + op_name(op) + " returned " +
+      throw dtensor::Error("dtensor: strategy for " + op_name(op) + " returned " +
                              std::to_string(fresh.decision.outputs.size()) + " output placements for " +
                              std::to_string(fresh.outputs.size()) + " outputs");
     }

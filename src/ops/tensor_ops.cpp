@@ -9,6 +9,7 @@
 //   fill_(v)                              placements kept; on Partial(sum) dims one rank holds v, the
 //                                         others 0 (Replicate -> Partial of the filled value)
 //   copy_(src)                            src is redistributed to self's placements first
+#include "dtensor/error.h"
 #include <ATen/ATen.h>
 
 #include <stdexcept>
@@ -50,7 +51,7 @@ void to_copy(const c10::OperatorHandle& op, Stack* stack) {
   call_local(op, stack);
   at::Tensor out = stack->back().toTensor();
   if (out.device() != device) {
-    throw std::runtime_error("dtensor: moving a DTensor to another device (" + out.device().str() +
+    throw dtensor::Error("dtensor: moving a DTensor to another device (" + out.device().str() +
                              ") is not supported; its mesh is on " + spec.mesh.device_type());
   }
   stack->back() = detail::make_dtensor(out, spec_with(spec, spec.placements, out.scalar_type()));

@@ -1,4 +1,5 @@
 #include "parallel/distribute_params.h"
+#include "dtensor/error.h"
 
 #include <numeric>
 #include <stdexcept>
@@ -42,7 +43,7 @@ std::vector<int64_t> packed_indices(int64_t size, const std::vector<int64_t>& pa
   if (parts.empty() || total <= 0 || size % total != 0) {
     std::string list;
     for (int64_t p : parts) list += (list.empty() ? "" : ", ") + std::to_string(p);
-    throw std::invalid_argument("dtensor: " + what + ": a dim of size " + std::to_string(size) +
+    throw dtensor::Error("dtensor: " + what + ": a dim of size " + std::to_string(size) +
                                 " does not split into packed parts in the proportions {" + list + "}");
   }
   std::vector<int64_t> out;

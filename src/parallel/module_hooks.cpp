@@ -1,4 +1,5 @@
 #include "dtensor/parallel/module_hooks.h"
+#include "dtensor/error.h"
 
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
@@ -151,7 +152,7 @@ at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, Kwargs kwa
   for (const auto& outer : hooks->enclosing) {
     auto alive = outer.module.lock();
     if (!alive || std::find(running.begin(), running.end(), alive.get()) != running.end()) continue;
-    throw std::logic_error("dtensor: '" + (path.empty() ? module.name() : path) + "' ran outside the forward of '" + outer.path +
+    throw dtensor::Error("dtensor: '" + (path.empty() ? module.name() : path) + "' ran outside the forward of '" + outer.path +
                            "', which has parallel-style hooks: " + alive->name() +
                            "::forward must run its body through dtensor::nn::call_with_hooks (rule 2 in "
                            "dtensor/parallel/module_hooks.h), or its hooks never run");
@@ -188,7 +189,7 @@ std::string current_module_path() { return path_stack.empty() ? std::string() : 
 void replace_parameter(torch::nn::Module& module, const std::string& name, at::Tensor value) {
   auto& params = module.*parameters_member();
   if (!params.contains(name)) {
-    throw std::invalid_argument("dtensor: module " + module.name() + " has no parameter '" + name + "'");
+    throw dtensor::Error("dtensor: module " + module.name() + " has no parameter '" + name + "'");
   }
   params[name] = value;
   sync_member_handles(module, name, value);
@@ -197,7 +198,7 @@ void replace_parameter(torch::nn::Module& module, const std::string& name, at::T
 void replace_buffer(torch::nn::Module& module, const std::string& name, at::Tensor value) {
   auto& buffers = module.*buffers_member();
   if (!buffers.contains(name)) {
-    throw std::invalid_argument("dtensor: module " + module.name() + " has no buffer '" + name + "'");
+    throw dtensor::Error("dtensor: module " + module.name() + " has no buffer '" + name + "'");
   }
   buffers[name] = value;
 }

@@ -1,4 +1,5 @@
 #include "dtensor/parallel/parallelize.h"
+#include "dtensor/error.h"
 
 #include <fnmatch.h>
 
@@ -64,7 +65,7 @@ ParallelStylePtr configured(Set set) {
 // PyTorch's words for a mesh that is not 1-D.
 void require_tp_mesh(const DeviceMesh& mesh) {
   if (mesh.ndim() != 1) {
-    throw std::invalid_argument("dtensor: Tensor Parallel only accepts a 1D DeviceMesh, but found " +
+    throw dtensor::Error("dtensor: Tensor Parallel only accepts a 1D DeviceMesh, but found " +
                                 std::to_string(mesh.ndim()) +
                                 "D! If you have a 2-D or N-D device_mesh, consider passing in device_mesh[\"tp\"]");
   }
@@ -84,7 +85,7 @@ std::vector<std::string> match_module_paths(torch::nn::Module& module, const std
 void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStylePtr& style,
                         std::optional<int> src_data_rank) {
   require_tp_mesh(mesh);
-  if (!style) throw std::invalid_argument("dtensor: parallelize_module got no style");
+  if (!style) throw dtensor::Error("dtensor: parallelize_module got no style");
   style->apply(module, "", mesh, src_data_rank);
   nn::link_enclosing_hooks(module);
 }
@@ -96,10 +97,10 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
   // untouched.
   std::vector<std::vector<std::string>> matches;
   for (const auto& [key, style] : plan) {
-    if (!style) throw std::invalid_argument("dtensor: the plan's entry '" + key + "' has no style");
+    if (!style) throw dtensor::Error("dtensor: the plan's entry '" + key + "' has no style");
     auto paths = match_module_paths(module, key);
     if (paths.empty()) {
-      throw std::invalid_argument("dtensor: parallelize_module: the plan's key '" + key +
+      throw dtensor::Error("dtensor: parallelize_module: the plan's key '" + key +
                                   "' matches no submodule; the closest module paths are " + closest_paths(module, key));
     }
     matches.push_back(std::move(paths));
@@ -141,7 +142,7 @@ ParallelStylePtr style_from_string(const std::string& name) {
       s.output_layouts = Replicate();
     });
   }
-  throw std::invalid_argument("dtensor: unknown tensor-parallel style '" + name +
+  throw dtensor::Error("dtensor: unknown tensor-parallel style '" + name +
                               "' (known: colwise, rowwise, colwise_rep, rowwise_rep, sequence_parallel, replicate, "
                               "gather, local_colwise, local_rowwise, packed_colwise, packed_rowwise)");
 }

@@ -1,4 +1,5 @@
 #include "dtensor/parallel/style.h"
+#include "dtensor/error.h"
 
 #include <ATen/ATen.h>
 #include <torch/nn/modules/embedding.h>
@@ -48,7 +49,7 @@ void register_layer_hooks(torch::nn::Module& m, const DeviceMesh& mesh, Placemen
 }
 
 void require_1d(const DeviceMesh& mesh, const std::string& style) {
-  if (mesh.ndim() != 1) throw std::invalid_argument("dtensor: " + style + " needs a 1-D mesh");
+  if (mesh.ndim() != 1) throw dtensor::Error("dtensor: " + style + " needs a 1-D mesh");
 }
 
 // PrepareModuleInput's checks (PyTorch's asserts, with the path).
@@ -56,19 +57,19 @@ void check_input_layouts(const std::string& style, const std::string& path, cons
                          const std::vector<std::optional<Placement>>& desired,
                          const std::map<std::string, Placement>& kw_in, const std::map<std::string, Placement>& kw_desired) {
   if (in.size() != desired.size()) {
-    throw std::invalid_argument("dtensor: " + style + " for '" + path + "': input_layouts has " +
+    throw dtensor::Error("dtensor: " + style + " for '" + path + "': input_layouts has " +
                                 std::to_string(in.size()) + " entries but desired_input_layouts has " +
                                 std::to_string(desired.size()) + "; they must have the same length");
   }
   for (size_t k = 0; k < in.size(); ++k) {
     if (!in[k] && desired[k]) {
-      throw std::invalid_argument("dtensor: " + style + " for '" + path + "': input " + std::to_string(k) +
+      throw dtensor::Error("dtensor: " + style + " for '" + path + "': input " + std::to_string(k) +
                                   " has a desired layout " + desired[k]->to_string() + " but no input layout");
     }
   }
   for (const auto& [name, p] : kw_desired) {
     if (!kw_in.contains(name)) {
-      throw std::invalid_argument("dtensor: " + style + " for '" + path + "': keyword input '" + name +
+      throw dtensor::Error("dtensor: " + style + " for '" + path + "': keyword input '" + name +
                                   "' has a desired layout " + p.to_string() + " but no input_kwarg_layouts entry");
     }
   }
@@ -88,7 +89,7 @@ void register_input_hook(torch::nn::Module& m, const std::string& style, const s
     };
     if (!in.empty()) {
       if (args.size() != in.size()) {
-        throw std::invalid_argument("dtensor: " + style + " for '" + path + "': the module got " +
+        throw dtensor::Error("dtensor: " + style + " for '" + path + "': the module got " +
                                     std::to_string(args.size()) + " positional inputs but input_layouts has " +
                                     std::to_string(in.size()) + " (module inputs and input_layouts should have same length)");
       }
@@ -132,7 +133,7 @@ void localize_param(torch::nn::Module& m, const std::string& name, int64_t dim, 
 void require_hookable(const torch::nn::Module& m, const std::string& style, const std::string& path) {
   auto plain = [&](auto* torch_layer, auto* ours, const char* use) {
     if (torch_layer && !ours) {
-      throw std::invalid_argument("dtensor: " + style + " on '" + path + "': " + m.name() +
+      throw dtensor::Error("dtensor: " + style + " on '" + path + "': " + m.name() +
                                   " has no forward hooks, so the style could not prepare its inputs and outputs; use " +
                                   use + " (dtensor/parallel/layers.h), which has torch::nn's options and numerics");
     }
@@ -149,7 +150,7 @@ bool is_embedding(const torch::nn::Module& m) { return dynamic_cast<const torch:
 }  // namespace
 
 void ColwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
-  if (!is_linear(m) && !is_embedding(m)) throw std::invalid_argument(not_applicable(name(), "Linear and Embedding", path, m));
+  if (!is_linear(m) && !is_embedding(m)) throw dtensor::Error(not_applicable(name(), "Linear and Embedding", path, m));
   require_hookable(m, name(), path);  // after the type check, whose error comes first
 }
 
@@ -166,7 +167,7 @@ void ColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const
 }
 
 void RowwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
-  if (!is_linear(m) && !is_embedding(m)) throw std::invalid_argument(not_applicable(name(), "Linear and Embedding", path, m));
+  if (!is_linear(m) && !is_embedding(m)) throw dtensor::Error(not_applicable(name(), "Linear and Embedding", path, m));
   require_hookable(m, name(), path);  // after the type check, whose error comes first
 }
 
@@ -267,7 +268,7 @@ void PrepareModuleInputOutput::apply(torch::nn::Module& m, const std::string& pa
 
 void LocalColwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
   if (!is_linear(m) && !(is_embedding(m) && packed_parts.size() == 1)) {
-    throw std::invalid_argument(
+    throw dtensor::Error(
         not_applicable(name(), packed_parts.size() == 1 ? "Linear and Embedding" : "Linear", path, m));
   }
   const auto& weight = m.named_parameters(/*recurse=*/false)["weight"];
@@ -295,9 +296,9 @@ void LocalColwiseParallel::apply(torch::nn::Module& m, const std::string& path, 
 
 void LocalRowwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
   const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(&m);
-  if (!linear) throw std::invalid_argument(not_applicable(name(), "Linear", path, m));
+  if (!linear) throw dtensor::Error(not_applicable(name(), "Linear", path, m));
   if (linear->bias.defined() && !output_layouts) {
-    throw std::invalid_argument("dtensor: " + name() + " on '" + path +
+    throw dtensor::Error("dtensor: " + name() + " on '" + path +
                                 "': the output is left a partial sum on each rank, so a bias would be added once per "
                                 "rank; give output_layouts (e.g. Replicate()) or use a Linear without bias");
   }

@@ -14,6 +14,7 @@
 // an outer shard of d therefore needs every inner shard of d undone first, and a new shard may only be
 // cut once all outer ones are in place. Sizes along d at mesh dim i are torch.chunk pieces of the
 // "region" the outer shards of d leave.
+#include "dtensor/error.h"
 #include "dtensor/redistribute/redistribute.h"
 
 #include <ATen/ATen.h>
@@ -129,7 +130,7 @@ std::vector<TransformStep> make_plan(const Placements& src, const Placements& ds
   // 4. What is left is Replicate: cut shards outer to inner, split Partials.
   for (int64_t i = 0; i < n; ++i) {
     if (s.cur[i] == s.dst[i]) continue;
-    if (!s.cur[i].is_replicate()) throw std::logic_error("dtensor: redistribute planner: unexpected " + plan_key(src, dst));
+    if (!s.cur[i].is_replicate()) throw dtensor::Error("dtensor: redistribute planner: unexpected " + plan_key(src, dst));
     emit(s.dst[i].is_shard() ? Kind::CHUNK : Kind::PARTITION, i, s.dst[i]);
   }
   return steps;
@@ -158,7 +159,7 @@ at::Tensor chunk_local(const at::Tensor& x, int64_t d, int64_t pieces, int64_t i
 
 Placements normalized_dst(const DTensorSpec& src, const Placements& dst) {
   if (dst.size() != src.placements.size()) {
-    throw std::invalid_argument("dtensor: redistribute to " + std::to_string(dst.size()) + " placements " +
+    throw dtensor::Error("dtensor: redistribute to " + std::to_string(dst.size()) + " placements " +
                                 to_string(dst) + " on a " + std::to_string(src.mesh.ndim()) + "-D mesh");
   }
   Placements out;
@@ -196,7 +197,7 @@ at::Tensor partition_value(const at::Tensor& value, ReduceOp op, int64_t mesh_co
     case ReduceOp::MIN:
       return value.clone();  // the mean / max / min of equal terms is the term
   }
-  throw std::logic_error("unreachable");
+  throw dtensor::Error("unreachable");
 }
 
 at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src, const Placements& dst) {

@@ -1,4 +1,5 @@
 // distribute_tensor, from_local, to_local, full_tensor, redistribute: the DTensor API and its autograd.
+#include "dtensor/error.h"
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -37,7 +38,7 @@ DTensorSpec with_placements(const DTensorSpec& spec, Placements placements) {
 }
 
 const at::Tensor& require_dtensor(const at::Tensor& t, const char* what) {
-  if (!is_dtensor(t)) throw std::invalid_argument(std::string("dtensor: ") + what + " expects a DTensor, got a plain tensor");
+  if (!is_dtensor(t)) throw dtensor::Error(std::string("dtensor: ") + what + " expects a DTensor, got a plain tensor");
   return t;
 }
 
@@ -143,7 +144,7 @@ std::vector<int64_t> check_and_infer_shape(const at::Tensor& local, const Device
   auto row = [&](int64_t r) { return table[r]; };
   for (int64_t r = 0; r < table.size(0); ++r) {
     if (row(r)[ndim].item<int64_t>() != static_cast<int64_t>(local.scalar_type())) {
-      throw std::invalid_argument("dtensor: from_local: local tensors have different dtypes across the mesh (rank " +
+      throw dtensor::Error("dtensor: from_local: local tensors have different dtypes across the mesh (rank " +
                                   std::to_string(mesh.ranks()[r]) + " has " +
                                   c10::toString(static_cast<c10::ScalarType>(row(r)[ndim].item<int64_t>())) +
                                   ", rank " + std::to_string(mesh.get_rank()) + " has " +
@@ -177,7 +178,7 @@ std::vector<int64_t> check_and_infer_shape(const at::Tensor& local, const Device
     std::vector<int64_t> got(ndim);
     for (int64_t d = 0; d < ndim; ++d) got[d] = row(r)[d].item<int64_t>();
     if (got != expected) {
-      throw std::invalid_argument("dtensor: from_local: inconsistent local shapes across the mesh: rank " +
+      throw dtensor::Error("dtensor: from_local: inconsistent local shapes across the mesh: rank " +
                                   std::to_string(mesh.ranks()[r]) + " has " + shape_str(got) + " but global shape " +
                                   shape_str(global) + " with placements " + to_string(placements) + " gives it " +
                                   shape_str(expected));
@@ -194,23 +195,23 @@ at::Tensor distribute_tensor(const at::Tensor& tensor, const DeviceMesh& mesh, P
     const DTensorSpec& spec = dtensor_spec(tensor);
     DTensorSpec wanted(mesh, std::move(placements), spec.meta);
     if (spec.mesh == mesh && spec.placements == wanted.placements) return tensor;
-    throw std::invalid_argument("dtensor: distribute_tensor got a DTensor with placements " +
+    throw dtensor::Error("dtensor: distribute_tensor got a DTensor with placements " +
                                 to_string(spec.placements) + "; use redistribute to change them");
   }
   if (!tensor.is_leaf()) {
-    throw std::invalid_argument("dtensor: distribute_tensor should be used on leaf tensors; detach() the input first");
+    throw dtensor::Error("dtensor: distribute_tensor should be used on leaf tensors; detach() the input first");
   }
   TensorMeta meta{tensor.sizes().vec(), {}, tensor.scalar_type()};
   DTensorSpec spec(mesh, std::move(placements), meta);
   auto coord = mesh.get_coordinate();
   if (!coord) {
-    throw std::runtime_error("dtensor: distribute_tensor on rank " + std::to_string(mesh.get_rank()) + " which is not in " +
+    throw dtensor::Error("dtensor: distribute_tensor on rank " + std::to_string(mesh.get_rank()) + " which is not in " +
                              mesh.to_string());
   }
   if (src_data_rank) {
     for (int64_t i = 0; i < mesh.ndim(); ++i) {
       if (*src_data_rank < 0 || *src_data_rank >= mesh.size(i)) {
-        throw std::invalid_argument("dtensor: src_data_rank " + std::to_string(*src_data_rank) +
+        throw dtensor::Error("dtensor: src_data_rank " + std::to_string(*src_data_rank) +
                                     " is not a rank of mesh dim " + std::to_string(i) + " (size " +
                                     std::to_string(mesh.size(i)) + "); as in PyTorch it is the source's index along "
                                     "every mesh dim, not a global rank");
@@ -257,7 +258,7 @@ at::Tensor to_local(const at::Tensor& dtensor, std::optional<Placements> grad_pl
 at::Tensor redistribute(const at::Tensor& dtensor, const DeviceMesh& mesh, Placements placements) {
   const DTensorSpec& spec = dtensor_spec(require_dtensor(dtensor, "redistribute"));
   if (mesh != spec.mesh) {
-    throw std::invalid_argument("dtensor: redistribute to " + mesh.to_string() + " but the DTensor lives on " +
+    throw dtensor::Error("dtensor: redistribute to " + mesh.to_string() + " but the DTensor lives on " +
                                 spec.mesh.to_string() + " (cross-mesh redistribute is not supported)");
   }
   Placements dst = with_placements(spec, std::move(placements)).placements;  // validates and normalizes
@@ -273,12 +274,12 @@ at::Tensor full_tensor(const at::Tensor& dtensor, std::optional<Placements> grad
 
 at::Tensor DTensor::from_local(const at::Tensor& local, const DeviceMesh& mesh, Placements placements, bool run_check,
                                std::optional<std::vector<int64_t>> shape, std::optional<std::vector<int64_t>> stride) {
-  if (is_dtensor(local)) throw std::invalid_argument("dtensor: from_local expects a plain local tensor, got a DTensor");
+  if (is_dtensor(local)) throw dtensor::Error("dtensor: from_local expects a plain local tensor, got a DTensor");
   // Validate placements against the local tensor's rank before any communication.
   DTensorSpec probe(mesh, placements, TensorMeta{local.sizes().vec(), {}, local.scalar_type()});
   placements = probe.placements;
   if (shape && static_cast<int64_t>(shape->size()) != local.dim()) {
-    throw std::invalid_argument("dtensor: from_local: shape has " + std::to_string(shape->size()) +
+    throw dtensor::Error("dtensor: from_local: shape has " + std::to_string(shape->size()) +
                                 " dims, the local tensor " + std::to_string(local.dim()));
   }
   std::vector<int64_t> global;
@@ -295,7 +296,7 @@ at::Tensor DTensor::from_local(const at::Tensor& local, const DeviceMesh& mesh, 
   DTensorSpec spec(mesh, placements, TensorMeta{global, stride.value_or(std::vector<int64_t>{}), local.scalar_type()});
   auto expected = local_shard(spec).shape;
   if (local.sizes().vec() != expected) {
-    throw std::invalid_argument("dtensor: from_local: this rank's local shape " + shape_str(local.sizes()) +
+    throw dtensor::Error("dtensor: from_local: this rank's local shape " + shape_str(local.sizes()) +
                                 " is not its shard of global shape " + shape_str(global) + " under " +
                                 to_string(placements) + " (expected " + shape_str(expected) + ")");
   }
@@ -313,7 +314,7 @@ at::Tensor local_map(const std::function<at::Tensor(const std::vector<at::Tensor
                      const std::vector<at::Tensor>& inputs, const std::vector<std::optional<Placements>>& in_placements,
                      Placements out_placements) {
   if (in_placements.size() != inputs.size()) {
-    throw std::invalid_argument("dtensor: local_map got " + std::to_string(in_placements.size()) +
+    throw dtensor::Error("dtensor: local_map got " + std::to_string(in_placements.size()) +
                                 " input placements for " + std::to_string(inputs.size()) + " inputs");
   }
   const DeviceMesh* mesh = nullptr;
@@ -328,7 +329,7 @@ at::Tensor local_map(const std::function<at::Tensor(const std::vector<at::Tensor
     at::Tensor moved = in_placements[k] ? redistribute(inputs[k], spec.mesh, *in_placements[k]) : inputs[k];
     locals.push_back(to_local(moved));
   }
-  if (!mesh) throw std::invalid_argument("dtensor: local_map needs at least one DTensor input");
+  if (!mesh) throw dtensor::Error("dtensor: local_map needs at least one DTensor input");
   DeviceMesh out_mesh = *mesh;
   return DTensor::from_local(fn(locals), out_mesh, std::move(out_placements));
 }

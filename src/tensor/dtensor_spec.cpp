@@ -1,4 +1,5 @@
 #include "dtensor/tensor/dtensor_spec.h"
+#include "dtensor/error.h"
 
 #include <sstream>
 #include <stdexcept>
@@ -18,7 +19,7 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
 DTensorSpec::DTensorSpec(DeviceMesh mesh_, Placements placements_, TensorMeta meta_)
     : mesh(std::move(mesh_)), placements(std::move(placements_)), meta(std::move(meta_)) {
   if (static_cast<int64_t>(placements.size()) != mesh.ndim()) {
-    throw std::invalid_argument("dtensor: " + std::to_string(placements.size()) + " placements " +
+    throw dtensor::Error("dtensor: " + std::to_string(placements.size()) + " placements " +
                                 dtensor::to_string(placements) + " for a " + std::to_string(mesh.ndim()) +
                                 "-D mesh; give one placement per mesh dim");
   }
@@ -28,7 +29,7 @@ DTensorSpec::DTensorSpec(DeviceMesh mesh_, Placements placements_, TensorMeta me
       // sum and avg mix (both linear: avg is a scaled sum); with max or min the order of reductions matters.
       auto linear = [](const Placement& x) { return x.reduce_op() == ReduceOp::SUM || x.reduce_op() == ReduceOp::AVG; };
       if (p.is_partial() && q.is_partial() && p.reduce_op() != q.reduce_op() && !(linear(p) && linear(q))) {
-        throw std::invalid_argument("dtensor: mixed Partial reduce ops in " + dtensor::to_string(placements) +
+        throw dtensor::Error("dtensor: mixed Partial reduce ops in " + dtensor::to_string(placements) +
                                     " are not supported (the order of the reductions would matter)");
       }
     }
@@ -81,7 +82,7 @@ LocalShard local_shard(const std::vector<int64_t>& global_shape, const DeviceMes
 LocalShard local_shard(const DTensorSpec& spec) {
   auto coordinate = spec.mesh.get_coordinate();
   if (!coordinate) {
-    throw std::runtime_error("dtensor: rank " + std::to_string(spec.mesh.get_rank()) + " is not in " +
+    throw dtensor::Error("dtensor: rank " + std::to_string(spec.mesh.get_rank()) + " is not in " +
                              spec.mesh.to_string());
   }
   return local_shard(spec.meta.shape, spec.mesh, spec.placements, *coordinate);

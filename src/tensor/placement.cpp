@@ -1,4 +1,5 @@
 #include "dtensor/tensor/placement.h"
+#include "dtensor/error.h"
 
 #include <regex>
 #include <sstream>
@@ -7,12 +8,12 @@
 namespace dtensor {
 
 int64_t Placement::dim() const {
-  if (kind_ != Kind::SHARD) throw std::logic_error("dtensor: " + to_string() + " has no shard dim");
+  if (kind_ != Kind::SHARD) throw dtensor::Error("dtensor: " + to_string() + " has no shard dim");
   return dim_;
 }
 
 ReduceOp Placement::reduce_op() const {
-  if (kind_ != Kind::PARTIAL) throw std::logic_error("dtensor: " + to_string() + " has no reduce op");
+  if (kind_ != Kind::PARTIAL) throw dtensor::Error("dtensor: " + to_string() + " has no reduce op");
   return op_;
 }
 
@@ -20,7 +21,7 @@ Placement Placement::normalized(int64_t ndim) const {
   if (kind_ != Kind::SHARD) return *this;
   int64_t d = dim_ < 0 ? dim_ + ndim : dim_;
   if (d < 0 || d >= ndim) {
-    throw std::invalid_argument("dtensor: " + to_string() + " is out of range for a tensor of " + std::to_string(ndim) +
+    throw dtensor::Error("dtensor: " + to_string() + " is out of range for a tensor of " + std::to_string(ndim) +
                                 " dims");
   }
   return shard(d);
@@ -45,7 +46,7 @@ Placement Placement::parse(const std::string& text) {
   if (std::regex_match(text, m, partial_re)) {
     return partial(m[1].length() ? reduce_op_from_name(m[1]) : ReduceOp::SUM);
   }
-  throw std::invalid_argument("dtensor: cannot parse placement '" + text +
+  throw dtensor::Error("dtensor: cannot parse placement '" + text +
                               "' (expected Shard(dim=N), Replicate() or Partial(sum|avg|max|min))");
 }
 

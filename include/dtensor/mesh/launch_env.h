@@ -14,7 +14,7 @@ struct LaunchEnv {
   int master_port = 29500;
 
   // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
-  // Throws std::runtime_error naming the variable when one is missing, not an integer, or inconsistent
+  // Throws dtensor::Error naming the variable when one is missing, not an integer, or inconsistent
   // (RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE, port out of range, ...).
   // LOCAL_RANK / LOCAL_WORLD_SIZE default to RANK / WORLD_SIZE when both are unset.
   static LaunchEnv from_environ();

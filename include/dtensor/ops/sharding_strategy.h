@@ -43,7 +43,7 @@ class OpCall {
   int64_t ndim_of(size_t i) const;  // ndim of tensor argument i
   // "self: [Shard(dim=0)], mat2: [Replicate()]"
   std::string describe() const;
-  // Throws std::runtime_error "dtensor: <op> <why> (inputs: ...)".
+  // Throws dtensor::Error "dtensor: <op> <why> (inputs: ...)".
   [[noreturn]] void fail(const std::string& why) const;
 
  private:

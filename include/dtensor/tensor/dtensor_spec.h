@@ -29,7 +29,7 @@ struct DTensorSpec {
   TensorMeta meta;
 
   // Validates and normalizes: placements.size() == mesh.ndim(), Shard dims in range of the tensor rank.
-  // Throws std::invalid_argument naming the problem.
+  // Throws dtensor::Error naming the problem.
   DTensorSpec(DeviceMesh mesh, Placements placements, TensorMeta meta);
 
   int64_t ndim() const { return static_cast<int64_t>(meta.shape.size()); }

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/tensor/shard_layout.h"
 
 namespace dtensor {
 namespace {

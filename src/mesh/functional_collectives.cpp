@@ -3,6 +3,7 @@
 // (all_to_all), moving the collective's tensor dim to dim 0 so that pieces are contiguous rows.
 #include "dtensor/error.h"
 #include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/tensor/shard_layout.h"
 
 #include <ATen/ATen.h>
 
@@ -52,15 +53,6 @@ at::Tensor pad_rows(const at::Tensor& x, const std::vector<int64_t>& sizes, int6
 }
 
 }  // namespace
-
-std::vector<int64_t> chunk_sizes(int64_t dim_size, int64_t num_chunks) {
-  if (num_chunks < 1) throw dtensor::Error("dtensor: chunk_sizes needs num_chunks >= 1");
-  std::vector<int64_t> sizes(num_chunks, 0);
-  if (dim_size == 0) return sizes;
-  int64_t chunk = (dim_size + num_chunks - 1) / num_chunks;  // torch.chunk: ceil, trailing chunks short/empty
-  for (int64_t i = 0; i < num_chunks; ++i) sizes[i] = std::clamp<int64_t>(dim_size - i * chunk, 0, chunk);
-  return sizes;
-}
 
 std::vector<int64_t> exchange_sizes(int64_t value, ProcessGroup& group) {
   at::Tensor mine = at::full({1}, value, at::kLong);

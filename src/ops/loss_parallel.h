@@ -2,7 +2,9 @@
 // LossParallelGuard is alive and the class dim is sharded. Internal header.
 #pragma once
 
-#include "ops/sharding_prop.h"
+#include "ops/op_call.h"
+#include "ops/op_table.h"
+#include "ops/run_strategy.h"
 
 namespace dtensor::ops {
 

@@ -10,8 +10,9 @@
 //   backward      -w[t_i] * g_i at the owned target positions, 0 elsewhere      -> Shard(c)
 #include <ATen/ATen.h>
 
+#include "dtensor/tensor/shard_layout.h"
 #include "dtensor/mesh/functional_collectives.h"
-#include "dtensor/parallel/loss_parallel.h"
+#include "dtensor/ops/loss_parallel.h"
 #include "dtensor/redistribute/redistribute.h"
 #include "dtensor/tensor/dtensor.h"
 #include "ops/loss_parallel.h"

@@ -14,6 +14,7 @@
 
 #include <cmath>
 
+#include "dtensor/tensor/shard_layout.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/redistribute/redistribute.h"
 #include "ops/loss_parallel.h"
@@ -151,21 +152,21 @@ ShardingDecision value_selecting_backward(const OpCall& call) {
   return dec;
 }
 
-const StrategyRegistration r0({"aten::value_selecting_reduction_backward"}, &value_selecting_backward);
-const StrategyRegistration r1({"aten::sum.dim_IntList", "aten::sum.IntList_out", "aten::nansum"}, &sum_dim);
-const StrategyRegistration r2({"aten::sum"}, &sum_all);
-const StrategyRegistration r3({"aten::mean.dim"}, &mean_dim);
-const StrategyRegistration r4({"aten::mean"}, &mean_all);
-const StrategyRegistration r5({"aten::amax"}, &amax);
-const StrategyRegistration r6({"aten::amin"}, &amin);
-const StrategyRegistration r7({"aten::max"}, &max_all);
-const StrategyRegistration r8({"aten::min"}, &min_all);
-const StrategyRegistration r9({"aten::max.dim", "aten::min.dim"}, &max_dim);
-const StrategyRegistration r10({"aten::argmax", "aten::argmin"}, &arg_dim);
-const StrategyRegistration r11({"aten::var.correction", "aten::std.correction"}, &var_dim);
-const StrategyRegistration r12({"aten::var_mean.correction", "aten::std_mean.correction"}, &var_mean_dim);
-const StrategyRegistration r14({"aten::_softmax"}, &softmax);
-const StrategyRegistration r15({"aten::_softmax_backward_data"}, &softmax_backward);
+const StrategyRegistration value_selecting_backward_rule({"aten::value_selecting_reduction_backward"}, &value_selecting_backward);
+const StrategyRegistration sum_dim_rules({"aten::sum.dim_IntList", "aten::sum.IntList_out", "aten::nansum"}, &sum_dim);
+const StrategyRegistration sum_all_rule({"aten::sum"}, &sum_all);
+const StrategyRegistration mean_dim_rule({"aten::mean.dim"}, &mean_dim);
+const StrategyRegistration mean_all_rule({"aten::mean"}, &mean_all);
+const StrategyRegistration amax_rule({"aten::amax"}, &amax);
+const StrategyRegistration amin_rule({"aten::amin"}, &amin);
+const StrategyRegistration max_all_rule({"aten::max"}, &max_all);
+const StrategyRegistration min_all_rule({"aten::min"}, &min_all);
+const StrategyRegistration max_min_dim_rules({"aten::max.dim", "aten::min.dim"}, &max_dim);
+const StrategyRegistration arg_reduction_rules({"aten::argmax", "aten::argmin"}, &arg_dim);
+const StrategyRegistration var_std_rules({"aten::var.correction", "aten::std.correction"}, &var_dim);
+const StrategyRegistration var_mean_std_mean_rules({"aten::var_mean.correction", "aten::std_mean.correction"}, &var_mean_dim);
+const StrategyRegistration softmax_rule({"aten::_softmax"}, &softmax);
+const StrategyRegistration softmax_backward_rule({"aten::_softmax_backward_data"}, &softmax_backward);
 
 // log_softmax: over a sharded class dim under a LossParallelGuard, the loss-parallel kernel; else as softmax.
 void log_softmax_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -178,8 +179,8 @@ void log_softmax_backward_handler(const c10::OperatorHandle& op, torch::jit::Sta
   if (loss_parallel_applies(call, call.arg(2).toInt())) return loss_parallel_log_softmax_backward(call);
   run_strategy(op, stack, &softmax_backward);
 }
-const OpRegistration r16("aten::_log_softmax", &log_softmax_handler);
-const OpRegistration r17("aten::_log_softmax_backward_data", &log_softmax_backward_handler);
+const CustomHandlerRegistration log_softmax_rule("aten::_log_softmax", &log_softmax_handler);
+const CustomHandlerRegistration log_softmax_backward_rule("aten::_log_softmax_backward_data", &log_softmax_backward_handler);
 
 }  // namespace
 }  // namespace dtensor::ops
@@ -261,7 +262,7 @@ void vector_norm_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack
   stack->emplace_back(detail::make_dtensor(result, DTensorSpec(spec.mesh, out_p, TensorMeta{shape, {}, result.scalar_type()})));
 }
 
-const OpRegistration norms[] = {
+const CustomHandlerRegistration vector_norm_rules[] = {
     {"aten::norm.Scalar", &vector_norm_handler},
     {"aten::norm.ScalarOpt_dim", &vector_norm_handler},
     {"aten::linalg_vector_norm", &vector_norm_handler},

@@ -17,10 +17,11 @@
 //   embedding_dense_backward grad Shard(-1) -> weight grad Shard(1); grad and ids Shard(k) -> Partial(sum)
 #include <ATen/ATen.h>
 
+#include "dtensor/tensor/shard_layout.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/redistribute/redistribute.h"
 #include "dtensor/tensor/dtensor.h"
-#include "dtensor/parallel/loss_parallel.h"
+#include "dtensor/ops/loss_parallel.h"
 #include "ops/loss_parallel.h"
 #include "ops/strategy_utils.h"
 #include "tensor/dtensor_impl.h"
@@ -285,10 +286,10 @@ ShardingDecision embedding_backward(const OpCall& call) {
   return d;
 }
 
-const StrategyRegistration s1({"aten::native_layer_norm"}, &layer_norm);
-const StrategyRegistration s2({"aten::native_layer_norm_backward"}, &layer_norm_backward);
-const StrategyRegistration s3({"aten::_scaled_dot_product_flash_attention_for_cpu"}, &sdpa_forward);
-const StrategyRegistration s4({"aten::_scaled_dot_product_flash_attention_for_cpu_backward"}, &sdpa_backward);
+const StrategyRegistration layer_norm_rule({"aten::native_layer_norm"}, &layer_norm);
+const StrategyRegistration layer_norm_backward_rule({"aten::native_layer_norm_backward"}, &layer_norm_backward);
+const StrategyRegistration sdpa_rule({"aten::_scaled_dot_product_flash_attention_for_cpu"}, &sdpa_forward);
+const StrategyRegistration sdpa_backward_rule({"aten::_scaled_dot_product_flash_attention_for_cpu_backward"}, &sdpa_backward);
 void nll_loss_backward_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpCall call(op, stack);
   const TensorInput* self = call.tensor_arg(1);
@@ -299,11 +300,11 @@ void nll_loss_backward_handler(const c10::OperatorHandle& op, torch::jit::Stack*
   if (LossParallelGuard::active() && class_sharded) return loss_parallel_nll_backward(call);
   run_strategy(op, stack, &nll_loss_backward);
 }
-const OpRegistration s5("aten::nll_loss_backward", &nll_loss_backward_handler);
-const StrategyRegistration s6({"aten::embedding_dense_backward"}, &embedding_backward);
-const OpRegistration h1("aten::_fused_sdp_choice", &fused_sdp_choice);
-const OpRegistration h2("aten::nll_loss_forward", &nll_loss_forward);
-const OpRegistration h3("aten::embedding", &embedding);
+const CustomHandlerRegistration nll_loss_backward_rule("aten::nll_loss_backward", &nll_loss_backward_handler);
+const StrategyRegistration embedding_backward_rule({"aten::embedding_dense_backward"}, &embedding_backward);
+const CustomHandlerRegistration fused_sdp_choice_rule("aten::_fused_sdp_choice", &fused_sdp_choice);
+const CustomHandlerRegistration nll_loss_forward_rule("aten::nll_loss_forward", &nll_loss_forward);
+const CustomHandlerRegistration embedding_rule("aten::embedding", &embedding);
 
 }  // namespace
 }  // namespace dtensor::ops

@@ -12,7 +12,8 @@
 #include "dtensor/ops/dispatch_options.h"
 #include "dtensor/redistribute/redistribute.h"
 #include "dtensor/tensor/dtensor.h"
-#include "ops/dispatch.h"
+#include "ops/op_call.h"
+#include "ops/op_table.h"
 #include "tensor/dtensor_impl.h"
 
 namespace dtensor {
@@ -60,7 +61,7 @@ void random_in_place(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   stack->push_back(self_v);
 }
 
-const OpRegistration registrations[] = {
+const CustomHandlerRegistration random_op_rules[] = {
     {"aten::bernoulli_.float", &random_in_place},
     {"aten::uniform_", &random_in_place},
     {"aten::normal_", &random_in_place},

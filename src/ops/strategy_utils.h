@@ -6,7 +6,9 @@
 #include <optional>
 #include <vector>
 
-#include "ops/sharding_prop.h"
+#include "ops/op_call.h"
+#include "ops/op_table.h"
+#include "ops/run_strategy.h"
 
 namespace dtensor::ops {
 

@@ -9,6 +9,10 @@
 //   fill_(v)                              placements kept; on Partial(sum) dims one rank holds v, the
 //                                         others 0 (Replicate -> Partial of the filled value)
 //   copy_(src)                            src is redistributed to self's placements first
+//
+// Strategies: alias/detach/clone, *_like, new_*, zero_. Custom handlers (the local computation is not the
+// op on the shards): _to_copy (refuses a device move), fill_ and copy_ from a plain value (Partial terms
+// differ per rank), item() (the value of a sharded tensor needs a gather).
 #include "dtensor/error.h"
 #include <ATen/ATen.h>
 
@@ -16,7 +20,8 @@
 
 #include "dtensor/redistribute/redistribute.h"
 #include "dtensor/tensor/dtensor.h"
-#include "ops/dispatch.h"
+#include "ops/op_call.h"
+#include "ops/op_table.h"
 #include "tensor/dtensor_impl.h"
 
 namespace dtensor::ops {
@@ -32,18 +37,6 @@ DTensorSpec spec_with(const DTensorSpec& spec, Placements placements, c10::Scala
   return DTensorSpec(spec.mesh, std::move(placements), TensorMeta{spec.meta.shape, spec.meta.stride, dtype});
 }
 
-// Runs the op on the local shard of the first DTensor input and wraps the single output with `placements`
-// (the input's when empty).
-void local_unary(const c10::OperatorHandle& op, Stack* stack, const Placements* placements = nullptr) {
-  int idx = first_dtensor_input(op, *stack);
-  DTensorSpec spec = dtensor_spec(input(op, stack, idx).toTensor());
-  call_local(op, stack);
-  at::Tensor out = stack->back().toTensor();
-  stack->back() = detail::make_dtensor(out, spec_with(spec, placements ? *placements : spec.placements, out.scalar_type()));
-}
-
-void alias_like(const c10::OperatorHandle& op, Stack* stack) { local_unary(op, stack); }
-
 void to_copy(const c10::OperatorHandle& op, Stack* stack) {
   const at::Tensor& self = input(op, stack, 0).toTensor();
   c10::Device device = self.device();
@@ -57,14 +50,6 @@ void to_copy(const c10::OperatorHandle& op, Stack* stack) {
   stack->back() = detail::make_dtensor(out, spec_with(spec, spec.placements, out.scalar_type()));
 }
 
-void factory_like(const c10::OperatorHandle& op, Stack* stack) {
-  Placements placements = dtensor_spec(input(op, stack, 0).toTensor()).placements;
-  for (auto& p : placements) {
-    if (p.is_partial()) p = Replicate();
-  }
-  local_unary(op, stack, &placements);
-}
-
 // Holds `value` everywhere, then turns Partial mesh dims into their terms (Replicate -> Partial).
 void partition_in_place(at::Tensor& local, const DTensorSpec& spec) {
   auto coord = *spec.mesh.get_coordinate();
@@ -73,12 +58,6 @@ void partition_in_place(at::Tensor& local, const DTensorSpec& spec) {
       local.copy_(partition_value(local, spec.placements[i].reduce_op(), coord[i], spec.mesh.size(i)));
     }
   }
-}
-
-void zero_(const c10::OperatorHandle& op, Stack* stack) {
-  c10::IValue self = input(op, stack, 0);
-  call_local(op, stack);
-  stack->back() = self;
 }
 
 void fill_(const c10::OperatorHandle& op, Stack* stack) {
@@ -141,31 +120,37 @@ void local_scalar_dense(const c10::OperatorHandle& op, Stack* stack) {
   stack->emplace_back(value.item());
 }
 
-// new_zeros / new_ones / new_empty / new_full(self, size, ...): a replicated tensor of the given global size.
-void new_factory(const c10::OperatorHandle& op, Stack* stack) {
-  const DTensorSpec spec = dtensor_spec(input(op, stack, 0).toTensor());
-  call_local(op, stack);
-  at::Tensor out = stack->back().toTensor();
-  stack->back() = detail::make_dtensor(
-      out, DTensorSpec(spec.mesh, Placements(spec.mesh.ndim(), Replicate()), TensorMeta{out.sizes().vec(), {}, out.scalar_type()}));
+// --- strategies: the same op on the local shards -------------------------------------------------------
+
+// detach / alias / clone: the output is laid out as the input.
+ShardingDecision same_as_input(const OpCall& call) {
+  return ShardingDecision{{std::nullopt}, {call.tensors.at(0).spec->placements}, {}, {}};
 }
 
-const OpRegistration registrations[] = {
+// *_like factories: new values are not terms of a sum, so Partial -> Replicate; Shard / Replicate kept.
+ShardingDecision like_factory(const OpCall& call) {
+  return ShardingDecision{{std::nullopt}, {reduce_partials(call.tensors.at(0).spec->placements)}, {}, {}};
+}
+
+// new_zeros / new_ones / new_empty / new_full(self, size, ...): a replicated tensor of the given global size.
+ShardingDecision new_factory(const OpCall& call) {
+  return ShardingDecision{{std::nullopt}, {replicate_all(call.mesh->ndim())}, {}, {}};
+}
+
+// zero_: 0 is a valid term of every reduction, so the placements stay.
+ShardingDecision zero_in_place(const OpCall& call) { return same_as_input(call); }
+
+const StrategyRegistration alias_rules({"aten::detach", "aten::alias", "aten::clone"}, &same_as_input);
+const StrategyRegistration like_factory_rules({"aten::ones_like", "aten::zeros_like", "aten::empty_like", "aten::full_like"},
+                                              &like_factory);
+const StrategyRegistration new_factory_rules({"aten::new_zeros", "aten::new_ones", "aten::new_empty", "aten::new_full",
+                                              "aten::new_empty_strided"}, &new_factory);
+const StrategyRegistration zero_rule({"aten::zero_"}, &zero_in_place);
+
+// --- custom handlers: the local computation differs from the op on the shards ------------------------------
+const CustomHandlerRegistration tensor_op_handlers[] = {
     {"aten::_local_scalar_dense", &local_scalar_dense},
-    {"aten::new_zeros", &new_factory},
-    {"aten::new_ones", &new_factory},
-    {"aten::new_empty", &new_factory},
-    {"aten::new_full", &new_factory},
-    {"aten::new_empty_strided", &new_factory},
-    {"aten::detach", &alias_like},
-    {"aten::alias", &alias_like},
-    {"aten::clone", &alias_like},
     {"aten::_to_copy", &to_copy},
-    {"aten::ones_like", &factory_like},
-    {"aten::zeros_like", &factory_like},
-    {"aten::empty_like", &factory_like},
-    {"aten::full_like", &factory_like},
-    {"aten::zero_", &zero_},
     {"aten::fill_.Scalar", &fill_},
     {"aten::fill_.Tensor", &fill_},
     {"aten::copy_", &copy_},

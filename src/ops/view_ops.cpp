@@ -16,6 +16,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "dtensor/tensor/shard_layout.h"
 #include "ops/strategy_utils.h"
 
 namespace dtensor::ops {

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/tensor/shard_layout.h"
 #include "dtensor/parallel/module_hooks.h"
 #include "dtensor/tensor/dtensor.h"
 

@@ -19,11 +19,11 @@
 
 #include <ATen/ATen.h>
 
-#include <map>
-#include <mutex>
+#include <unordered_map>
 #include <stdexcept>
 
 #include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/tensor/shard_layout.h"
 
 namespace dtensor {
 namespace {
@@ -136,25 +136,10 @@ std::vector<TransformStep> make_plan(const Placements& src, const Placements& ds
   return steps;
 }
 
-// Size along tensor dim d of the region the shards of mesh dims outside `mesh_dim` leave this rank.
-int64_t region_size(const DTensorSpec& spec, const Placements& cur, int64_t mesh_dim, int64_t d,
-                    const std::vector<int64_t>& coord) {
-  int64_t size = spec.meta.shape[d];
-  for (int64_t j = 0; j < mesh_dim; ++j) {
-    if (cur[j].is_shard(d)) size = chunk_sizes(size, spec.mesh.size(j))[coord[j]];
-  }
-  return size;
-}
-
-int64_t offset_of(const std::vector<int64_t>& sizes, int64_t index) {
-  int64_t off = 0;
-  for (int64_t k = 0; k < index; ++k) off += sizes[k];
-  return off;
-}
-
-at::Tensor chunk_local(const at::Tensor& x, int64_t d, int64_t pieces, int64_t index) {
-  auto sizes = chunk_sizes(x.size(d), pieces);
-  return x.narrow(d, offset_of(sizes, index), sizes[index]).clone(at::MemoryFormat::Contiguous);
+// Size along d of the region the shards of mesh dims before `mesh_dim` leave this rank (shard_layout.h).
+int64_t region_of(const DTensorSpec& spec, const Placements& cur, int64_t mesh_dim, int64_t d,
+                  const std::vector<int64_t>& coord) {
+  return region_size(spec.meta.shape, spec.mesh, cur, mesh_dim, d, coord);
 }
 
 Placements normalized_dst(const DTensorSpec& src, const Placements& dst) {
@@ -176,12 +161,14 @@ std::string TransformStep::to_string() const {
 
 std::vector<TransformStep> plan_redistribute(const DTensorSpec& src, const Placements& dst_in) {
   Placements dst = normalized_dst(src, dst_in);
-  static std::mutex mutex;
-  static std::map<std::string, std::vector<TransformStep>> cache;
+  // Plans depend only on the placements: a per-thread cache (no lock on the hot path), bounded.
+  thread_local std::unordered_map<std::string, std::vector<TransformStep>> cache;
   std::string key = cache_key(src.placements, dst);
-  std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, make_plan(src.placements, dst)).first;
+  if (it == cache.end()) {
+    if (cache.size() >= 1024) cache.clear();
+    it = cache.emplace(std::move(key), make_plan(src.placements, dst)).first;
+  }
   return it->second;
 }
 
@@ -213,7 +200,7 @@ at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src, c
     switch (step.kind) {
       case Kind::ALL_GATHER: {
         int64_t d = step.from.dim();
-        x = all_gather(x, d, group, chunk_sizes(region_size(src, cur, i, d, coord), n));
+        x = all_gather(x, d, group, chunk_sizes(region_of(src, cur, i, d, coord), n));
         break;
       }
       case Kind::ALL_REDUCE:
@@ -221,17 +208,17 @@ at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src, c
         break;
       case Kind::REDUCE_SCATTER: {
         int64_t d = step.to.dim();
-        x = reduce_scatter(x, step.from.reduce_op(), d, group, chunk_sizes(region_size(src, cur, i, d, coord), n));
+        x = reduce_scatter(x, step.from.reduce_op(), d, group, chunk_sizes(region_of(src, cur, i, d, coord), n));
         break;
       }
       case Kind::ALL_TO_ALL: {
         int64_t d = step.from.dim(), e = step.to.dim();
-        x = all_to_all(x, e, d, group, chunk_sizes(region_size(src, cur, i, d, coord), n),
-                       chunk_sizes(region_size(src, cur, i, e, coord), n));
+        x = all_to_all(x, e, d, group, chunk_sizes(region_of(src, cur, i, d, coord), n),
+                       chunk_sizes(region_of(src, cur, i, e, coord), n));
         break;
       }
       case Kind::CHUNK:
-        x = chunk_local(x, step.to.dim(), n, coord[i]);
+        x = narrow_chunk(x, step.to.dim(), chunk_sizes(x.size(step.to.dim()), n), coord[i]).clone(at::MemoryFormat::Contiguous);
         break;
       case Kind::PARTITION:
         x = partition_value(x, step.to.reduce_op(), coord[i], n);
@@ -239,11 +226,11 @@ at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src, c
       case Kind::PAD_PARTIAL: {
         // This rank's shard at its offset in zeros of the region: the terms sum to the region.
         int64_t d = step.from.dim();
-        auto sizes = chunk_sizes(region_size(src, cur, i, d, coord), n);
+        auto sizes = chunk_sizes(region_of(src, cur, i, d, coord), n);
         auto shape = x.sizes().vec();
-        shape[d] = region_size(src, cur, i, d, coord);
+        shape[d] = region_of(src, cur, i, d, coord);
         at::Tensor padded = at::zeros(shape, x.options());
-        padded.narrow(d, offset_of(sizes, coord[i]), sizes[coord[i]]).copy_(x);
+        narrow_chunk(padded, d, sizes, coord[i]).copy_(x);
         x = step.to.reduce_op() == ReduceOp::AVG ? padded.mul_(n) : padded;
         break;
       }
@@ -263,7 +250,7 @@ at::Tensor redistribute_local_naive(const at::Tensor& local, const DTensorSpec& 
     ProcessGroup& group = src.mesh.get_group(i);
     if (cur[i].is_shard()) {
       int64_t d = cur[i].dim();
-      full = all_gather(full, d, group, chunk_sizes(region_size(src, cur, i, d, coord), src.mesh.size(i)));
+      full = all_gather(full, d, group, chunk_sizes(region_of(src, cur, i, d, coord), src.mesh.size(i)));
     } else if (cur[i].is_partial()) {
       full = all_reduce(full, cur[i].reduce_op(), group);
     }

@@ -53,16 +53,6 @@ Placements backward_placements(const Placements& src, const Placements& grad) {
   return out;
 }
 
-// The gradient placements of to_local / from_local by default: the forward's, with Partial as Replicate
-// (a gradient arriving at a partial term is the gradient of the reduced value).
-Placements grad_placements_for(const Placements& forward) {
-  Placements out = forward;
-  for (auto& p : out) {
-    if (p.is_partial()) p = Replicate();
-  }
-  return out;
-}
-
 struct RedistributeFn : torch::autograd::Function<RedistributeFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const Placements& dst) {
     const DTensorSpec& src = dtensor_spec(input);
@@ -83,7 +73,7 @@ struct RedistributeFn : torch::autograd::Function<RedistributeFn> {
 struct ToLocalFn : torch::autograd::Function<ToLocalFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const std::optional<Placements>& grad_placements) {
     const DTensorSpec& spec = dtensor_spec(input);
-    save_spec(ctx, "spec", with_placements(spec, grad_placements.value_or(grad_placements_for(spec.placements))));
+    save_spec(ctx, "spec", with_placements(spec, grad_placements.value_or(reduce_partials(spec.placements))));
     return detail::local_tensor(input).detach();  // shares storage with the shard, as PyTorch's to_local
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -98,7 +88,7 @@ struct FromLocalFn : torch::autograd::Function<FromLocalFn> {
   // gradient still flows to `local`.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local, const DTensorSpec& spec,
                             const std::optional<at::Tensor>& values) {
-    save_spec(ctx, "grad_spec", with_placements(spec, grad_placements_for(spec.placements)));
+    save_spec(ctx, "grad_spec", with_placements(spec, reduce_partials(spec.placements)));
     return detail::make_dtensor((values ? *values : local).detach(), spec);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -231,15 +221,9 @@ at::Tensor distribute_tensor(const at::Tensor& tensor, const DeviceMesh& mesh, P
       int64_t d = p.dim();
       if (src_data_rank) {
         // The region's size along d, known everywhere: the shape the outer mesh dims leave.
-        Placements outer(spec.placements.begin(), spec.placements.begin() + i);
-        outer.resize(mesh.ndim(), Replicate());
-        int64_t region = local_shard(meta.shape, mesh, outer, *coord).shape[d];
-        local = scatter(local, d, *src_data_rank, group, region);
+        local = scatter(local, d, *src_data_rank, group, region_size(meta.shape, mesh, spec.placements, i, d, *coord));
       } else {
-        auto sizes = chunk_sizes(local.size(d), n);
-        int64_t off = 0;
-        for (int64_t k = 0; k < (*coord)[i]; ++k) off += sizes[k];
-        local = local.narrow(d, off, sizes[(*coord)[i]]);
+        local = narrow_chunk(local, d, chunk_sizes(local.size(d), n), (*coord)[i]);
       }
     } else {
       if (src_data_rank) local = broadcast(local, *src_data_rank, group);
@@ -264,6 +248,10 @@ at::Tensor redistribute(const at::Tensor& dtensor, const DeviceMesh& mesh, Place
   Placements dst = with_placements(spec, std::move(placements)).placements;  // validates and normalizes
   if (dst == spec.placements) return dtensor;
   return RedistributeFn::apply(dtensor, dst);
+}
+
+at::Tensor redistribute(const at::Tensor& dtensor, Placements placements) {
+  return redistribute(dtensor, dtensor_spec(require_dtensor(dtensor, "redistribute")).mesh, std::move(placements));
 }
 
 at::Tensor full_tensor(const at::Tensor& dtensor, std::optional<Placements> grad_placements) {

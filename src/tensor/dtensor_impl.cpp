@@ -6,7 +6,6 @@
 #include <stdexcept>
 
 #include "dtensor/tensor/dtensor.h"
-#include "ops/dispatch.h"
 
 namespace dtensor::detail {
 namespace {
@@ -78,8 +77,6 @@ DTensorImpl* get_impl(const at::Tensor& t) {
 }
 
 at::Tensor make_dtensor(at::Tensor local, DTensorSpec spec, bool requires_grad) {
-  static const bool covered = (ops::ensure_composite_ops_covered(), true);
-  (void)covered;
   at::Tensor t = at::detail::make_tensor<DTensorImpl>(std::move(local), std::move(spec));
   if (requires_grad) t.set_requires_grad(true);
   return t;

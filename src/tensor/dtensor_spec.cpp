@@ -4,7 +4,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "dtensor/mesh/functional_collectives.h"
 
 namespace dtensor {
 
@@ -57,35 +56,6 @@ std::string DTensorSpec::to_string() const {
   for (size_t i = 0; i < meta.shape.size(); ++i) os << (i ? ", " : "") << meta.shape[i];
   os << "], " << c10::toString(meta.dtype) << ")";
   return os.str();
-}
-
-LocalShard local_shard(const std::vector<int64_t>& global_shape, const DeviceMesh& mesh, const Placements& placements,
-                       const std::vector<int64_t>& coordinate) {
-  LocalShard shard{global_shape, std::vector<int64_t>(global_shape.size(), 0)};
-  for (size_t i = 0; i < placements.size(); ++i) {
-    if (!placements[i].is_shard()) continue;
-    int64_t d = placements[i].dim();
-    // Split what the earlier mesh dims left of dim d, torch.chunk style, and keep piece coordinate[i].
-    auto sizes = chunk_sizes(shard.shape[d], mesh.size(static_cast<int64_t>(i)));
-    int64_t before = 0;
-    for (int64_t k = 0; k < coordinate[i]; ++k) before += sizes[k];
-    shard.offset[d] += before;
-    shard.shape[d] = sizes[coordinate[i]];
-  }
-  // An empty shard sits at the end of its dim (PyTorch's convention), wherever its region was.
-  for (size_t d = 0; d < global_shape.size(); ++d) {
-    if (shard.shape[d] == 0) shard.offset[d] = global_shape[d];
-  }
-  return shard;
-}
-
-LocalShard local_shard(const DTensorSpec& spec) {
-  auto coordinate = spec.mesh.get_coordinate();
-  if (!coordinate) {
-    throw dtensor::Error("dtensor: rank " + std::to_string(spec.mesh.get_rank()) + " is not in " +
-                             spec.mesh.to_string());
-  }
-  return local_shard(spec.meta.shape, spec.mesh, spec.placements, *coordinate);
 }
 
 }  // namespace dtensor

@@ -67,4 +67,13 @@ std::string to_string(const Placements& placements) {
   return os.str();
 }
 
+Placements replicate_all(int64_t mesh_ndim) { return Placements(mesh_ndim, Replicate()); }
+
+Placements reduce_partials(Placements p) {
+  for (auto& x : p) {
+    if (x.is_partial()) x = Replicate();
+  }
+  return p;
+}
+
 }  // namespace dtensor

@@ -7,6 +7,7 @@
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/tensor/shard_layout.h"
 #include "harness/multi_rank.h"
 
 using namespace dtensor;

@@ -1,7 +1,9 @@
 // Dispatcher behaviour: decision caching, mixed plain tensors, implicit replication, dropout's RNG, the
 // fallback's error, custom op registration.
+#include <barrier>
 #include <gtest/gtest.h>
 
+#include "dtensor/error.h"
 #include "dtensor/ops/dispatch_options.h"
 #include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
@@ -102,6 +104,40 @@ TEST(Dispatch, UserRegisteredStrategy) {
       EXPECT_TRUE(at::allclose(full_tensor(out), at::cumsum(full, 1)));
     }
   });
+}
+
+namespace {
+// A second rule for the same op: everything gathered, the output Replicate.
+ops::ShardingDecision cumsum_replicated(const ops::OpCall& call) {
+  Placements r = ops::replicate_all(call.mesh->ndim());
+  return ops::ShardingDecision{{r}, {r}, {}};
+}
+}  // namespace
+
+TEST(Dispatch, ReplacingARuleAfterFirstUseTakesEffectOnEveryThread) {
+  std::barrier sync(2);
+  run_ranks(2, [&](int rank, int) {
+    auto mesh = init_device_mesh("cpu", {2});
+    at::Tensor full = seeded_randn(5, {4, 6});
+    register_sharding("aten::cumprod", &cumsum_rows);  // (cumprod along dim 1 keeps row shards too)
+    sync.arrive_and_wait();
+    at::Tensor dt = distribute_tensor(full, mesh, {Shard(0)});
+    EXPECT_EQ(placements(at::cumprod(dt, 1)), Placements{Shard(0)});  // decided and cached on this thread
+    sync.arrive_and_wait();
+    if (rank == 0) register_sharding("aten::cumprod", &cumsum_replicated);
+    sync.arrive_and_wait();
+    at::Tensor out = at::cumprod(dt, 1);
+    EXPECT_EQ(placements(out), Placements{Replicate()});  // the new rule, though the old one was cached
+    EXPECT_TRUE(at::allclose(full_tensor(out), at::cumprod(full, 1)));
+  });
+}
+
+TEST(Dispatch, RegisteringARuleForAMisspeltOpFails) {
+  std::string err = dtensor::testing::error_of([] { register_sharding("aten::cumsumm", &cumsum_rows); });
+  EXPECT_NE(err.find("aten::cumsumm"), std::string::npos) << err;
+  EXPECT_NE(err.find("no operator schema"), std::string::npos) << err;
+  EXPECT_THROW(register_sharding("aten::cumsum.no_such_overload", &cumsum_rows), dtensor::Error);
+  EXPECT_THROW(register_sharding("cumsum", &cumsum_rows), dtensor::Error);
 }
 
 TEST(Dispatch, LocalMapRunsOnShards) {

@@ -16,9 +16,6 @@
 
 namespace dtensor {
 
-// torch.chunk sizes of a dim of `dim_size` split `num_chunks` ways (trailing chunks may be 0).
-std::vector<int64_t> chunk_sizes(int64_t dim_size, int64_t num_chunks);
-
 // Every rank's `value` in group rank order (one small all_gather): how ranks learn each other's sizes.
 std::vector<int64_t> exchange_sizes(int64_t value, ProcessGroup& group);
 

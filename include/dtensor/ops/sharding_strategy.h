@@ -66,12 +66,9 @@ struct ShardingDecision {
 
 using StrategyFn = ShardingDecision (*)(const OpCall& call);
 
-using StrategyFn = ShardingDecision (*)(const OpCall& call);
-
-// Placement helpers for strategies.
-Placements replicate_all(int64_t mesh_ndim);
-// `p` with Partial entries replaced by Replicate (the reduction a non-linear op needs first).
-Placements reduce_partials(Placements p);
+// Placement helpers strategies use (defined with the placements, dtensor/tensor/placement.h).
+using dtensor::reduce_partials;
+using dtensor::replicate_all;
 
 }  // namespace ops
 

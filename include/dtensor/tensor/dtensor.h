@@ -21,6 +21,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/tensor/dtensor_spec.h"
 #include "dtensor/tensor/placement.h"
+#include "dtensor/tensor/shard_layout.h"
 
 namespace dtensor {
 
@@ -48,6 +49,8 @@ at::Tensor full_tensor(const at::Tensor& dtensor, std::optional<Placements> grad
 // Shard(i)->Shard(j) all-to-all, Replicate->Partial local split). Differentiable. The mesh must be the
 // DTensor's mesh.
 at::Tensor redistribute(const at::Tensor& dtensor, const DeviceMesh& mesh, Placements placements);
+// The same on the DTensor's own mesh: redistribute(w, {Replicate()}).
+at::Tensor redistribute(const at::Tensor& dtensor, Placements placements);
 
 struct DTensor {
   // Wraps each rank's `local` as one DTensor. Without `shape`, the global shape is inferred: with

@@ -42,16 +42,6 @@ struct DTensorSpec {
   bool operator!=(const DTensorSpec& o) const { return !(*this == o); }
 };
 
-// The shard of the tensor at `coordinate` on the mesh: its shape and the global offset of its first element.
-// Mesh dims sharding the same tensor dim apply in mesh-dim order, each splitting what the earlier ones left
-// (torch.chunk semantics at each step; shards may be empty, and an empty shard's offset is the dim's size).
-struct LocalShard {
-  std::vector<int64_t> shape;
-  std::vector<int64_t> offset;
-};
-LocalShard local_shard(const std::vector<int64_t>& global_shape, const DeviceMesh& mesh, const Placements& placements,
-                       const std::vector<int64_t>& coordinate);
-// This rank's shard (throws if the rank is not in the mesh).
-LocalShard local_shard(const DTensorSpec& spec);
+// Where shards lie (chunk sizes, offsets, local_shard): dtensor/tensor/shard_layout.h.
 
 }  // namespace dtensor

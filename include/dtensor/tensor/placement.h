@@ -60,6 +60,12 @@ using Placements = std::vector<Placement>;
 std::ostream& operator<<(std::ostream& os, const Placement& p);
 std::string to_string(const Placements& placements);  // "[Shard(dim=0), Replicate()]"
 
+// Replicate on each of `mesh_ndim` mesh dims.
+Placements replicate_all(int64_t mesh_ndim);
+// `p` with every Partial replaced by Replicate: the placements after the pending reductions (what a
+// non-linear op needs first; the default gradient placements of a Partial forward).
+Placements reduce_partials(Placements p);
+
 }  // namespace dtensor
 
 template <>

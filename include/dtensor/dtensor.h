@@ -1,0 +1,30 @@
+// Everything a user of dtensor-cpp needs, in one include:
+//
+//   #include "dtensor/dtensor.h"
+//   auto tp = dtensor::init_device_mesh("cpu", {world}, {"tp"});
+//   dtensor::parallelize_module(*model, tp, plan);
+//
+// The layers, from the bottom up: mesh/ (process groups, DeviceMesh, collectives), tensor/ (placements,
+// DTensor), redistribute/, ops/ (dispatch controls, custom sharding rules), parallel/ (module hooks, layers,
+// styles, parallelize_module, loss parallel, CommDebugMode).
+#pragma once
+
+#include "dtensor/error.h"
+#include "dtensor/mesh/autograd_collectives.h"
+#include "dtensor/mesh/comm_hooks.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/mesh/launch_env.h"
+#include "dtensor/mesh/process_group.h"
+#include "dtensor/ops/dispatch_options.h"
+#include "dtensor/ops/loss_parallel.h"
+#include "dtensor/ops/sharding_strategy.h"
+#include "dtensor/parallel/comm_debug_mode.h"
+#include "dtensor/parallel/layers.h"
+#include "dtensor/parallel/module_hooks.h"
+#include "dtensor/parallel/parallelize.h"
+#include "dtensor/parallel/style.h"
+#include "dtensor/redistribute/redistribute.h"
+#include "dtensor/tensor/dtensor.h"
+#include "dtensor/tensor/placement.h"
+#include "dtensor/tensor/shard_layout.h"

@@ -1,0 +1,144 @@
+#include "ops/op_call.h"
+
+#include <ATen/ATen.h>
+
+#include <sstream>
+
+#include "dtensor/error.h"
+#include "dtensor/ops/dispatch_options.h"
+#include "dtensor/tensor/dtensor.h"
+#include "tensor/dtensor_impl.h"
+
+namespace dtensor {
+
+namespace {
+thread_local bool implicit_replication = false;
+}
+
+ImplicitReplicationGuard::ImplicitReplicationGuard() : previous_(implicit_replication) { implicit_replication = true; }
+ImplicitReplicationGuard::~ImplicitReplicationGuard() { implicit_replication = previous_; }
+bool ImplicitReplicationGuard::active() { return implicit_replication; }
+
+
+namespace ops {
+
+// ------------------------------------------------------------------------------------------------- OpCall
+
+namespace {
+// Autograd's backward of split / chunk / unbind fills the gradients of unused outputs with plain zeros of
+// the global shape and concatenates (cat / stack) them with the DTensor gradients; max.dim's backward
+// scatters the gradient into plain zeros. A plain all-zero tensor
+// there is a replicated zero, whatever the op's other inputs are; nothing else plain is accepted.
+bool autograd_zeros(const c10::OperatorHandle& op, const at::Tensor& t) {
+  const auto& name = op.operator_name().name;
+  if (name != "aten::cat" && name != "aten::stack" && name.rfind("aten::scatter", 0) != 0) return false;
+  at::AutoDispatchBelowADInplaceOrView guard;
+  return t.count_nonzero().item<int64_t>() == 0;
+}
+}  // namespace
+
+OpCall::OpCall(const c10::OperatorHandle& op_, torch::jit::Stack* stack_)
+    : op(op_), stack(stack_), first_(stack_->size() - op_.schema().arguments().size()) {
+  const size_t n = num_args();
+  for (size_t i = 0; i < n; ++i) {
+    const c10::IValue& v = (*stack)[first_ + i];
+    auto add = [&](const at::Tensor& t, int list_index) {
+      if (!t.defined()) return;
+      const DTensorSpec* spec = detail::get_impl(t) ? &detail::get_impl(t)->spec() : nullptr;
+      if (spec && !mesh) mesh = &spec->mesh;
+      tensors.push_back(TensorInput{static_cast<int>(i), list_index, t, spec});
+    };
+    if (v.isTensor()) {
+      add(v.toTensor(), -1);
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      for (size_t k = 0; k < list.size(); ++k) add(list.get(k), static_cast<int>(k));
+    } else if (v.isList()) {
+      // Tensor?[] (index ops)
+      auto list = v.toListRef();
+      for (size_t k = 0; k < list.size(); ++k) {
+        if (list[k].isTensor()) add(list[k].toTensor(), static_cast<int>(k));
+      }
+    }
+  }
+  for (const auto& t : tensors) {
+    if (t.spec && t.spec->mesh != *mesh) fail("got DTensors on different meshes");
+    if (!t.spec && t.tensor.dim() != 0 && !ImplicitReplicationGuard::active() && !autograd_zeros(op, t.tensor)) {
+      fail("got mixed plain at::Tensor and DTensor arguments; convert the plain tensor with distribute_tensor or "
+           "DTensor::from_local first (or allow it with dtensor::ImplicitReplicationGuard)");
+    }
+  }
+}
+
+std::string OpCall::describe() const { return describe_inputs(op, *stack); }
+void OpCall::fail(const std::string& why) const { ops::fail(op, *stack, why); }
+
+const TensorInput* OpCall::tensor_arg(size_t i) const {
+  for (const auto& t : tensors) {
+    if (t.arg == static_cast<int>(i) && t.list_index < 0) return &t;
+  }
+  return nullptr;
+}
+
+int64_t OpCall::ndim_of(size_t i) const {
+  const TensorInput* t = tensor_arg(i);
+  return t ? t->tensor.dim() : 0;
+}
+
+std::string op_name(const c10::OperatorHandle& op) {
+  const auto& name = op.operator_name();
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+std::string describe_inputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const auto& args = op.schema().arguments();
+  auto inputs = torch::jit::last(stack, args.size());
+  std::ostringstream os;
+  bool first = true;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = inputs[i];
+    auto describe = [&](const at::Tensor& t, const std::string& name) {
+      os << (first ? "" : ", ") << name << ": ";
+      first = false;
+      if (is_dtensor(t)) os << to_string(dtensor_spec(t).placements);
+      else if (t.defined()) os << "plain tensor " << t.sizes();
+      else os << "undefined";
+    };
+    if (v.isTensor()) {
+      describe(v.toTensor(), args[i].name());
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      for (size_t k = 0; k < list.size(); ++k) describe(list.get(k), args[i].name() + "[" + std::to_string(k) + "]");
+    }
+  }
+  return os.str();
+}
+
+void fail(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& why) {
+  throw dtensor::Error("dtensor: " + op_name(op) + " " + why + " (inputs: " + describe_inputs(op, stack) + ")");
+}
+
+int first_dtensor_input(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  size_t n = op.schema().arguments().size();
+  auto inputs = torch::jit::last(stack, n);
+  for (size_t i = 0; i < n; ++i) {
+    if (inputs[i].isTensor() && is_dtensor(inputs[i].toTensor())) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void call_local(const c10::OperatorHandle& op, torch::jit::Stack* stack, const std::vector<at::Tensor>* locals) {
+  size_t n = op.schema().arguments().size();
+  size_t next = 0;
+  for (size_t i = stack->size() - n; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (!v.isTensor() || !is_dtensor(v.toTensor())) continue;
+    v = locals ? (*locals).at(next++) : detail::local_tensor(v.toTensor());
+  }
+  // Locals never record autograd history: the DTensor wrapper carries it.
+  at::AutoDispatchBelowADInplaceOrView guard;
+  op.callBoxed(stack);
+}
+
+}  // namespace ops
+}  // namespace dtensor

@@ -1,0 +1,186 @@
+#include "ops/run_strategy.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdlib>
+#include <iostream>
+
+#include "dtensor/error.h"
+#include "dtensor/ops/dispatch_options.h"
+#include "dtensor/redistribute/redistribute.h"
+#include "dtensor/tensor/dtensor.h"
+#include "ops/decision_cache.h"
+#include "ops/op_call.h"
+#include "ops/output_meta.h"
+#include "tensor/dtensor_impl.h"
+
+namespace dtensor::ops {
+namespace {
+
+// 1. decide --------------------------------------------------------------------------------------------
+
+CachedDecision decide_afresh(const OpCall& call, StrategyFn strategy) {
+  CachedDecision fresh;
+  fresh.decision = strategy(call);
+  const std::string name = op_name(call.op);
+  if (fresh.decision.inputs.size() != call.tensors.size()) {
+    throw Error("dtensor: strategy for " + name + " returned " + std::to_string(fresh.decision.inputs.size()) +
+                " input placements for " + std::to_string(call.tensors.size()) + " tensor inputs");
+  }
+  if (!fresh.decision.output_shapes.empty()) {
+    for (const auto& shape : fresh.decision.output_shapes) {
+      fresh.outputs.push_back({shape, contiguous_strides(shape), call.tensors.at(0).tensor.scalar_type()});
+    }
+  } else {
+    try {
+      fresh.outputs = meta_outputs(call);
+    } catch (const c10::Error& e) {
+      if (std::getenv("DTENSOR_DEBUG_META")) std::cerr << "meta failed for " << name << ": " << e.what_without_backtrace() << std::endl;
+      fresh.from_locals = true;  // an op without a meta kernel: see global_outputs_from_locals
+    }
+  }
+  if (!fresh.from_locals && fresh.outputs.size() != fresh.decision.outputs.size()) {
+    throw Error("dtensor: strategy for " + name + " returned " + std::to_string(fresh.decision.outputs.size()) +
+                " output placements for " + std::to_string(fresh.outputs.size()) + " outputs");
+  }
+  return fresh;
+}
+
+CachedDecision* decide(const OpCall& call, StrategyFn strategy, CachedDecision& uncached) {
+  DecisionCache& cache = DecisionCache::local();
+  const bool cacheable = cache.key(call);
+  if (cacheable) {
+    if (CachedDecision* hit = cache.find()) {
+      ++dispatch_stats().cache_hits;
+      return hit;
+    }
+  }
+  ++dispatch_stats().cache_misses;
+  CachedDecision fresh = decide_afresh(call, strategy);
+  if (!cacheable) {
+    uncached = std::move(fresh);
+    return &uncached;
+  }
+  return cache.insert(std::move(fresh));
+}
+
+// 2. redistribute --------------------------------------------------------------------------------------
+
+// This rank's local tensor of each OpCall tensor, in the placements the decision asks for.
+std::vector<at::Tensor> redistribute_inputs(const OpCall& call, const ShardingDecision& decision) {
+  const auto& schema = call.op.schema();
+  std::vector<at::Tensor> locals(call.tensors.size());
+  for (size_t k = 0; k < call.tensors.size(); ++k) {
+    const TensorInput& in = call.tensors[k];
+    const auto& target = decision.inputs[k];
+    if (!in.spec) {
+      // A plain tensor is replicated (a 0-d scalar, or under ImplicitReplicationGuard): cutting it is local.
+      locals[k] = in.tensor;
+      if (target && !in.is_scalar() && *target != replicate_all(call.mesh->ndim())) {
+        DTensorSpec replicated(*call.mesh, replicate_all(call.mesh->ndim()),
+                               TensorMeta{in.tensor.sizes().vec(), {}, in.tensor.scalar_type()});
+        locals[k] = redistribute_local(in.tensor, replicated, *target);
+      }
+      continue;
+    }
+    const at::Tensor& local = detail::get_impl(in.tensor)->local();
+    if (!target || *target == in.spec->placements) {
+      locals[k] = local;
+      continue;
+    }
+    const auto& a = schema.arguments()[in.arg];
+    if (a.alias_info() && a.alias_info()->isWrite()) {
+      call.fail("would have to change the placements of its in-place / out= argument '" + a.name() + "' from " +
+                to_string(in.spec->placements) + " to " + to_string(*target));
+    }
+    locals[k] = redistribute_local(local, *in.spec, *target);
+  }
+  return locals;
+}
+
+// 3. run -----------------------------------------------------------------------------------------------
+
+// Puts the locals (and the local values of global shape arguments) on the stack and runs the op on them.
+void run_local(OpCall& call, const ShardingDecision& decision, const std::vector<at::Tensor>& locals) {
+  for (size_t k = 0; k < call.tensors.size(); ++k) {
+    const TensorInput& in = call.tensors[k];
+    c10::IValue& slot = call.arg(in.arg);
+    if (in.list_index < 0) {
+      slot = locals[k];
+    } else if (slot.isTensorList()) {
+      auto list = slot.toTensorList().copy();
+      list.set(in.list_index, locals[k]);
+      slot = list;
+    } else {
+      auto list = slot.toList().copy();
+      list.set(in.list_index, locals[k]);
+      slot = list;
+    }
+  }
+  for (const auto& [arg, value] : decision.local_int_lists) call.arg(arg) = c10::IValue(value);
+  at::AutoDispatchBelowADInplaceOrView guard;
+  call.op.callBoxed(call.stack);
+}
+
+// 4. wrap ----------------------------------------------------------------------------------------------
+
+void wrap_outputs(const OpCall& call, CachedDecision& entry, const std::vector<c10::IValue>& originals) {
+  const auto& schema = call.op.schema();
+  const ShardingDecision& decision = entry.decision;
+  torch::jit::Stack& stack = *call.stack;
+  const size_t num_returns = schema.returns().size();
+  if (entry.from_locals && entry.outputs.empty()) {
+    entry.outputs = global_outputs_from_locals(*call.mesh, decision.outputs, stack, num_returns);
+  }
+  size_t out_index = 0;
+  auto spec_of = [&](size_t o) {
+    const OutputMeta& m = entry.outputs[o];
+    return DTensorSpec(*call.mesh, decision.outputs[o], TensorMeta{m.shape, m.stride, m.dtype});
+  };
+  auto wrap = [&](const at::Tensor& local_out) -> at::Tensor {
+    const size_t o = out_index++;
+    if (!local_out.defined()) return local_out;
+    return detail::make_dtensor(local_out, spec_of(o));
+  };
+  for (size_t r = 0; r < num_returns; ++r) {
+    c10::IValue& v = stack[stack.size() - num_returns + r];
+    const int written = written_input_for_return(schema, r);
+    if (written >= 0 && !originals.empty() && originals[written].isTensor() && is_dtensor(originals[written].toTensor())) {
+      // In place / out=: the caller's wrapper is the result; its shard was written (or replaced) locally.
+      const at::Tensor& wrapper = originals[written].toTensor();
+      auto* impl = detail::get_impl(wrapper);
+      const size_t o = out_index++;
+      const at::Tensor& local_out = v.toTensor();
+      if (!local_out.is_same(impl->local()) || impl->spec().placements != decision.outputs[o]) {
+        impl->replace(local_out, spec_of(o));
+      }
+      v = wrapper;
+    } else if (v.isTensor()) {
+      v = wrap(v.toTensor());
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> wrapped;
+      for (size_t k = 0; k < list.size(); ++k) wrapped.push_back(wrap(list.get(k)));
+      v = wrapped;
+    }
+  }
+}
+
+}  // namespace
+
+void run_strategy(const c10::OperatorHandle& op, torch::jit::Stack* stack, StrategyFn strategy) {
+  OpCall call(op, stack);
+  if (!call.mesh) fail(op, *stack, "reached the DTensor kernel without a DTensor input");
+  CachedDecision uncached;
+  CachedDecision* entry = decide(call, strategy, uncached);
+  std::vector<at::Tensor> locals = redistribute_inputs(call, entry->decision);
+  // Ops that write an argument return the caller's wrapper: keep the originals before the stack changes.
+  std::vector<c10::IValue> originals;
+  if (op.schema().is_mutable()) {
+    for (size_t i = 0; i < call.num_args(); ++i) originals.push_back(call.arg(i));
+  }
+  run_local(call, entry->decision, locals);
+  wrap_outputs(call, *entry, originals);
+}
+
+}  // namespace dtensor::ops

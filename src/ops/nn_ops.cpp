@@ -151,12 +151,19 @@ void nll_loss_forward(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (p.is_partial() || (p.is_shard() && p.dim() != 0)) return run_strategy(op, stack, &nll_loss_strategy);
   }
   const TensorInput* target = call.tensor_arg(1);
-  if (!target || !target->spec) return run_strategy(op, stack, &nll_loss_strategy);
+  if (!target) return run_strategy(op, stack, &nll_loss_strategy);
   const TensorInput* weight = call.tensor_arg(2);
   at::Tensor w_local;
   if (weight) w_local = weight->spec ? full_tensor(weight->tensor) : weight->tensor;
   at::Tensor local_self = detail::local_tensor(self.tensor);
-  at::Tensor local_target = redistribute_local(detail::local_tensor(target->tensor), *target->spec, spec.placements);
+  // The target follows the batch: a DTensor target is redistributed like self, a plain one (replicated, as
+  // loss_parallel's plain labels) is cut locally.
+  const DTensorSpec target_spec =
+      target->spec ? *target->spec
+                   : DTensorSpec(spec.mesh, replicate_all(spec.mesh.ndim()),
+                                 TensorMeta{target->tensor.sizes().vec(), {}, target->tensor.scalar_type()});
+  const at::Tensor& target_local = target->spec ? detail::local_tensor(target->tensor) : target->tensor;
+  at::Tensor local_target = redistribute_local(target_local, target_spec, spec.placements);
   at::AutoDispatchBelowADInplaceOrView guard;
   auto [local_sum, local_total] = at::nll_loss_forward(local_self, local_target, w_local, /*sum*/ 2, call.arg(4).toInt());
   at::Tensor total = local_total;
@@ -247,6 +254,16 @@ void embedding(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::Tensor w_local = redistribute_local(detail::local_tensor(weight.tensor), wspec, w_target);
   at::Tensor id_local = ids.spec ? redistribute_local(detail::local_tensor(ids.tensor), *ids.spec, ids_target)
                                  : ids.tensor;
+  // Each rank sees only its rows, so an id outside the vocabulary would silently look up zeros: check it
+  // as the plain lookup does (the ids are whole on every rank here, so every rank raises the same error).
+  const int64_t vocab = wspec.meta.shape[0];
+  if (id_local.numel() > 0) {
+    const int64_t lo = id_local.min().item<int64_t>(), hi = id_local.max().item<int64_t>();
+    if (lo < 0 || hi >= vocab) {
+      call.fail("index out of range in self: token id " + std::to_string(lo < 0 ? lo : hi) +
+                " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
   LocalShard shard = local_shard(wspec.meta.shape, wspec.mesh, w_target, *wspec.mesh.get_coordinate());
   const int64_t start = shard.offset[0], rows = shard.shape[0];
   at::Tensor mask = (id_local < start).logical_or(id_local >= start + rows);  // ids this rank does not own

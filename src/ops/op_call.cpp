@@ -35,6 +35,18 @@ bool autograd_zeros(const c10::OperatorHandle& op, const at::Tensor& t) {
   at::AutoDispatchBelowADInplaceOrView guard;
   return t.count_nonzero().item<int64_t>() == 0;
 }
+// Arguments that are taken as replicated when plain, as PyTorch's loss_parallel takes plain labels: the class
+// targets and weights of nll_loss (cross_entropy's), which every rank holds whole.
+bool replicated_when_plain(const c10::OperatorHandle& op, size_t arg) {
+  const auto& name = op.operator_name().name;
+  if (name != "aten::nll_loss_forward" && name != "aten::nll_loss_backward" && name != "aten::nll_loss2d_forward" &&
+      name != "aten::nll_loss2d_backward") {
+    return false;
+  }
+  const std::string& arg_name = op.schema().arguments()[arg].name();
+  return arg_name == "target" || arg_name == "weight" || arg_name == "total_weight";
+}
+
 }  // namespace
 
 OpCall::OpCall(const c10::OperatorHandle& op_, torch::jit::Stack* stack_)
@@ -63,7 +75,8 @@ OpCall::OpCall(const c10::OperatorHandle& op_, torch::jit::Stack* stack_)
   }
   for (const auto& t : tensors) {
     if (t.spec && t.spec->mesh != *mesh) fail("got DTensors on different meshes");
-    if (!t.spec && t.tensor.dim() != 0 && !ImplicitReplicationGuard::active() && !autograd_zeros(op, t.tensor)) {
+    if (!t.spec && t.tensor.dim() != 0 && !ImplicitReplicationGuard::active() &&
+        !replicated_when_plain(op, static_cast<size_t>(t.arg)) && !autograd_zeros(op, t.tensor)) {
       fail("got mixed plain at::Tensor and DTensor arguments; convert the plain tensor with distribute_tensor or "
            "DTensor::from_local first (or allow it with dtensor::ImplicitReplicationGuard)");
     }

@@ -176,7 +176,8 @@ std::vector<std::string> overloads(const std::vector<std::string>& bases) {
 }
 
 const StrategyRegistration unary_linear(overloads({"neg", "neg_", "neg.out", "mul.Scalar", "mul_.Scalar",
-                                                   "div.Scalar", "div_.Scalar", "positive"}),
+                                                   "div.Scalar", "div_.Scalar", "positive", "conj_physical",
+                                                   "_conj", "resolve_conj", "_conj_physical"}),
                                         &pointwise_unary_linear);
 const StrategyRegistration additive(overloads({"add.Tensor", "add_.Tensor", "add.out", "sub.Tensor", "sub_.Tensor",
                                                "sub.out"}),
@@ -190,7 +191,7 @@ const StrategyRegistration nonlinear(
         // unary math
         "abs", "abs_", "exp", "exp_", "log", "log_", "log1p", "sqrt", "sqrt_", "rsqrt", "rsqrt_", "sin", "cos",
         "reciprocal", "reciprocal_", "sign", "floor", "ceil", "round", "square", "erf", "exp2", "expm1",
-        "pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Tensor", "pow.Scalar",
+        "pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Tensor", "pow.Scalar", "polar", "complex", "real", "imag",
         // activations and their backwards
         "relu", "relu_", "silu", "silu_", "gelu", "gelu_", "sigmoid", "sigmoid_", "tanh", "tanh_", "threshold_backward",
         "silu_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "hardtanh", "leaky_relu",

@@ -6,8 +6,10 @@
 // (dims of size 1 aside). A Shard of input dim d survives into the group's first output dim when d is the
 // group's first input dim and, for a group that is not one-to-one, both that input dim and that output dim
 // divide evenly by the ranks sharding it: then every rank's piece is one contiguous block of the group
-// in both shapes. Otherwise the view is refused with an error naming the dims (a view cannot move data;
-// redistribute first). Partial and Replicate pass through views unchanged.
+// in both shapes. Otherwise the shard is gathered first (an all-gather on that mesh dim, as PyTorch's view
+// rule does) and the view runs on the whole dim. Partial and Replicate pass through views unchanged.
+// _reshape_alias (reshape's view path, which may carry non-contiguous strides) runs as view.
+// view_as_complex needs the trailing (real, imag) dim whole; view_as_real adds it; other shards pass.
 //
 // Ops that index or cut along a dim (slice, select, split, unbind, cat, index_select) need that dim whole:
 // a Shard of it becomes Replicate first (all-gather); other shards pass, renumbered.
@@ -48,15 +50,13 @@ std::vector<int64_t> infer_size(std::vector<int64_t> size, int64_t numel) {
 }
 
 // Maps each input dim to the output dim its shard would move to (-1: cannot keep a shard), per the group
-// rule above; `why` says what blocks a dim.
+// rule above.
 std::vector<int64_t> view_dim_map(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
-                                  const DTensorSpec& spec, std::vector<std::string>& why) {
+                                  const DTensorSpec& spec) {
   std::vector<int64_t> map(in.size(), -1);
-  why.assign(in.size(), "");
   size_t i = 0, j = 0;
   while (i < in.size() && j < out.size()) {
     if (in[i] == 1) {
-      why[i] = "it has size 1";
       ++i;
       continue;
     }
@@ -72,20 +72,9 @@ std::vector<int64_t> view_dim_map(const std::vector<int64_t>& in, const std::vec
       else break;
     }
     bool one_to_one = (i - gi == 1) && (j - gj == 1);
-    for (size_t k = gi; k < i; ++k) {
-      if (k != gi) {
-        why[k] = "it is not the first dim of the dims [" + std::to_string(gi) + ".." + std::to_string(i - 1) +
-                 "] that the view merges or splits";
-        continue;
-      }
-      int64_t ways = shard_ways(spec, static_cast<int64_t>(k));
-      if (one_to_one || (in[k] % ways == 0 && out[gj] % ways == 0)) {
-        map[k] = static_cast<int64_t>(gj);
-      } else {
-        why[k] = "its size " + std::to_string(in[k]) + " and the new dim's size " + std::to_string(out[gj]) +
-                 " do not both divide by the " + std::to_string(ways) + " ranks sharding it";
-      }
-    }
+    // Only the group's first dim can keep its shard.
+    const int64_t ways = shard_ways(spec, static_cast<int64_t>(gi));
+    if (one_to_one || (in[gi] % ways == 0 && out[gj] % ways == 0)) map[gi] = static_cast<int64_t>(gj);
   }
   return map;
 }
@@ -98,21 +87,24 @@ std::vector<std::optional<Placements>> keep_inputs(const OpCall& call) {
   return in;
 }
 
-// Output placements of a one-input view from a dim map (input dim -> output dim, -1 refused).
-ShardingDecision by_dim_map(const OpCall& call, const std::vector<int64_t>& map, size_t num_outputs,
-                            const std::vector<std::string>* why = nullptr) {
+// Output placements of a one-input view from a dim map (input dim -> output dim, -1: cannot keep it). A
+// shard the view cannot keep is gathered first (Shard -> Replicate on that mesh dim = all-gather), as
+// PyTorch's view rule does; the view then runs on the gathered dim.
+ShardingDecision by_dim_map(const OpCall& call, const std::vector<int64_t>& map, size_t num_outputs) {
   const DTensorSpec& spec = *self_of(call).spec;
-  Placements out = spec.placements;
-  for (auto& p : out) {
-    if (!p.is_shard()) continue;
-    int64_t m = map[p.dim()];
+  Placements in = spec.placements, out = spec.placements;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!out[i].is_shard()) continue;
+    const int64_t m = map[out[i].dim()];
     if (m < 0) {
-      call.fail("cannot view tensor dim " + std::to_string(p.dim()) + " sharded by " + p.to_string() + (why ? " (" + (*why)[p.dim()] + ")" : std::string()) +
-                "; redistribute it first");
+      in[i] = Replicate();
+      out[i] = Replicate();
+    } else {
+      out[i] = Shard(m);
     }
-    p = Shard(m);
   }
-  auto inputs = keep_inputs(call);
+  std::vector<std::optional<Placements>> inputs = keep_inputs(call);
+  inputs[0] = in;
   return make_decision(call, inputs, std::vector<Placements>(num_outputs, out));
 }
 
@@ -121,21 +113,14 @@ std::vector<int64_t> local_shape_of(const std::vector<int64_t>& shape, const Dev
   return local_shard(shape, mesh, p, *mesh.get_coordinate()).shape;
 }
 
-// view / _unsafe_view(self, size); _reshape_alias(self, size, stride): size (and stride) become local.
+// view / _unsafe_view(self, size): the size becomes local.
 ShardingDecision view_strategy(const OpCall& call) {
   const at::Tensor& self = self_of(call).tensor;
   std::vector<int64_t> out = infer_size(call.arg(1).toIntVector(), self.numel());
-  std::vector<std::string> why;
-  auto map = view_dim_map(self.sizes().vec(), out, *self_of(call).spec, why);
-  ShardingDecision d = by_dim_map(call, map, 1, &why);
+  auto map = view_dim_map(self.sizes().vec(), out, *self_of(call).spec);
+  ShardingDecision d = by_dim_map(call, map, 1);
   auto local = local_shape_of(out, *call.mesh, d.outputs[0]);
   d.local_int_lists.emplace_back(1, local);
-  if (call.num_args() > 2) {  // _reshape_alias: the stride must describe a contiguous view
-    if (call.arg(2).toIntVector() != contiguous_strides(out)) {
-      call.fail("with non-contiguous strides is not supported; call contiguous() first");
-    }
-    d.local_int_lists.emplace_back(2, contiguous_strides(local));
-  }
   return d;
 }
 
@@ -339,7 +324,27 @@ ShardingDecision index_select_strategy(const OpCall& call) {
   return needs_dim_whole(call, d, 1, [](int64_t k) { return k; });
 }
 
-const StrategyRegistration views({"aten::view", "aten::_unsafe_view", "aten::_reshape_alias"}, &view_strategy);
+// _reshape_alias(self, size, stride) is reshape's view path; its strides describe the global layout. On
+// the shards it is the same view of the local tensor: run it as view (which decides and cuts the size).
+void reshape_alias_as_view(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  at::Tensor self = (*stack)[stack->size() - 3].toTensor();
+  std::vector<int64_t> size = (*stack)[stack->size() - 2].toIntVector();
+  torch::jit::drop(*stack, op.schema().arguments().size());
+  stack->emplace_back(self.view(size));  // (below autograd: the DTensor kernel again)
+}
+
+ShardingDecision view_as_complex_strategy(const OpCall& call) {
+  const int64_t last = self_of(call).tensor.dim() - 1;
+  return needs_dim_whole(call, last, 1, [](int64_t k) { return k; });
+}
+ShardingDecision view_as_real_strategy(const OpCall& call) {
+  return needs_dim_whole(call, -1, 1, [](int64_t k) { return k; });
+}
+
+const StrategyRegistration views({"aten::view", "aten::_unsafe_view"}, &view_strategy);
+const CustomHandlerRegistration reshape_alias_rule("aten::_reshape_alias", &reshape_alias_as_view);
+const StrategyRegistration view_as_complex_rule({"aten::view_as_complex"}, &view_as_complex_strategy);
+const StrategyRegistration view_as_real_rule({"aten::view_as_real"}, &view_as_real_strategy);
 const StrategyRegistration permutes({"aten::permute"}, &permute_strategy);
 const StrategyRegistration transposes({"aten::transpose.int", "aten::t", "aten::transpose_", "aten::t_"},
                                       &transpose_strategy);

@@ -143,7 +143,7 @@ void wait_for_all_ranks(c10d::Store& store, int rank, int world_size, millisecon
       if (waited >= next_report) {
         auto [joined, missing] = joined_and_missing(store, world_size);
         std::cerr << "dtensor: " << who << " waiting at " << where << " for ranks " << list(missing)
-                  << " to join (joined: " << list(joined) << "; " << seconds(waited) << " of " << seconds(timeout)
+                  << " to join (joined: " << list(joined) << "; " << seconds(next_report) << " of " << seconds(timeout)
                   << ")" << std::endl;
         next_report += kWaitReportEvery;
       }

@@ -14,7 +14,9 @@
 #include "dtensor/parallel/clip_grad.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -56,7 +58,7 @@ double combine(Combine c, double a, double b) {
 double local_contribution(const at::Tensor& local, double p) {
   Combine c = combine_of(p);
   if (local.numel() == 0) return identity_of(c);
-  double norm = at::linalg_vector_norm(local.detach(), p, /*dim=*/c10::nullopt, /*keepdim=*/false, at::kDouble)
+  double norm = at::linalg_vector_norm(local.detach(), p, /*dim=*/std::nullopt, /*keepdim=*/false, at::kDouble)
                     .item<double>();
   if (c != Combine::SUM || p == 0) return norm;
   return std::pow(norm, p);
@@ -107,7 +109,7 @@ double get_total_norm(const std::vector<at::Tensor>& tensors, double norm_type, 
     for (int64_t d = 0; d < mesh.ndim(); ++d) {
       if (!placements[d].is_shard()) replicas *= static_cast<double>(mesh.size(d));
     }
-    double v = local_contribution(local_tensor(g), p);
+    double v = local_contribution(detail::local_tensor(g), p);
     if (c == Combine::SUM) v /= replicas;
     auto [it, inserted] = by_mesh.try_emplace(mesh.id(), MeshContributions{&device_mesh(t), {}});
     if (inserted) mesh_order.push_back(mesh.id());
@@ -147,7 +149,7 @@ double clip_grad_norm_(const std::vector<at::Tensor>& parameters, double max_nor
   // placement (x * c commutes with every placement, Partial(sum) included).
   double coef = max_norm / (total + 1e-6);
   if (coef > 1.0) coef = 1.0;  // not std::min: a nan norm scales by nan, as torch's clamp does
-  at::NoGradGuard no_grad;
+  c10::AutoGradMode no_grad(false);
   for (at::Tensor& g : grads) g.mul_(coef);
   return total;
 }

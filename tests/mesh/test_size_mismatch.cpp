@@ -36,8 +36,8 @@ void expect_every_rank_fails(const std::string& collective, const std::string& s
     const std::string& e = errors[r];
     EXPECT_TRUE(contains(e, "dtensor: " + collective + " on group [0, 1] (rank " + std::to_string(r) + " of 2)"))
         << "rank " << r << ": " << e;
-    EXPECT_TRUE(contains(e, "rank 0 (group rank 0): " + collective + " of a float tensor " + shape0)) << e;
-    EXPECT_TRUE(contains(e, "rank 1 (group rank 1): " + collective + " of a float tensor " + shape1)) << e;
+    EXPECT_TRUE(contains(e, "rank 0 (group rank 0): " + collective + " of a Float tensor " + shape0)) << e;
+    EXPECT_TRUE(contains(e, "rank 1 (group rank 1): " + collective + " of a Float tensor " + shape1)) << e;
   }
 }
 
@@ -52,8 +52,9 @@ TEST(SizeMismatch, AllReduce) {
 }
 
 TEST(SizeMismatch, AllGatherOnAnotherDim) {
-  // Gathering dim 1 (equal on both ranks) of tensors whose batch differs.
-  expect_every_rank_fails("all_gather", "[4, 2]", "[3, 2]", [](int rank, const DeviceMesh& mesh) {
+  // Gathering dim 1 (equal on both ranks) of tensors whose batch differs (the gathered dim moves to the
+  // front of the buffer that the message shows).
+  expect_every_rank_fails("all_gather", "[2, 4]", "[2, 3]", [](int rank, const DeviceMesh& mesh) {
     all_gather(at::ones({batch(rank), 2}), 1, mesh, 0);
   });
 }

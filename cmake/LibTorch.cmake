@@ -2,7 +2,9 @@
 # and we only need the CPU libraries. TORCH_ROOT is a directory holding include/ and lib/: a pip install
 # (site-packages/torch) or an unpacked LibTorch zip (libtorch/).
 #
-# Produces the imported target dtensor::libtorch.
+# Produces the imported target dtensor::libtorch. Installed beside dtensorConfig.cmake: consumers of the
+# installed package run it too, so it asks for nothing but LibTorch's headers and libraries (no gloo, no
+# c10d headers: those are the library's build-time needs, cmake/Gloo.cmake).
 set(TORCH_ROOT "" CACHE PATH "LibTorch root (site-packages/torch or an unpacked libtorch zip)")
 set(DTENSOR_TORCH_CXX11_ABI "1" CACHE STRING "_GLIBCXX_USE_CXX11_ABI LibTorch was built with (torch.compiled_with_cxx11_abi())")
 
@@ -18,20 +20,6 @@ if(NOT EXISTS "${TORCH_ROOT}/include/torch/csrc/api/include/torch/torch.h")
   message(FATAL_ERROR "dtensor: no LibTorch C++ headers under TORCH_ROOT='${TORCH_ROOT}'. "
                       "Pass -DTORCH_ROOT=<site-packages/torch or libtorch dir>. CPU-only pip wheels lack the headers.")
 endif()
-if(NOT EXISTS "${TORCH_ROOT}/include/torch/csrc/distributed/c10d/ProcessGroupGloo.hpp")
-  message(FATAL_ERROR "dtensor: LibTorch at '${TORCH_ROOT}' has no c10d headers (ProcessGroupGloo.hpp)")
-endif()
-
-# ProcessGroupGloo.hpp includes gloo's headers. Some wheels ship them; when not, Debian's libgloo-dev
-# provides declarations. We only pass shared_ptr<gloo::transport::Device> through, never touch gloo objects,
-# so the declarations need not match the gloo version built into libtorch_cpu (ProcessGroupGloo holds gloo
-# types only behind pointers).
-find_path(DTENSOR_GLOO_INCLUDE gloo/rendezvous/store.h
-          HINTS "${TORCH_ROOT}/include" /usr/include /usr/local/include)
-if(NOT DTENSOR_GLOO_INCLUDE)
-  message(FATAL_ERROR "dtensor: gloo headers not found (neither in LibTorch nor system). apt install libgloo-dev")
-endif()
-
 find_library(DTENSOR_TORCH_CPU_LIB torch_cpu PATHS "${TORCH_ROOT}/lib" NO_DEFAULT_PATH REQUIRED)
 find_library(DTENSOR_C10_LIB c10 PATHS "${TORCH_ROOT}/lib" NO_DEFAULT_PATH REQUIRED)
 

@@ -5,7 +5,6 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cstdlib>
 #include <iostream>
@@ -17,6 +16,8 @@
 
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/launch_env.h"
+#include "mesh/rendezvous.h"
+#include "mesh/size_agreement.h"
 
 namespace dtensor {
 namespace {
@@ -153,6 +154,7 @@ Work ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
   opts.timeout = timeout_;
   std::function<void()> finish;
   if (op == ReduceOp::AVG) finish = [tensor, n = size()]() mutable { tensor.div_(n); };
+  detail::agree_on_sizes(*this, detail::SizedCollective::ALL_REDUCE, tensor, {});
   return start("all_reduce", nbytes(tensor), [&] { return backend_->allreduce(tensors, opts); }, std::move(finish));
 }
 
@@ -161,6 +163,7 @@ Work ProcessGroup::all_gather_into_async(at::Tensor& out, at::Tensor& in) {
   check_contiguous(in, "all_gather");
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
+  detail::agree_on_sizes(*this, detail::SizedCollective::ALL_GATHER, in, out);
   return start("all_gather", nbytes(in), [&] { return backend_->_allgather_base(out, in, opts); }, {},
                [&] { out.copy_(in.view(out.sizes())); });
 }
@@ -173,6 +176,7 @@ Work ProcessGroup::reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, Re
   opts.timeout = timeout_;
   std::function<void()> finish;
   if (op == ReduceOp::AVG) finish = [out, n = size()]() mutable { out.div_(n); };
+  detail::agree_on_sizes(*this, detail::SizedCollective::REDUCE_SCATTER, in, out);
   return start("reduce_scatter", nbytes(in), [&] { return backend_->_reduce_scatter_base(out, in, opts); },
                std::move(finish), [&] { out.copy_(in.view(out.sizes())); });
 }
@@ -183,6 +187,7 @@ Work ProcessGroup::all_to_all_single_async(at::Tensor& out, at::Tensor& in, std:
   check_contiguous(in, "all_to_all");
   c10d::AllToAllOptions opts;
   opts.timeout = timeout_;
+  detail::agree_on_sizes(*this, detail::SizedCollective::ALL_TO_ALL, in, out, in_splits, out_splits);
   return start("all_to_all", nbytes(in), [&] { return backend_->alltoall_base(out, in, out_splits, in_splits, opts); },
                {}, [&] { out.copy_(in.view(out.sizes())); });
 }
@@ -198,6 +203,7 @@ Work ProcessGroup::broadcast_async(at::Tensor& tensor, int src_group_rank) {
   opts.rootRank = src_group_rank;
   opts.timeout = timeout_;
   int64_t bytes = rank_ == src_group_rank ? nbytes(tensor) : 0;
+  detail::agree_on_sizes(*this, detail::SizedCollective::BROADCAST, tensor, {});
   return start("broadcast", bytes, [&] { return backend_->broadcast(tensors, opts); });
 }
 
@@ -297,34 +303,18 @@ std::shared_ptr<World> init_process_group(InitOptions options) {
   LaunchEnv env = LaunchEnv::from_environ();
   options.timeout = resolve_timeout(options.timeout);
   if (options.gloo_hostname.empty() && is_loopback(env.master_addr)) options.gloo_hostname = "127.0.0.1";
-
-  c10d::TCPStoreOptions store_options;
-  store_options.port = static_cast<std::uint16_t>(env.master_port);
-  store_options.isServer = env.rank == 0;
-  store_options.numWorkers = env.world_size;
-  store_options.waitWorkers = true;
-  store_options.timeout = options.timeout;
-  std::string where = env.master_addr + ":" + std::to_string(env.master_port);
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-  } catch (const std::exception& e) {
-    std::string msg = message_of(e);
-    if (env.rank == 0 && (msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos)) {
-      throw dtensor::Error("dtensor: rank 0 cannot serve the rendezvous store on " + where +
-                               ": the port is already in use (another job? choose another MASTER_PORT / "
-                               "--master-port): " + msg);
-    }
-    throw dtensor::Error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
-                             " could not rendezvous at " + where + " within " +
-                             std::to_string(options.timeout.count()) + " ms (did all ranks start?): " + msg);
-  }
+  auto store = detail::connect_store(env, options.timeout);
+  detail::wait_for_all_ranks(*store, env.rank, env.world_size, options.timeout,
+                             env.master_addr + ":" + std::to_string(env.master_port));
   return install(std::make_shared<World>(std::move(store), env.rank, env.world_size, std::move(options)));
 }
 
 std::shared_ptr<World> init_process_group(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                           InitOptions options) {
   if (options.gloo_hostname.empty()) options.gloo_hostname = "127.0.0.1";
+  options.timeout = resolve_timeout(options.timeout);
+  store->setTimeout(options.timeout);  // the store's own get/wait are bounded like everything else
+  detail::wait_for_all_ranks(*store, rank, size, options.timeout, "the caller's store");
   return install(std::make_shared<World>(std::move(store), rank, size, std::move(options)));
 }
 

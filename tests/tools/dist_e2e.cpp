@@ -4,6 +4,7 @@
 //   dist_e2e die R CODE         rank R exits with CODE before a collective the others enter
 //   dist_e2e throw R            rank R throws an uncaught exception before the collective
 //   dist_e2e hang R SECONDS     rank R sleeps instead of joining the collective
+//   dist_e2e mismatch           rank r all-reduces a [4 - r, 2] tensor: the ranks disagree on its size
 //
 // Any error reaching main is printed as "error: ..." and exits 1.
 #include <ATen/ATen.h>
@@ -40,6 +41,11 @@ int main(int argc, char** argv) {
         std::cout << "coord=" << (*mesh2.get_coordinate())[0] << "," << (*mesh2.get_coordinate())[1]
                   << " tp_sum=" << tp_sum[0].item<double>() << std::endl;
       }
+      return 0;
+    }
+    if (scenario == "mismatch") {
+      all_reduce(at::ones({4 - rank, 2}), ReduceOp::SUM, mesh, 0);
+      std::cout << "collective completed" << std::endl;
       return 0;
     }
     if (rank == target) {

@@ -1,0 +1,71 @@
+// A peer that never arrives: the waiting rank says on stderr where it waits and for whom (first after
+// min(5 s, timeout / 2)), then fails naming the ranks that never joined.
+#include <gtest/gtest.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "dtensor/mesh/process_group.h"
+#include "harness/multi_rank.h"
+#include "harness/subprocess.h"
+
+using namespace dtensor;
+using namespace dtensor::testing;
+
+namespace {
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+std::map<std::string, std::string> rank_env(int rank, int world, int port, const std::string& timeout_s) {
+  return {{"RANK", std::to_string(rank)},         {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_RANK", std::to_string(rank)},   {"LOCAL_WORLD_SIZE", std::to_string(world)},
+          {"MASTER_ADDR", "127.0.0.1"},           {"MASTER_PORT", std::to_string(port)},
+          {"DTENSOR_TIMEOUT_SEC", timeout_s}};
+}
+
+}  // namespace
+
+TEST(Rendezvous, ThreadRankReportsAndNamesTheMissingRanks) {
+  // Rank 0 of a world of 3 over a store where only rank 2 ever announces itself.
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  InitOptions options;
+  options.timeout = std::chrono::milliseconds(1500);
+  std::thread rank2([&] {
+    try {
+      init_process_group(store, 2, 3, options);
+    } catch (const std::exception&) {  // times out too
+    }
+  });
+  ::testing::internal::CaptureStderr();
+  std::string err = error_of([&] { init_process_group(store, 0, 3, options); });
+  std::string printed = ::testing::internal::GetCapturedStderr();
+  rank2.join();
+  EXPECT_TRUE(contains(printed, "dtensor: rank 0 of 3 waiting at the caller's store for ranks [1] to join "
+                                "(joined: [0, 2]; ")) << printed;
+  EXPECT_TRUE(contains(err, "dtensor: rank 0 of 3 could not rendezvous at the caller's store within 1500 ms: "
+                            "ranks [1] never joined (joined: [0, 2];")) << err;
+}
+
+TEST(Rendezvous, ProcessRankZeroReportsTheRankThatNeverStarts) {
+  int port = free_port();
+  auto r = run_process({bin_path("dist_e2e"), "ok"}, rank_env(0, 2, port, "2"), 60);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  std::string where = "127.0.0.1:" + std::to_string(port);
+  EXPECT_TRUE(contains(r.output, "dtensor: rank 0 of 2 waiting at " + where + " for ranks [1] to join (joined: [0]; 1 s of 2 s)"))
+      << r.output;
+  EXPECT_TRUE(contains(r.output, "error: dtensor: rank 0 of 2 could not rendezvous at " + where +
+                                     " within 2000 ms: ranks [1] never joined (joined: [0];")) << r.output;
+}
+
+TEST(Rendezvous, ProcessReportsTheStoreThatIsNotServed) {
+  // Rank 0 (the store's server) never starts: rank 1 reports the address it keeps trying.
+  int port = free_port();
+  auto r = run_process({bin_path("dist_e2e"), "ok"}, rank_env(1, 2, port, "2"), 60);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  std::string where = "127.0.0.1:" + std::to_string(port);
+  EXPECT_TRUE(contains(r.output, "dtensor: rank 1 of 2 waiting for the rendezvous store at " + where +
+                                     " (served by rank 0, not reachable yet; 1 s of 2 s)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "error: dtensor: rank 1 of 2 could not rendezvous at " + where)) << r.output;
+}

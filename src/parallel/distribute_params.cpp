@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "dtensor/mesh/functional_collectives.h"
-#include "dtensor/parallel/module_hooks.h"
+#include "dtensor/parallel/parameter_replacement.h"
 #include "dtensor/tensor/dtensor.h"
 
 namespace dtensor::detail {

@@ -201,35 +201,44 @@ bool has_hooks(const torch::nn::Module& module) {
   return hooks && hooks->any_hooks();
 }
 
+namespace {
+
+// The hooked forward: pre-hooks, body, hooks, with the module on the running stack.
+c10::IValue run_hooked(torch::nn::Module& module, const HookSet& hooks, Args args, KwArgs kwargs,
+                       const std::function<c10::IValue(const Args&, const KwArgs&)>& body) {
+  check_enclosing_running(module, hooks);
+  RunningScope scope(&hooks);
+  for (const auto& hook : hooks.pre) std::tie(args, kwargs) = hook(module, std::move(args), std::move(kwargs));
+  c10::IValue out = body(args, kwargs);
+  for (const auto& hook : hooks.post) out = hook(module, args, std::move(out));
+  return out;
+}
+
+}  // namespace
+
 c10::IValue call_with_hooks_boxed(torch::nn::Module& module, Args args, KwArgs kwargs,
                                   const std::function<c10::IValue(const Args&, const KwArgs&)>& body) {
   const HookSet* hooks = live_hooks_fast(module);
   if (!hooks) return body(args, kwargs);
-  check_enclosing_running(module, *hooks);
-  RunningScope scope(hooks);
-  for (const auto& hook : hooks->pre) std::tie(args, kwargs) = hook(module, std::move(args), std::move(kwargs));
-  c10::IValue out = body(args, kwargs);
-  for (const auto& hook : hooks->post) out = hook(module, args, std::move(out));
-  return out;
+  return run_hooked(module, *hooks, std::move(args), std::move(kwargs), body);
 }
 
+// The tensor-only forms: an unhooked module (the common case) runs its body with no boxing.
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, const std::function<at::Tensor(const Tensors&)>& body) {
-  if (!live_hooks_fast(module)) return body(inputs);  // the unhooked layer: no boxing
-  return unbox_output(call_with_hooks_boxed(module, box(inputs), {},
-                                            [&](const Args& args, const KwArgs&) {
-                                              return c10::IValue(body(unbox_tensors(args, module)));
-                                            }),
-                      module);
+  const HookSet* hooks = live_hooks_fast(module);
+  if (!hooks) return body(inputs);
+  auto boxed_body = [&](const Args& args, const KwArgs&) { return c10::IValue(body(unbox_tensors(args, module))); };
+  return unbox_output(run_hooked(module, *hooks, box(inputs), {}, boxed_body), module);
 }
 
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors args, Kwargs kwargs,
                            const std::function<at::Tensor(const Tensors&, const Kwargs&)>& body) {
-  if (!live_hooks_fast(module)) return body(args, kwargs);
-  return unbox_output(call_with_hooks_boxed(module, box(args), box(kwargs),
-                                            [&](const Args& a, const KwArgs& k) {
-                                              return c10::IValue(body(unbox_tensors(a, module), unbox_kwargs(k, module)));
-                                            }),
-                      module);
+  const HookSet* hooks = live_hooks_fast(module);
+  if (!hooks) return body(args, kwargs);
+  auto boxed_body = [&](const Args& a, const KwArgs& k) {
+    return c10::IValue(body(unbox_tensors(a, module), unbox_kwargs(k, module)));
+  };
+  return unbox_output(run_hooked(module, *hooks, box(args), box(kwargs), boxed_body), module);
 }
 
 void set_module_path(const torch::nn::Module& module, std::string path) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "dtensor/error.h"
 #include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
 

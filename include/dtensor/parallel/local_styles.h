@@ -33,7 +33,7 @@ struct LocalColwiseParallel : ParallelStyle, LocalColwiseParallelOptions {
 
 struct LocalRowwiseParallelOptions {
   std::vector<int64_t> packed_parts = {1};
-  std::optional<Placement> output_layouts;  // nullopt: partial sums stay on each rank
+  std::optional<Placement> output_layouts = std::nullopt;  // nullopt: partial sums stay on each rank
   bool use_local_output = true;
 };
 

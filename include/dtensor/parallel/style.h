@@ -107,10 +107,10 @@ struct ReplicateParallel : ParallelStyle {
 // error, None stays None. Keyword inputs are matched by name; a name without a layout is left alone. A
 // plain tensor is taken as this rank's local part of its layout.
 struct PrepareModuleInputOptions {
-  Layouts input_layouts;
-  Layouts desired_input_layouts;
-  std::map<std::string, Placement> input_kwarg_layouts;
-  std::map<std::string, Placement> desired_input_kwarg_layouts;
+  Layouts input_layouts = {};
+  Layouts desired_input_layouts = {};
+  std::map<std::string, Placement> input_kwarg_layouts = {};
+  std::map<std::string, Placement> desired_input_kwarg_layouts = {};
   bool use_local_output = false;
 };
 
@@ -139,10 +139,10 @@ struct PrepareModuleOutput : ParallelStyle, PrepareModuleOutputOptions {
 
 // Both of the above on one module (use_local_input is PrepareModuleInput's use_local_output).
 struct PrepareModuleInputOutputOptions {
-  Layouts input_layouts;
-  Layouts desired_input_layouts;
-  std::map<std::string, Placement> input_kwarg_layouts;
-  std::map<std::string, Placement> desired_input_kwarg_layouts;
+  Layouts input_layouts = {};
+  Layouts desired_input_layouts = {};
+  std::map<std::string, Placement> input_kwarg_layouts = {};
+  std::map<std::string, Placement> desired_input_kwarg_layouts = {};
   bool use_local_input = false;
   Layouts output_layouts = Replicate();
   Layouts desired_output_layouts = Replicate();

@@ -34,9 +34,10 @@ int main() {
     auto tp_mesh = device_mesh["tp"];
 
     ToyModel tp_model;
-    dtensor::parallelize_module(*tp_model, tp_mesh,
-                                {{"in_proj", dtensor::make_style<dtensor::ColwiseParallel>()},
-                                 {"out_proj", dtensor::make_style<dtensor::RowwiseParallel>()}});
+    dtensor::parallelize_module(*tp_model, tp_mesh, {
+        {"in_proj", dtensor::ColwiseParallel()},
+        {"out_proj", dtensor::RowwiseParallel()},
+    });
     torch::optim::AdamW optimizer(tp_model->parameters(), torch::optim::AdamWOptions(0.05));
     train(tp_model, optimizer, 10, rank);
     return 0;

@@ -6,7 +6,7 @@
 
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/tensor/shard_layout.h"
-#include "dtensor/parallel/module_hooks.h"
+#include "dtensor/parallel/parameter_replacement.h"
 #include "dtensor/tensor/dtensor.h"
 
 namespace dtensor::detail {

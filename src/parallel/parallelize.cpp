@@ -8,8 +8,6 @@
 #include <stdexcept>
 
 #include "dtensor/parallel/module_hooks.h"
-#include "dtensor/tensor/dtensor.h"
-#include "parallel/distribute_params.h"
 
 namespace dtensor {
 namespace {
@@ -55,13 +53,6 @@ std::string closest_paths(torch::nn::Module& module, const std::string& key) {
   return out.empty() ? "(the module has no submodules)" : out;
 }
 
-template <typename Style, typename Set>
-ParallelStylePtr configured(Set set) {
-  Style style;
-  set(style);
-  return make_style(std::move(style));
-}
-
 // PyTorch's words for a mesh that is not 1-D.
 void require_tp_mesh(const DeviceMesh& mesh) {
   if (mesh.ndim() != 1) {
@@ -82,7 +73,7 @@ std::vector<std::string> match_module_paths(torch::nn::Module& module, const std
   return out;
 }
 
-void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStylePtr& style,
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStyleRef& style,
                         std::optional<int> src_data_rank) {
   require_tp_mesh(mesh);
   if (!style) throw dtensor::Error("dtensor: parallelize_module got no style");
@@ -119,56 +110,29 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
 }
 
 ParallelStylePtr style_from_string(const std::string& name) {
-  if (name == "colwise") return make_style<ColwiseParallel>();
-  if (name == "rowwise") return make_style<RowwiseParallel>();
-  if (name == "colwise_rep") return configured<ColwiseParallel>([](auto& s) { s.output_layouts = Replicate(); });
-  if (name == "rowwise_rep") return configured<RowwiseParallel>([](auto& s) { s.input_layouts = Replicate(); });
-  if (name == "sequence_parallel") return make_style<SequenceParallel>();
-  if (name == "replicate") return make_style<ReplicateParallel>();
+  auto shared = [](auto style) { return ParallelStyleRef(std::move(style)).ptr(); };
+  if (name == "colwise") return shared(ColwiseParallel());
+  if (name == "rowwise") return shared(RowwiseParallel());
+  if (name == "colwise_rep") return shared(ColwiseParallel({.output_layouts = Replicate()}));
+  if (name == "rowwise_rep") return shared(RowwiseParallel({.input_layouts = Replicate()}));
+  if (name == "sequence_parallel") return shared(SequenceParallel());
+  if (name == "replicate") return shared(ReplicateParallel());
   // The module's output is a partial sum on each rank (e.g. of local_rowwise experts): all-reduce it. A
   // DTensor output is made Replicate whatever its placement.
-  if (name == "gather") {
-    return configured<PrepareModuleOutput>([](auto& s) {
-      s.output_layouts = Partial();
-      s.desired_output_layouts = Replicate();
-    });
-  }
-  if (name == "local_colwise") return make_style<LocalColwiseParallel>();
-  if (name == "local_rowwise") return make_style<LocalRowwiseParallel>();
-  if (name == "packed_colwise") return configured<LocalColwiseParallel>([](auto& s) { s.packed_parts = {1, 1}; });
-  if (name == "packed_rowwise") {
-    return configured<LocalRowwiseParallel>([](auto& s) {
-      s.packed_parts = {1, 1};
-      s.output_layouts = Replicate();
-    });
-  }
+  if (name == "gather") return shared(PrepareModuleOutput({.output_layouts = Partial(), .desired_output_layouts = Replicate()}));
+  if (name == "local_colwise") return shared(LocalColwiseParallel());
+  if (name == "local_rowwise") return shared(LocalRowwiseParallel());
+  if (name == "packed_colwise") return shared(LocalColwiseParallel({.packed_parts = {1, 1}}));
+  if (name == "packed_rowwise") return shared(LocalRowwiseParallel({.packed_parts = {1, 1}, .output_layouts = Replicate()}));
   throw dtensor::Error("dtensor: unknown tensor-parallel style '" + name +
-                              "' (known: colwise, rowwise, colwise_rep, rowwise_rep, sequence_parallel, replicate, "
-                              "gather, local_colwise, local_rowwise, packed_colwise, packed_rowwise)");
+                       "' (known: colwise, rowwise, colwise_rep, rowwise_rep, sequence_parallel, replicate, "
+                       "gather, local_colwise, local_rowwise, packed_colwise, packed_rowwise)");
 }
 
 ParallelizePlan plan_from_strings(const std::vector<std::pair<std::string, std::string>>& plan) {
   ParallelizePlan out;
   for (const auto& [key, name] : plan) out.emplace_back(key, style_from_string(name));
   return out;
-}
-
-void distribute_module(torch::nn::Module& module, const DeviceMesh& mesh, PartitionFn partition_fn, InputFn input_fn,
-                       OutputFn output_fn) {
-  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
-    if (partition_fn) partition_fn(item.key(), *item.value(), mesh);
-    detail::replicate_params(*item.value(), mesh, /*src=*/0, /*buffers=*/true);  // whatever is still plain
-  }
-  DeviceMesh mesh_copy = mesh;
-  if (input_fn) {
-    nn::register_forward_pre_hook(module, [=](torch::nn::Module& m, nn::Tensors xs) { return input_fn(m, std::move(xs), mesh_copy); });
-  }
-  if (output_fn) {
-    nn::register_forward_hook(module, [=](torch::nn::Module& m, const nn::Tensors&, at::Tensor y) {
-      return output_fn(m, std::move(y), mesh_copy);
-    });
-  }
-  nn::link_enclosing_hooks(module);
 }
 
 }  // namespace dtensor

@@ -1,189 +1,177 @@
 #include "dtensor/parallel/style.h"
 #include "dtensor/error.h"
 
-#include <ATen/ATen.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
-
-#include <stdexcept>
-
-#include "dtensor/parallel/layers.h"
-#include "dtensor/parallel/module_hooks.h"
+#include "dtensor/parallel/distribute_module.h"
 #include "dtensor/tensor/dtensor.h"
 #include "parallel/distribute_params.h"
+#include "parallel/style_support.h"
 
 namespace dtensor {
 namespace {
 
-using detail::distribute_params;
+using namespace detail;
+using ParamPlacements = std::vector<std::pair<std::string, Placements>>;  // parameter name -> placements
 
-std::string not_applicable(const std::string& style, const std::string& applies_to, const std::string& path,
-                           const torch::nn::Module& m) {
-  return "dtensor: " + style + " applies to " + applies_to + ", but '" + path + "' is a " + m.name();
+// Colwise and Rowwise split a Linear's or an Embedding's weight; a hookable one (dtensor::nn's).
+void require_linear_or_embedding(const torch::nn::Module& m, const std::string& style, const std::string& path) {
+  if (!is_linear(m) && !is_embedding(m)) throw dtensor::Error(not_applicable(style, "Linear and Embedding", path, m));
+  require_hookable(m, style, path);  // after the type check, whose error comes first
 }
 
-// An input as it arrives (a plain tensor is this rank's local part with `layout`) moved to `desired`.
-at::Tensor prepare_input(const at::Tensor& x, const DeviceMesh& mesh, const Placement& layout, const Placement& desired) {
-  at::Tensor dt = is_dtensor(x) ? x : DTensor::from_local(x, mesh, {layout});
-  if (placements(dt)[0] != desired.normalized(dt.dim())) dt = redistribute(dt, mesh, {desired});
-  return dt;
+// partition_fn: the parameters registered on each (sub)module get these placements (absent ones skipped).
+PartitionFn partition_params(ParamPlacements placements, std::optional<int> src) {
+  return [placements = std::move(placements), src](const std::string&, torch::nn::Module& m, const DeviceMesh& mesh) {
+    distribute_params(m, mesh, placements, src);
+  };
 }
 
-at::Tensor prepare_output(const at::Tensor& out, const DeviceMesh& mesh, const Placement& desired, bool use_local) {
-  at::Tensor dt = out;
-  if (is_dtensor(dt) && placements(dt)[0] != desired.normalized(dt.dim())) dt = redistribute(dt, mesh, {desired});
-  return use_local && is_dtensor(dt) ? to_local(dt) : dt;
+// input_fn: the first positional input arrives as `layout` and is moved to `desired`; the rest pass through.
+InputFn first_input_to(const std::string& style, Placement layout, Placement desired) {
+  return [=](torch::nn::Module&, nn::Args args, nn::KwArgs kwargs, const DeviceMesh& mesh) {
+    at::Tensor& x = first_tensor_input(args, style);
+    x = prepare_input(x, mesh, layout, desired);
+    return std::make_pair(std::move(args), std::move(kwargs));
+  };
 }
 
-// Colwise / Rowwise: the first input arrives as `layout` and is moved to `desired`; the output is moved to
-// `out` (and made local when asked).
-void register_layer_hooks(torch::nn::Module& m, const DeviceMesh& mesh, Placement layout, Placement desired,
-                          Placement out, bool use_local_output) {
-  nn::register_forward_pre_hook(m, [=](torch::nn::Module&, nn::Tensors xs) {
-    xs[0] = prepare_input(xs[0], mesh, layout, desired);
-    return xs;
-  });
-  nn::register_forward_hook(m, [=](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
-    return prepare_output(y, mesh, out, use_local_output);
-  });
-}
-
-void require_1d(const DeviceMesh& mesh, const std::string& style) {
-  if (mesh.ndim() != 1) throw dtensor::Error("dtensor: " + style + " needs a 1-D mesh");
+// output_fn: the output moved to `desired` (none: left as it is) and made local when asked.
+OutputFn output_to(std::optional<Placement> desired, bool use_local) {
+  return [=](torch::nn::Module&, c10::IValue out, const DeviceMesh& mesh) -> c10::IValue {
+    const at::Tensor& y = out.toTensor();
+    if (desired) return prepare_output(y, mesh, *desired, use_local);
+    return use_local && is_dtensor(y) ? to_local(y) : y;
+  };
 }
 
 // PrepareModuleInput's checks (PyTorch's asserts, with the path).
-void check_input_layouts(const std::string& style, const std::string& path, const std::vector<std::optional<Placement>>& in,
-                         const std::vector<std::optional<Placement>>& desired,
-                         const std::map<std::string, Placement>& kw_in, const std::map<std::string, Placement>& kw_desired) {
-  if (in.size() != desired.size()) {
+void check_input_layouts(const std::string& style, const std::string& path, const PrepareModuleInputOptions& o) {
+  if (o.input_layouts.size() != o.desired_input_layouts.size()) {
     throw dtensor::Error("dtensor: " + style + " for '" + path + "': input_layouts has " +
-                                std::to_string(in.size()) + " entries but desired_input_layouts has " +
-                                std::to_string(desired.size()) + "; they must have the same length");
+                         std::to_string(o.input_layouts.size()) + " entries but desired_input_layouts has " +
+                         std::to_string(o.desired_input_layouts.size()) + "; they must have the same length");
   }
-  for (size_t k = 0; k < in.size(); ++k) {
-    if (!in[k] && desired[k]) {
+  for (size_t k = 0; k < o.input_layouts.size(); ++k) {
+    if (!o.input_layouts[k] && o.desired_input_layouts[k]) {
       throw dtensor::Error("dtensor: " + style + " for '" + path + "': input " + std::to_string(k) +
-                                  " has a desired layout " + desired[k]->to_string() + " but no input layout");
+                           " has a desired layout " + o.desired_input_layouts[k]->to_string() + " but no input layout");
     }
   }
-  for (const auto& [name, p] : kw_desired) {
-    if (!kw_in.contains(name)) {
+  for (const auto& [name, p] : o.desired_input_kwarg_layouts) {
+    if (!o.input_kwarg_layouts.contains(name)) {
       throw dtensor::Error("dtensor: " + style + " for '" + path + "': keyword input '" + name +
-                                  "' has a desired layout " + p.to_string() + " but no input_kwarg_layouts entry");
+                           "' has a desired layout " + p.to_string() + " but no input_kwarg_layouts entry");
     }
   }
 }
 
-// PrepareModuleInput's pre-hook.
-void register_input_hook(torch::nn::Module& m, const std::string& style, const std::string& path,
-                         const DeviceMesh& mesh, const std::vector<std::optional<Placement>>& in,
-                         const std::vector<std::optional<Placement>>& desired, const std::map<std::string, Placement>& kw_in,
-                         const std::map<std::string, Placement>& kw_desired, bool use_local) {
-  if (in.empty() && kw_in.empty()) return;
-  nn::register_forward_pre_hook_with_kwargs(m, [=](torch::nn::Module&, nn::Tensors args, nn::Kwargs kwargs) {
-    auto prepare = [&](at::Tensor& x, const Placement& layout, const Placement& want) {
-      if (!x.defined()) return;  // None stays None
-      x = prepare_input(x, mesh, layout, want);
-      if (use_local) x = to_local(x);
-    };
-    if (!in.empty()) {
-      if (args.size() != in.size()) {
-        throw dtensor::Error("dtensor: " + style + " for '" + path + "': the module got " +
-                                    std::to_string(args.size()) + " positional inputs but input_layouts has " +
-                                    std::to_string(in.size()) + " (module inputs and input_layouts should have same length)");
+void check_output_layouts(const std::string& style, const std::string& path, const PrepareModuleOutputOptions& o) {
+  if (o.output_layouts.size() != o.desired_output_layouts.size()) {
+    throw dtensor::Error("dtensor: " + style + " for '" + path + "': output_layouts has " +
+                         std::to_string(o.output_layouts.size()) + " entries but desired_output_layouts has " +
+                         std::to_string(o.desired_output_layouts.size()) + "; they must have the same length");
+  }
+}
+
+// PrepareModuleInput's input_fn: each input with a layout (positional by index, keyword by name) is moved to
+// its desired layout; every other input passes through.
+InputFn prepare_inputs(const std::string& style, const std::string& path, PrepareModuleInputOptions o) {
+  return [=](torch::nn::Module&, nn::Args args, nn::KwArgs kwargs, const DeviceMesh& mesh) {
+    const std::string where = style + " for '" + path + "': ";
+    if (!o.input_layouts.empty()) {
+      if (args.size() != o.input_layouts.size()) {
+        throw dtensor::Error("dtensor: " + where + "the module got " + std::to_string(args.size()) +
+                             " positional inputs but input_layouts has " + std::to_string(o.input_layouts.size()) +
+                             " (module inputs and input_layouts should have same length)");
       }
       for (size_t k = 0; k < args.size(); ++k) {
-        if (in[k]) prepare(args[k], *in[k], desired[k].value_or(*in[k]));
+        if (!o.input_layouts[k]) continue;
+        const Placement& layout = *o.input_layouts[k];
+        args[k] = prepare_input_value(args[k], mesh, layout, o.desired_input_layouts[k].value_or(layout),
+                                      o.use_local_output, where + "input " + std::to_string(k));
       }
     }
-    for (auto& [name, x] : kwargs) {
-      auto it = kw_in.find(name);
-      if (it == kw_in.end()) continue;
-      auto want = kw_desired.find(name);
-      prepare(x, it->second, want == kw_desired.end() ? it->second : want->second);
+    for (auto& [name, value] : kwargs) {
+      auto layout = o.input_kwarg_layouts.find(name);
+      if (layout == o.input_kwarg_layouts.end()) continue;
+      auto want = o.desired_input_kwarg_layouts.find(name);
+      value = prepare_input_value(value, mesh, layout->second,
+                                  want == o.desired_input_kwarg_layouts.end() ? layout->second : want->second,
+                                  o.use_local_output, where + "keyword input '" + name + "'");
     }
     return std::make_pair(std::move(args), std::move(kwargs));
-  });
-}
-
-void register_output_hook(torch::nn::Module& m, const DeviceMesh& mesh, Placement layout, Placement desired,
-                          bool use_local) {
-  nn::register_forward_hook(m, [=](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
-    at::Tensor dt = is_dtensor(y) ? y : DTensor::from_local(y, mesh, {layout});
-    return prepare_output(dt, mesh, desired, use_local);
-  });
-}
-
-// Local styles: the parameter `name` (if present) becomes this rank's plain slice of dim `dim`, packed per
-// `parts`. The source rank's values are the truth (broadcast first), as for distribute_tensor.
-void localize_param(torch::nn::Module& m, const std::string& name, int64_t dim, const std::vector<int64_t>& parts,
-                    const DeviceMesh& mesh, std::optional<int> src, const std::string& what) {
-  auto params = m.named_parameters(/*recurse=*/false);
-  if (!params.contains(name) || !params[name].defined()) return;
-  const at::Tensor& old = params[name];
-  at::Tensor full = src ? to_local(distribute_tensor(old.detach(), mesh, {Replicate()}, src)) : old.detach();
-  at::Tensor local = detail::packed_slice(full, dim, parts, mesh, what + " '" + name + "'").contiguous();
-  local.set_requires_grad(old.requires_grad());
-  nn::replace_parameter(m, name, local);
-}
-
-// A style's hooks only run in the forward of a hookable module (rule 1 in module_hooks.h): torch::nn's own
-// layers have none, so a style on one of them would do nothing at run time. Refused up front.
-void require_hookable(const torch::nn::Module& m, const std::string& style, const std::string& path) {
-  auto plain = [&](auto* torch_layer, auto* ours, const char* use) {
-    if (torch_layer && !ours) {
-      throw dtensor::Error("dtensor: " + style + " on '" + path + "': " + m.name() +
-                                  " has no forward hooks, so the style could not prepare its inputs and outputs; use " +
-                                  use + " (dtensor/parallel/layers.h), which has torch::nn's options and numerics");
-    }
   };
-  plain(dynamic_cast<const torch::nn::LinearImpl*>(&m), dynamic_cast<const nn::LinearImpl*>(&m), "dtensor::nn::Linear");
-  plain(dynamic_cast<const torch::nn::EmbeddingImpl*>(&m), dynamic_cast<const nn::EmbeddingImpl*>(&m), "dtensor::nn::Embedding");
-  plain(dynamic_cast<const torch::nn::LayerNormImpl*>(&m), dynamic_cast<const nn::LayerNormImpl*>(&m), "dtensor::nn::LayerNorm");
-  plain(dynamic_cast<const torch::nn::DropoutImpl*>(&m), dynamic_cast<const nn::DropoutImpl*>(&m), "dtensor::nn::Dropout");
 }
 
-bool is_linear(const torch::nn::Module& m) { return dynamic_cast<const torch::nn::LinearImpl*>(&m) != nullptr; }
-bool is_embedding(const torch::nn::Module& m) { return dynamic_cast<const torch::nn::EmbeddingImpl*>(&m) != nullptr; }
+// PrepareModuleOutput's output_fn: one output, or each element of a tuple or list, with its own layouts.
+OutputFn prepare_outputs(const std::string& style, const std::string& path, PrepareModuleOutputOptions o) {
+  return [=](torch::nn::Module&, c10::IValue out, const DeviceMesh& mesh) -> c10::IValue {
+    auto prepare = [&](const c10::IValue& value, size_t k) -> c10::IValue {
+      if (!o.output_layouts[k]) return value;
+      if (!value.isTensor()) {
+        throw dtensor::Error("dtensor: " + style + " for '" + path + "': output " + std::to_string(k) +
+                             " has a layout but is a " + value.tagKind() + ", not a tensor");
+      }
+      const at::Tensor& y = value.toTensor();
+      at::Tensor dt = is_dtensor(y) ? y : DTensor::from_local(y, mesh, {*o.output_layouts[k]});
+      return prepare_output(dt, mesh, o.desired_output_layouts[k].value_or(*o.output_layouts[k]), o.use_local_output);
+    };
+    const bool is_tuple = out.isTuple();
+    std::vector<c10::IValue> outputs = is_tuple ? out.toTupleRef().elements().vec()
+                                       : out.isList() ? out.toListRef().vec()
+                                                      : std::vector<c10::IValue>{out};
+    if (outputs.size() != o.output_layouts.size()) {
+      throw dtensor::Error("dtensor: " + style + " for '" + path + "': the module gave " + std::to_string(outputs.size()) +
+                           " outputs but output_layouts has " + std::to_string(o.output_layouts.size()) +
+                           " (module outputs and output_layouts should have same length)");
+    }
+    for (size_t k = 0; k < outputs.size(); ++k) outputs[k] = prepare(outputs[k], k);
+    if (is_tuple) return c10::ivalue::Tuple::create(std::move(outputs));
+    if (out.isList()) {
+      c10::List<c10::IValue> list(out.toList().elementType());
+      for (auto& v : outputs) list.push_back(std::move(v));
+      return list;
+    }
+    return outputs[0];
+  };
+}
 
 }  // namespace
 
 void ColwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
-  if (!is_linear(m) && !is_embedding(m)) throw dtensor::Error(not_applicable(name(), "Linear and Embedding", path, m));
-  require_hookable(m, name(), path);  // after the type check, whose error comes first
+  require_linear_or_embedding(m, name(), path);
 }
 
 void ColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                             std::optional<int> src) const {
   require_1d(mesh, name());
   validate(m, path);
-  if (is_linear(m)) {
-    distribute_params(m, mesh, {{"weight", {Shard(0)}}, {"bias", {Shard(0)}}}, src);
-  } else {
-    distribute_params(m, mesh, {{"weight", {Shard(1)}}}, src);
-  }
-  register_layer_hooks(m, mesh, input_layouts, Replicate(), output_layouts, use_local_output);
+  // Linear y = x W^T + b, W [out, in]: W Shard(0) and b Shard(0) give each rank its output features.
+  // Embedding W [vocab, dim]: Shard(1) gives each rank its slice of every embedding.
+  auto placements = is_linear(m) ? ParamPlacements{{"weight", {Shard(0)}}, {"bias", {Shard(0)}}}
+                                 : ParamPlacements{{"weight", {Shard(1)}}};
+  // Input: input_layouts -> Replicate (an all-gather if it arrives sharded). Output: Shard(-1), no
+  // communication, -> output_layouts.
+  distribute_module(m, mesh, partition_params(std::move(placements), src), first_input_to(name(), input_layouts, Replicate()),
+                    output_to(output_layouts, use_local_output), src);
 }
 
 void RowwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
-  if (!is_linear(m) && !is_embedding(m)) throw dtensor::Error(not_applicable(name(), "Linear and Embedding", path, m));
-  require_hookable(m, name(), path);  // after the type check, whose error comes first
+  require_linear_or_embedding(m, name(), path);
 }
 
 void RowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                             std::optional<int> src) const {
   require_1d(mesh, name());
   validate(m, path);
-  Placement desired_in = Shard(-1);
-  if (is_linear(m)) {
-    distribute_params(m, mesh, {{"weight", {Shard(1)}}, {"bias", {Replicate()}}}, src);
-  } else {
-    distribute_params(m, mesh, {{"weight", {Shard(0)}}}, src);
-    desired_in = Replicate();
-  }
+  // Linear W [out, in]: Shard(1) gives each rank its input features; the input must be Shard(-1) to match,
+  // and b is Replicate (added once, to the reduced sum). Embedding W [vocab, dim]: Shard(0), each rank
+  // looks up the ids it owns (zeros elsewhere) from the whole input.
+  const bool linear = is_linear(m);
+  auto placements = linear ? ParamPlacements{{"weight", {Shard(1)}}, {"bias", {Replicate()}}} : ParamPlacements{{"weight", {Shard(0)}}};
   // The output is Partial: to Replicate = all-reduce, to Shard(d) = reduce-scatter.
-  register_layer_hooks(m, mesh, input_layouts, desired_in, output_layouts, use_local_output);
+  distribute_module(m, mesh, partition_params(std::move(placements), src),
+                    first_input_to(name(), input_layouts, linear ? Shard(-1) : Replicate()),
+                    output_to(output_layouts, use_local_output), src);
 }
 
 void SequenceParallel::validate(const torch::nn::Module& m, const std::string& path) const {
@@ -194,69 +182,61 @@ void SequenceParallel::apply(torch::nn::Module& m, const std::string& path, cons
                              std::optional<int> src) const {
   require_1d(mesh, name());
   validate(m, path);
-  detail::replicate_params(m, mesh, src, /*buffers=*/false);
+  // Parameters Replicate (distribute_module's default); input -> Shard(sequence_dim), where a norm or a
+  // dropout computes each position on its own; the output stays Shard(sequence_dim).
   const Placement seq = Shard(sequence_dim);
-  nn::register_forward_pre_hook(m, [=](torch::nn::Module&, nn::Tensors xs) {
-    xs[0] = prepare_input(xs[0], mesh, seq, seq);
-    return xs;
-  });
-  const bool local = use_local_output;
-  nn::register_forward_hook(m, [=](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
-    return local && is_dtensor(y) ? to_local(y) : y;
-  });
+  distribute_module(m, mesh, nullptr, first_input_to(name(), seq, seq), output_to(std::nullopt, use_local_output), src);
 }
 
 void ReplicateParallel::apply(torch::nn::Module& m, const std::string&, const DeviceMesh& mesh,
                               std::optional<int> src) const {
   require_1d(mesh, name());
-  detail::replicate_params(m, mesh, src, /*buffers=*/false);
+  distribute_module(m, mesh, nullptr, nullptr, nullptr, src);  // everything Replicate, no hooks
 }
 
 void PrepareModuleInput::validate(const torch::nn::Module& m, const std::string& path) const {
   require_hookable(m, name(), path);
-  check_input_layouts(name(), path, input_layouts, desired_input_layouts, input_kwarg_layouts, desired_input_kwarg_layouts);
+  check_input_layouts(name(), path, *this);
 }
 
 void PrepareModuleInput::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                                std::optional<int>) const {
   require_1d(mesh, name());
   validate(m, path);
-  register_input_hook(m, name(), path, mesh, input_layouts, desired_input_layouts, input_kwarg_layouts,
-                      desired_input_kwarg_layouts, use_local_output);
+  if (input_layouts.empty() && input_kwarg_layouts.empty()) return;
+  register_module_io(m, mesh, prepare_inputs(name(), path, *this), nullptr);
 }
 
 void PrepareModuleOutput::validate(const torch::nn::Module& m, const std::string& path) const {
   require_hookable(m, name(), path);
+  check_output_layouts(name(), path, *this);
 }
 
 void PrepareModuleOutput::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
                                 std::optional<int>) const {
   require_1d(mesh, name());
   validate(m, path);
-  register_output_hook(m, mesh, output_layouts, desired_output_layouts, use_local_output);
+  register_module_io(m, mesh, nullptr, prepare_outputs(name(), path, *this));
 }
 
 void PrepareModuleInputOutput::validate(const torch::nn::Module& m, const std::string& path) const {
   require_hookable(m, name(), path);
-  check_input_layouts(name(), path, input_layouts, desired_input_layouts, input_kwarg_layouts, desired_input_kwarg_layouts);
+  check_input_layouts(name(), path, input_style());
+  check_output_layouts(name(), path, output_style());
 }
 
 PrepareModuleInput PrepareModuleInputOutput::input_style() const {
-  PrepareModuleInput in;
-  in.input_layouts = input_layouts;
-  in.desired_input_layouts = desired_input_layouts;
-  in.input_kwarg_layouts = input_kwarg_layouts;
-  in.desired_input_kwarg_layouts = desired_input_kwarg_layouts;
-  in.use_local_output = use_local_input;
-  return in;
+  return PrepareModuleInput({.input_layouts = input_layouts,
+                             .desired_input_layouts = desired_input_layouts,
+                             .input_kwarg_layouts = input_kwarg_layouts,
+                             .desired_input_kwarg_layouts = desired_input_kwarg_layouts,
+                             .use_local_output = use_local_input});
 }
 
 PrepareModuleOutput PrepareModuleInputOutput::output_style() const {
-  PrepareModuleOutput out;
-  out.output_layouts = output_layouts;
-  out.desired_output_layouts = desired_output_layouts;
-  out.use_local_output = use_local_output;
-  return out;
+  return PrepareModuleOutput({.output_layouts = output_layouts,
+                              .desired_output_layouts = desired_output_layouts,
+                              .use_local_output = use_local_output});
 }
 
 void PrepareModuleInputOutput::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
@@ -264,86 +244,6 @@ void PrepareModuleInputOutput::apply(torch::nn::Module& m, const std::string& pa
   validate(m, path);  // with this style's name in the errors
   input_style().apply(m, path, mesh, src);
   output_style().apply(m, path, mesh, src);
-}
-
-void LocalColwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
-  if (!is_linear(m) && !(is_embedding(m) && packed_parts.size() == 1)) {
-    throw dtensor::Error(
-        not_applicable(name(), packed_parts.size() == 1 ? "Linear and Embedding" : "Linear", path, m));
-  }
-  const auto& weight = m.named_parameters(/*recurse=*/false)["weight"];
-  detail::packed_indices(weight.size(is_linear(m) ? 0 : 1), packed_parts, 1, 0, name() + " on '" + path + "'");
-  require_hookable(m, name(), path);  // after the type check, whose error comes first
-}
-
-void LocalColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
-                                 std::optional<int> src) const {
-  require_1d(mesh, name());
-  validate(m, path);
-  const std::string what = name() + " on '" + path + "'";
-  if (is_linear(m)) {
-    localize_param(m, "weight", 0, packed_parts, mesh, src, what);
-    localize_param(m, "bias", 0, packed_parts, mesh, src, what);
-  } else {
-    localize_param(m, "weight", 1, packed_parts, mesh, src, what);
-  }
-  // Every rank needs the whole input: a DTensor is made Replicate and local; a plain tensor is taken as is.
-  nn::register_forward_pre_hook(m, [mesh](torch::nn::Module&, nn::Tensors xs) {
-    if (is_dtensor(xs[0])) xs[0] = to_local(redistribute(xs[0], mesh, {Replicate()}));
-    return xs;
-  });
-}
-
-void LocalRowwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
-  const auto* linear = dynamic_cast<const torch::nn::LinearImpl*>(&m);
-  if (!linear) throw dtensor::Error(not_applicable(name(), "Linear", path, m));
-  if (linear->bias.defined() && !output_layouts) {
-    throw dtensor::Error("dtensor: " + name() + " on '" + path +
-                                "': the output is left a partial sum on each rank, so a bias would be added once per "
-                                "rank; give output_layouts (e.g. Replicate()) or use a Linear without bias");
-  }
-  detail::packed_indices(linear->weight.size(1), packed_parts, 1, 0, name() + " on '" + path + "'");
-  require_hookable(m, name(), path);  // after the type check, whose error comes first
-}
-
-void LocalRowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
-                                 std::optional<int> src) const {
-  require_1d(mesh, name());
-  validate(m, path);
-  auto& linear = dynamic_cast<torch::nn::LinearImpl&>(m);
-  const bool has_bias = linear.bias.defined();
-  localize_param(m, "weight", 1, packed_parts, mesh, src, name() + " on '" + path + "'");
-  if (has_bias) {
-    // The bias stays a registered (replicated, plain) parameter but leaves the Linear's forward: it is
-    // added once, after the reduction.
-    at::Tensor bias = to_local(distribute_tensor(linear.bias.detach(), mesh, {Replicate()}, src));
-    bias.set_requires_grad(linear.bias.requires_grad());
-    nn::replace_parameter(m, "bias", bias);
-    linear.bias = at::Tensor();
-  }
-  const auto parts = packed_parts;
-  // A DTensor input is moved to this rank's (packed) columns of the last dim; a plain one is taken as them.
-  nn::register_forward_pre_hook(m, [mesh, parts](torch::nn::Module&, nn::Tensors xs) {
-    if (!is_dtensor(xs[0])) return xs;
-    if (parts.size() == 1) {
-      xs[0] = to_local(redistribute(xs[0], mesh, {Shard(-1)}));
-    } else {
-      xs[0] = detail::packed_slice(to_local(redistribute(xs[0], mesh, {Replicate()})), -1, parts, mesh, "input");
-    }
-    return xs;
-  });
-  if (!output_layouts) return;
-  const Placement out = *output_layouts;
-  const bool local = use_local_output;
-  // The output is this rank's partial sum: to Replicate = all-reduce, to Shard(d) = reduce-scatter.
-  nn::register_forward_hook(m, [mesh, out, local, has_bias](torch::nn::Module& module, const nn::Tensors&, at::Tensor y) {
-    at::Tensor dt = redistribute(DTensor::from_local(y, mesh, {Partial()}), mesh, {out});
-    if (has_bias) {
-      at::Tensor bias = module.named_parameters(/*recurse=*/false)["bias"];
-      dt = dt + DTensor::from_local(bias, mesh, {Replicate()});
-    }
-    return local ? to_local(dt) : dt;
-  });
 }
 
 }  // namespace dtensor

@@ -287,7 +287,7 @@ TEST(LocalStyles, ACustomModuleThatSkipsCallWithHooksIsAnErrorNotASilentlyUnprep
     PrepareModuleInput prep;
     prep.input_layouts = {Shard(1)};
     prep.desired_input_layouts = {Replicate()};
-    parallelize_module(*model, init_device_mesh("cpu", {2}), {{"block", make_style(prep)}, {"block.w1", make_style<ColwiseParallel>()}});
+    parallelize_module(*model, init_device_mesh("cpu", {2}), {{"block", make_style(prep)}, {"block.w1", ColwiseParallel()}});
     std::string e = error_of([&] { model->block->forward(seeded_randn(1, {2, 4, 8}).chunk(2, 1)[rank]); });
     EXPECT_NE(e.find("'block.w1' ran outside the forward of 'block', which has parallel-style hooks"), std::string::npos) << e;
     EXPECT_NE(e.find("must run its body through dtensor::nn::call_with_hooks"), std::string::npos) << e;

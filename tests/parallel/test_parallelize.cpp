@@ -34,7 +34,7 @@ std::vector<double> toy_losses(int world, int steps) {
     }
     auto mesh = init_device_mesh("cpu", {1, world}, {"dp", "tp"});
     parallelize_module(*model, mesh["tp"],
-                       {{"in_proj", make_style<ColwiseParallel>()}, {"out_proj", make_style<RowwiseParallel>()}});
+                       {{"in_proj", ColwiseParallel()}, {"out_proj", RowwiseParallel()}});
     torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(0.05));
     for (int i = 0; i < steps; ++i) {
       opt.zero_grad();
@@ -62,7 +62,7 @@ TEST(Parallelize, ParametersAreShardedAndCollectivesAreAsSeedsTable) {
   run_ranks(2, [](int, int) {
     ToyModel model;
     auto mesh = init_device_mesh("cpu", {2});
-    parallelize_module(*model, mesh, {{"in_proj", make_style<ColwiseParallel>()}, {"out_proj", make_style<RowwiseParallel>()}});
+    parallelize_module(*model, mesh, {{"in_proj", ColwiseParallel()}, {"out_proj", RowwiseParallel()}});
     EXPECT_EQ(placements(model->in_proj->weight), Placements{Shard(0)});
     EXPECT_EQ(placements(model->in_proj->bias), Placements{Shard(0)});
     EXPECT_EQ(placements(model->out_proj->weight), Placements{Shard(1)});
@@ -85,12 +85,12 @@ TEST(Parallelize, BadPlansGiveClearErrors) {
   run_ranks(2, [](int, int) {
     auto mesh2d = init_device_mesh("cpu", {1, 2}, {"dp", "tp"});
     ToyModel model;
-    std::string e = error_of([&] { parallelize_module(*model, mesh2d, {{"in_proj", make_style<ColwiseParallel>()}}); });
+    std::string e = error_of([&] { parallelize_module(*model, mesh2d, {{"in_proj", ColwiseParallel()}}); });
     EXPECT_NE(e.find("Tensor Parallel only accepts a 1D DeviceMesh, but found 2D"), std::string::npos) << e;
     auto mesh = mesh2d["tp"];
-    e = error_of([&] { parallelize_module(*model, mesh, {{"in_prj", make_style<ColwiseParallel>()}}); });
+    e = error_of([&] { parallelize_module(*model, mesh, {{"in_prj", ColwiseParallel()}}); });
     EXPECT_NE(e.find("'in_prj' matches no submodule; the closest module paths are 'in_proj'"), std::string::npos) << e;
-    e = error_of([&] { parallelize_module(*model, mesh, {{"relu", make_style<RowwiseParallel>()}}); });
+    e = error_of([&] { parallelize_module(*model, mesh, {{"relu", RowwiseParallel()}}); });
     EXPECT_NE(e.find("RowwiseParallel applies to Linear and Embedding, but 'relu' is a torch::nn::ReLU"),
               std::string::npos)
         << e;

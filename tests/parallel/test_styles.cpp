@@ -25,7 +25,7 @@ at::Tensor full_of(const at::Tensor& t) { return is_dtensor(t) ? full_tensor(t).
 // returns the forward's collective counts.
 std::map<std::string, int64_t> check_style(const std::function<std::shared_ptr<torch::nn::Module>()>& make,
                                            const std::function<at::Tensor(torch::nn::Module&, const at::Tensor&)>& forward,
-                                           const ParallelStylePtr& style, const at::Tensor& input,
+                                           const ParallelStyleRef& style, const at::Tensor& input,
                                            const Placement& input_placement, int world) {
   std::map<std::string, int64_t> counts;
   std::mutex m;
@@ -107,11 +107,11 @@ TEST(Styles, EmbeddingColwiseAndRowwise) {
 TEST(Styles, SequenceParallelNorms) {
   auto ln = [] { return std::static_pointer_cast<torch::nn::Module>(nn::LayerNorm(torch::nn::LayerNormOptions({8})).ptr()); };
   auto ln_fwd = [](torch::nn::Module& m, const at::Tensor& x) { return dynamic_cast<nn::LayerNormImpl&>(m).forward(x); };
-  auto counts = check_style(ln, ln_fwd, make_style<SequenceParallel>(), seeded_randn(4, {2, 6, 8}), Shard(1), 2);
+  auto counts = check_style(ln, ln_fwd, SequenceParallel(), seeded_randn(4, {2, 6, 8}), Shard(1), 2);
   EXPECT_TRUE(counts.empty());
   auto rms = [] { return std::static_pointer_cast<torch::nn::Module>(nn::RMSNorm(8).ptr()); };
   auto rms_fwd = [](torch::nn::Module& m, const at::Tensor& x) { return dynamic_cast<nn::RMSNormImpl&>(m).forward(x); };
-  counts = check_style(rms, rms_fwd, make_style<SequenceParallel>(), seeded_randn(5, {2, 6, 8}), Shard(1), 2);
+  counts = check_style(rms, rms_fwd, SequenceParallel(), seeded_randn(5, {2, 6, 8}), Shard(1), 2);
   EXPECT_TRUE(counts.empty());
 }
 
@@ -136,7 +136,7 @@ TEST(Styles, SequenceParallelDropoutIsTheSameMaskAtAnyShardingAndItsGradientFoll
       nn::Dropout dropout(p);
       dropout->train();
       auto mesh = init_device_mesh("cpu", {world});
-      parallelize_module(*dropout, mesh, make_style<SequenceParallel>());
+      parallelize_module(*dropout, mesh, SequenceParallel());
       dtensor::manual_seed(7);
       at::Tensor local_x = to_local(distribute_tensor(x, mesh, {Shard(1)})).detach().requires_grad_(true);
       at::Tensor out = dropout(local_x);

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     at::Tensor x = at::randn({kBatch, kIn});
     Mlp shard(kHidden / n);  // this rank's part of the work, as plain tensors
     Mlp tp(kHidden);
-    parallelize_module(*tp, mesh, {{"in_proj", make_style<ColwiseParallel>()}, {"out_proj", make_style<RowwiseParallel>()}});
+    parallelize_module(*tp, mesh, {{"in_proj", ColwiseParallel()}, {"out_proj", RowwiseParallel()}});
     at::Tensor out = at::randn({kBatch, kOut});
 
     std::string comms;

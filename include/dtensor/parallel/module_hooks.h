@@ -1,5 +1,6 @@
-// What LibTorch's torch::nn::Module lacks for tensor parallelism: forward hooks and parameter
-// replacement. The parallel styles use these; model code does not.
+// Forward hooks for torch::nn::Module, which LibTorch lacks: the mechanism the parallel styles build on
+// (through distribute_module). Model code does not call these, except for rule 2 below. Swapping a
+// registered parameter for a DTensor is the other missing piece: dtensor/parallel/parameter_replacement.h.
 //
 // The two rules a model author follows:
 //   1. Use the layers of dtensor/parallel/layers.h (dtensor::nn::Linear, Embedding, LayerNorm, RMSNorm,
@@ -7,11 +8,32 @@
 //      (Sequential, ModuleList, ModuleDict) and your own modules work as they are.
 //   2. A module of your own that a plan targets directly (e.g. PrepareModuleInput on an attention block)
 //      runs its forward body through dtensor::nn::call_with_hooks(*this, inputs, body). Inputs it wants
-//      reachable by name (PrepareModuleInput's input_kwarg_layouts) go in the Kwargs of
-//      call_with_hooks(*this, args, kwargs, body). An optional input that is absent is an undefined tensor.
+//      reachable by name (PrepareModuleInput's input_kwarg_layouts) go in the keyword map. An optional
+//      input that is absent is an undefined tensor (or None in the general form).
 //      A module that forgets this rule is caught when a styled submodule of it runs (link_enclosing_hooks).
+//
+// What hooks see. A forward's inputs and output are LibTorch's boxed values (c10::IValue, as in the
+// dispatcher): a tensor, an int, a double, a bool, None, a string, a tuple or a list. PyTorch's hooks get
+// whatever the forward got; so do ours. A style changes the tensors it has a layout for and passes every
+// other value through as it came: an int head count, a bool `causal`, an absent optional mask, the second
+// tensor of a (output, cache) tuple. Three spellings of one mechanism:
+//   call_with_hooks(*this, {x}, body)                         Tensors in, one tensor out (the common layer)
+//   call_with_hooks(*this, {x, mask}, {{"scale", s}}, body)    the same with keyword tensors
+//   call_with_hooks<Output>(*this, Args{x, n_heads, true}, KwArgs{}, body)
+//       the general form: any inputs; Output is what forward returns (at::Tensor,
+//       std::tuple<at::Tensor, at::Tensor>, std::vector<at::Tensor>, ...), boxed for the hooks and unboxed
+//       after them. call_with_hooks_boxed is the same without the typing.
+//
+// The hook table. Registration is rare (parallelize_module); a hooked forward is hot. Each hooked module's
+// hooks are an immutable HookSet, and the table of them an immutable snapshot replaced whole on every
+// change (under a writer lock). A forward reads its thread's cached snapshot: one atomic load of the
+// table's generation, and no lock or reference count unless the table changed since that thread's last
+// outermost hooked forward. An entry holds its module weakly: from the moment the module dies its entry is
+// unreachable (a new module at the same address starts with no hooks), and it is dropped at the next change
+// to the table (or prune_hook_table()), so the table stays as large as the set of live hooked modules.
 #pragma once
 
+#include <ATen/core/ivalue.h>
 #include <torch/nn/module.h>
 
 #include <functional>
@@ -22,23 +44,42 @@
 
 namespace dtensor::nn {
 
+// The general form of a forward's inputs.
+using Args = std::vector<c10::IValue>;                // positional inputs
+using KwArgs = std::map<std::string, c10::IValue>;    // keyword inputs by name (PyTorch's forward kwargs)
+// The tensor-only form, for the common forward whose inputs are all tensors.
 using Tensors = std::vector<at::Tensor>;
-// Keyword inputs by name (PyTorch's forward kwargs); an undefined tensor is None.
-using Kwargs = std::map<std::string, at::Tensor>;
-// Gets the module's positional inputs and returns the ones forward will see.
-using ForwardPreHook = std::function<Tensors(torch::nn::Module& module, Tensors inputs)>;
-// The same with the keyword inputs (PyTorch's register_forward_pre_hook(..., with_kwargs=True)).
-using ForwardPreHookWithKwargs =
-    std::function<std::pair<Tensors, Kwargs>(torch::nn::Module& module, Tensors args, Kwargs kwargs)>;
-// Gets the inputs forward saw and its output, and returns the output the caller will see.
-using ForwardHook = std::function<at::Tensor(torch::nn::Module& module, const Tensors& inputs, at::Tensor output)>;
+using Kwargs = std::map<std::string, at::Tensor>;     // an undefined tensor is None
+
+// Gets the module's inputs and returns the ones forward will see (PyTorch's
+// register_forward_pre_hook(..., with_kwargs=True)).
+using ForwardPreHook = std::function<std::pair<Args, KwArgs>(torch::nn::Module& module, Args args, KwArgs kwargs)>;
+// Gets the positional inputs forward saw and its output, and returns the output the caller will see.
+using ForwardHook = std::function<c10::IValue(torch::nn::Module& module, const Args& args, c10::IValue output)>;
+// The tensor-only forms: for a module whose forward takes only tensors (None as an undefined tensor) and
+// returns one tensor. Anything else reaching one is an error naming the module.
+using TensorForwardPreHook = std::function<Tensors(torch::nn::Module& module, Tensors inputs)>;
+using TensorForwardHook = std::function<at::Tensor(torch::nn::Module& module, const Tensors& inputs, at::Tensor output)>;
 
 void register_forward_pre_hook(torch::nn::Module& module, ForwardPreHook hook);
-void register_forward_pre_hook_with_kwargs(torch::nn::Module& module, ForwardPreHookWithKwargs hook);
 void register_forward_hook(torch::nn::Module& module, ForwardHook hook);
+void register_forward_pre_hook(torch::nn::Module& module, TensorForwardPreHook hook);
+void register_forward_hook(torch::nn::Module& module, TensorForwardHook hook);
 bool has_hooks(const torch::nn::Module& module);
 
-// Runs body(inputs) with the module's pre-hooks before and hooks after (in registration order).
+// Runs body(args, kwargs) with the module's pre-hooks before and hooks after (in registration order).
+c10::IValue call_with_hooks_boxed(torch::nn::Module& module, Args args, KwArgs kwargs,
+                                  const std::function<c10::IValue(const Args&, const KwArgs&)>& body);
+
+// The general form, typed: Output is what the forward returns; any IValue-convertible type.
+template <typename Output, typename Body>
+Output call_with_hooks(torch::nn::Module& module, Args args, KwArgs kwargs, Body&& body) {
+  c10::IValue out = call_with_hooks_boxed(module, std::move(args), std::move(kwargs),
+                                          [&](const Args& a, const KwArgs& k) { return c10::IValue(body(a, k)); });
+  return std::move(out).to<Output>();
+}
+
+// Tensors in, one tensor out: body(inputs).
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, const std::function<at::Tensor(const Tensors&)>& body);
 // The same for a forward with keyword inputs: body(args, kwargs).
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors args, Kwargs kwargs,
@@ -54,10 +95,8 @@ void link_enclosing_hooks(torch::nn::Module& root);
 void set_module_path(const torch::nn::Module& module, std::string path);
 std::string current_module_path();  // "" outside any recorded module
 
-// Replaces the parameter (or buffer) `name` registered directly on `module` (LibTorch's
-// register_parameter refuses an existing name) and the member handle of the standard layers that cache it
-// (Linear, Embedding, LayerNorm, RMSNorm: weight, bias).
-void replace_parameter(torch::nn::Module& module, const std::string& name, at::Tensor value);
-void replace_buffer(torch::nn::Module& module, const std::string& name, at::Tensor value);
+// Drops the entries of modules that have died and returns how many entries remain (the live modules with
+// hooks or a recorded path). Every change to the table does the same.
+size_t prune_hook_table();
 
 }  // namespace dtensor::nn

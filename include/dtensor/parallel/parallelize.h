@@ -1,9 +1,10 @@
-// parallelize_module and distribute_module (PyTorch's torch.distributed.tensor.parallel.api and
-// torch.distributed.tensor.distribute_module).
+// parallelize_module (PyTorch's torch.distributed.tensor.parallel.api): a plan of module path -> style.
 //
 //   dtensor::parallelize_module(model, tp_mesh, {
-//       {"layers.*.attention.wq", dtensor::make_style<dtensor::ColwiseParallel>()},
-//       {"layers.*.attention.wo", dtensor::make_style<dtensor::RowwiseParallel>()},
+//       {"tok_embeddings", RowwiseParallel({.input_layouts = Replicate(), .output_layouts = Shard(1)})},
+//       {"layers.*.attention.wq", ColwiseParallel({.use_local_output = false})},
+//       {"layers.*.feed_forward.w2", RowwiseParallel({.output_layouts = Shard(1)})},
+//       {"norm", SequenceParallel()},
 //   });
 #pragma once
 
@@ -17,20 +18,22 @@
 #include <torch/nn/module.h>
 
 #include "dtensor/mesh/device_mesh.h"
+#include "dtensor/parallel/distribute_module.h"
+#include "dtensor/parallel/local_styles.h"
 #include "dtensor/parallel/style.h"
 
 namespace dtensor {
 
 // A plan: module path -> style. Each dot-separated atom of a path is an fnmatch pattern ("layers.*.w?");
-// "" is the module itself. Entries apply in order.
-using ParallelizePlan = std::vector<std::pair<std::string, ParallelStylePtr>>;
+// "" is the module itself. Entries apply in order. A style is any style value (ParallelStyleRef).
+using ParallelizePlan = std::vector<std::pair<std::string, ParallelStyleRef>>;
 
 // Applies `plan` to the submodules of `module` on a 1-D mesh (a mesh of more dims raises PyTorch's error:
 // pass mesh["tp"]). A plan key that matches no module is an error naming the closest module paths.
 void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan,
                         std::optional<int> src_data_rank = 0);
 // Applies one style to `module` itself.
-void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStylePtr& style,
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStyleRef& style,
                         std::optional<int> src_data_rank = 0);
 
 // HF transformers' string plans:
@@ -46,16 +49,6 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
 //                                   packed rowwise output is all-reduced to Replicate
 ParallelStylePtr style_from_string(const std::string& name);
 ParallelizePlan plan_from_strings(const std::vector<std::pair<std::string, std::string>>& plan);
-
-using PartitionFn = std::function<void(const std::string& path, torch::nn::Module& module, const DeviceMesh& mesh)>;
-using InputFn = std::function<std::vector<at::Tensor>(torch::nn::Module&, std::vector<at::Tensor>, const DeviceMesh&)>;
-using OutputFn = std::function<at::Tensor(torch::nn::Module&, at::Tensor, const DeviceMesh&)>;
-
-// Distributes every parameter and buffer of `module` and its submodules: partition_fn(path, submodule,
-// mesh) decides (it calls distribute_tensor + nn::replace_parameter as it likes); without one, or for
-// what it leaves plain, everything is Replicate. input_fn / output_fn become the module's forward hooks.
-void distribute_module(torch::nn::Module& module, const DeviceMesh& mesh, PartitionFn partition_fn = nullptr,
-                       InputFn input_fn = nullptr, OutputFn output_fn = nullptr);
 
 // Paths of the submodules of `module` ("" is the module itself) that `pattern` matches.
 std::vector<std::string> match_module_paths(torch::nn::Module& module, const std::string& pattern);

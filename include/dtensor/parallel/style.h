@@ -1,5 +1,6 @@
 // Parallel styles (PyTorch's torch.distributed.tensor.parallel.style): how one module is parallelized:
-// which placements its parameters get, and what its forward hooks do to inputs and outputs.
+// which placements its parameters get, and what its forward hooks do to inputs and outputs. Each style's
+// apply is a partition_fn + input_fn + output_fn handed to distribute_module (distribute_module.h).
 //
 // Placement algebra where it is used:
 //   ColwiseParallel   Linear weight Shard(0) (output features), bias Shard(0); Embedding weight Shard(1).
@@ -9,14 +10,22 @@
 //                     to Replicate = all-reduce, to Shard(d) = reduce-scatter.
 //   SequenceParallel  parameters Replicate; input -> Shard(sequence_dim); output stays sharded.
 //   ReplicateParallel parameters Replicate; inputs and outputs as they are.
-//   Local*Parallel    HF transformers' local_* and packed_* styles: parameters are plain per-rank tensors
-//                     (see below), the module computes on local tensors.
+// HF transformers' local and packed styles are in local_styles.h.
+//
+// Styles are values, as in PyTorch and torchtitan: each has an options struct (an aggregate with
+// PyTorch's defaults) and a constructor taking it, and a plan entry takes any style value:
+//   {"layers.*.feed_forward.w2", RowwiseParallel({.output_layouts = Shard(1)})},
+//   {"norm", SequenceParallel()},
+// A style also exposes its options as fields (style.use_local_output), since it derives from them.
 #pragma once
 
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -40,27 +49,48 @@ class ParallelStyle {
 };
 using ParallelStylePtr = std::shared_ptr<const ParallelStyle>;
 
-struct ColwiseParallel : ParallelStyle {
+// One layout per input (or output), as PyTorch's tuple, or one Placement for a single one. nullopt (None):
+// leave that input alone. Empty: none given.
+struct Layouts : std::vector<std::optional<Placement>> {
+  Layouts() = default;
+  Layouts(Placement layout) : vector{std::optional<Placement>(std::move(layout))} {}
+  Layouts(std::initializer_list<std::optional<Placement>> layouts) : vector(layouts) {}
+  Layouts(std::vector<std::optional<Placement>> layouts) : vector(std::move(layouts)) {}
+};
+
+struct ColwiseParallelOptions {
   Placement input_layouts = Replicate();
   Placement output_layouts = Shard(-1);
   bool use_local_output = true;
+};
+
+struct ColwiseParallel : ParallelStyle, ColwiseParallelOptions {
+  ColwiseParallel(ColwiseParallelOptions options = {}) : ColwiseParallelOptions(std::move(options)) {}
   void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "ColwiseParallel"; }
 };
 
-struct RowwiseParallel : ParallelStyle {
+struct RowwiseParallelOptions {
   Placement input_layouts = Shard(-1);
   Placement output_layouts = Replicate();
   bool use_local_output = true;
+};
+
+struct RowwiseParallel : ParallelStyle, RowwiseParallelOptions {
+  RowwiseParallel(RowwiseParallelOptions options = {}) : RowwiseParallelOptions(std::move(options)) {}
   void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "RowwiseParallel"; }
 };
 
-struct SequenceParallel : ParallelStyle {
+struct SequenceParallelOptions {
   int64_t sequence_dim = 1;
   bool use_local_output = false;
+};
+
+struct SequenceParallel : ParallelStyle, SequenceParallelOptions {
+  SequenceParallel(SequenceParallelOptions options = {}) : SequenceParallelOptions(std::move(options)) {}
   void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "SequenceParallel"; }
@@ -73,40 +103,55 @@ struct ReplicateParallel : ParallelStyle {
 
 // Inputs: for each positional input, its layout as it arrives (nullopt: leave the input alone) and the
 // layout the module needs (nullopt: keep the arriving layout). With input_layouts given, a forward must get
-// exactly that many positional inputs (PyTorch's rule). Keyword inputs (nn::Kwargs) are matched by name;
-// a name without a layout is left alone. A plain tensor is taken as this rank's local part of `layout`.
-struct PrepareModuleInput : ParallelStyle {
-  std::vector<std::optional<Placement>> input_layouts;
-  std::vector<std::optional<Placement>> desired_input_layouts;
-  std::map<std::string, Placement> input_kwarg_layouts;
-  std::map<std::string, Placement> desired_input_kwarg_layouts;
+// exactly that many positional inputs (PyTorch's rule); a layout on an input that is not a tensor is an
+// error, None stays None. Keyword inputs are matched by name; a name without a layout is left alone. A
+// plain tensor is taken as this rank's local part of its layout.
+struct PrepareModuleInputOptions {
+  Layouts input_layouts = {};
+  Layouts desired_input_layouts = {};
+  std::map<std::string, Placement> input_kwarg_layouts = {};
+  std::map<std::string, Placement> desired_input_kwarg_layouts = {};
   bool use_local_output = false;
+};
+
+struct PrepareModuleInput : ParallelStyle, PrepareModuleInputOptions {
+  PrepareModuleInput(PrepareModuleInputOptions options = {}) : PrepareModuleInputOptions(std::move(options)) {}
   void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "PrepareModuleInput"; }
 };
 
-// The output: a plain tensor is taken as this rank's local part of `output_layouts`; it is moved to
-// desired_output_layouts.
-struct PrepareModuleOutput : ParallelStyle {
-  Placement output_layouts = Replicate();
-  Placement desired_output_layouts = Replicate();
+// The output, or each element of a tuple (or list) of outputs, one layout per element (nullopt: leave it
+// alone): a plain tensor is taken as this rank's local part of its output layout; it is moved to its
+// desired layout. A DTensor is moved from whatever placement it has.
+struct PrepareModuleOutputOptions {
+  Layouts output_layouts = Replicate();
+  Layouts desired_output_layouts = Replicate();
   bool use_local_output = true;
+};
+
+struct PrepareModuleOutput : ParallelStyle, PrepareModuleOutputOptions {
+  PrepareModuleOutput(PrepareModuleOutputOptions options = {}) : PrepareModuleOutputOptions(std::move(options)) {}
   void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "PrepareModuleOutput"; }
 };
 
 // Both of the above on one module (use_local_input is PrepareModuleInput's use_local_output).
-struct PrepareModuleInputOutput : ParallelStyle {
-  std::vector<std::optional<Placement>> input_layouts;
-  std::vector<std::optional<Placement>> desired_input_layouts;
-  std::map<std::string, Placement> input_kwarg_layouts;
-  std::map<std::string, Placement> desired_input_kwarg_layouts;
+struct PrepareModuleInputOutputOptions {
+  Layouts input_layouts = {};
+  Layouts desired_input_layouts = {};
+  std::map<std::string, Placement> input_kwarg_layouts = {};
+  std::map<std::string, Placement> desired_input_kwarg_layouts = {};
   bool use_local_input = false;
-  Placement output_layouts = Replicate();
-  Placement desired_output_layouts = Replicate();
+  Layouts output_layouts = Replicate();
+  Layouts desired_output_layouts = Replicate();
   bool use_local_output = true;
+};
+
+struct PrepareModuleInputOutput : ParallelStyle, PrepareModuleInputOutputOptions {
+  PrepareModuleInputOutput(PrepareModuleInputOutputOptions options = {})
+      : PrepareModuleInputOutputOptions(std::move(options)) {}
   void validate(const torch::nn::Module&, const std::string&) const override;
   void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
   std::string name() const override { return "PrepareModuleInputOutput"; }
@@ -116,41 +161,31 @@ struct PrepareModuleInputOutput : ParallelStyle {
   PrepareModuleOutput output_style() const;
 };
 
-// HF transformers' "local_colwise" (packed_parts {1}) and "packed_colwise" (packed_parts {1, 1}): a Linear's
-// output features (an Embedding's columns) are split as in ColwiseParallel, but the parameters stay plain
-// local tensors and the output is this rank's local columns. A packed weight (fused gate/up, or qkv) is
-// made of parts whose sizes are in the proportions `packed_parts` ({1, 1}: two equal halves; {4, 1, 1}:
-// GQA's q, k, v); each part is split on its own, so rank r holds [part0 chunk r; part1 chunk r; ...]. That
-// is not a torch.chunk of the packed weight, which is why packed parameters are not DTensors (a Shard
-// DTensor would claim a global tensor in the wrong order). Inputs: a DTensor is made Replicate and local;
-// a plain tensor is taken as replicated.
-struct LocalColwiseParallel : ParallelStyle {
-  std::vector<int64_t> packed_parts = {1};
-  void validate(const torch::nn::Module&, const std::string&) const override;
-  void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
-  std::string name() const override { return packed_parts.size() > 1 ? "PackedColwiseParallel" : "LocalColwiseParallel"; }
+// A plan entry's style: any style value (copied into a shared, immutable style), or a shared style.
+//   ParallelizePlan plan = {{"w1", ColwiseParallel()}, {"w2", RowwiseParallel({.output_layouts = Shard(1)})}};
+class ParallelStyleRef {
+ public:
+  ParallelStyleRef() = default;
+  ParallelStyleRef(std::nullptr_t) {}
+  template <typename Style, typename = std::enable_if_t<std::is_base_of_v<ParallelStyle, std::decay_t<Style>>>>
+  ParallelStyleRef(Style&& style) : style_(std::make_shared<const std::decay_t<Style>>(std::forward<Style>(style))) {}
+  template <typename Style, typename = std::enable_if_t<std::is_base_of_v<ParallelStyle, Style>>>
+  ParallelStyleRef(std::shared_ptr<Style> style) : style_(std::move(style)) {}
+
+  const ParallelStyle& operator*() const { return *style_; }
+  const ParallelStyle* operator->() const { return style_.get(); }
+  explicit operator bool() const { return style_ != nullptr; }
+  const ParallelStylePtr& ptr() const { return style_; }
+
+ private:
+  ParallelStylePtr style_;
 };
 
-// HF's "local_rowwise" (packed_parts {1}, no output_layouts: each rank's output is its partial sum, left for
-// the model, e.g. a "gather" on the parent, to reduce) and "packed_rowwise" (packed_parts {1, 1}, output
-// all-reduced to Replicate). Linear only; the weight's input features are split per part as in
-// LocalColwiseParallel. A DTensor input is moved to this rank's local (packed) columns; a plain one is
-// taken as already being them. A bias is added once, after the reduction; with the output left partial a
-// bias would be counted once per rank, so it is refused.
-struct LocalRowwiseParallel : ParallelStyle {
-  std::vector<int64_t> packed_parts = {1};
-  std::optional<Placement> output_layouts;  // nullopt: partial sums stay on each rank
-  bool use_local_output = true;
-  void validate(const torch::nn::Module&, const std::string&) const override;
-  void apply(torch::nn::Module&, const std::string&, const DeviceMesh&, std::optional<int>) const override;
-  std::string name() const override { return packed_parts.size() > 1 ? "PackedRowwiseParallel" : "LocalRowwiseParallel"; }
-};
-
-// A shared style from a value: make_style<ColwiseParallel>() for the defaults, or
-//   RowwiseParallel rowwise;  rowwise.output_layouts = Shard(1);  make_style(rowwise);
+// The older spelling of a shared style, kept so that existing plans compile: make_style<ColwiseParallel>()
+// is ColwiseParallel(); make_style(style) shares a copy of `style`.
 template <typename Style>
 ParallelStylePtr make_style(Style style = {}) {
-  return std::make_shared<const Style>(std::move(style));
+  return ParallelStyleRef(std::move(style)).ptr();
 }
 
 }  // namespace dtensor

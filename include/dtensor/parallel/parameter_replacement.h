@@ -1,0 +1,30 @@
+// Swapping a registered parameter or buffer of a torch::nn::Module for another tensor (a DTensor, or this
+// rank's local shard), which LibTorch 2.x does not offer. distribute_module's partition functions and the
+// styles use it; model code does not.
+//
+// What it relies on in LibTorch 2.x (torch/csrc/api/include/torch/nn/module.h):
+//   - Module::register_parameter / register_buffer refuse a name that is already registered, so the entry
+//     is replaced in place: Module::parameters_ (protected) and Module::buffers_ (private), both
+//     torch::OrderedDict<std::string, at::Tensor>, are reached through pointers to members formed in an
+//     explicit template instantiation, whose arguments the standard exempts from access checking.
+//   - The standard layers keep a public member handle to what they registered and read it in forward
+//     (LinearImpl::weight/bias, EmbeddingImpl::weight, LayerNormImpl::weight/bias, and our RMSNormImpl's
+//     weight): the handle is replaced with the entry. A layer of another kind that caches a parameter in a
+//     member keeps the old tensor there; such a layer needs its own line in parameter_replacement.cpp.
+// If a LibTorch release renames these members, parameter_replacement.cpp stops compiling: the one place
+// to adapt.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <string>
+
+namespace dtensor::nn {
+
+// Replaces the parameter `name` registered directly on `module` (and the layer's member handle, above).
+// Throws naming the module when it has no such parameter.
+void replace_parameter(torch::nn::Module& module, const std::string& name, at::Tensor value);
+// The same for a buffer.
+void replace_buffer(torch::nn::Module& module, const std::string& name, at::Tensor value);
+
+}  // namespace dtensor::nn

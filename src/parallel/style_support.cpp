@@ -1,0 +1,71 @@
+#include "parallel/style_support.h"
+#include "dtensor/error.h"
+
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "dtensor/parallel/layers.h"
+#include "dtensor/tensor/dtensor.h"
+
+namespace dtensor::detail {
+
+bool is_linear(const torch::nn::Module& m) { return dynamic_cast<const torch::nn::LinearImpl*>(&m) != nullptr; }
+bool is_embedding(const torch::nn::Module& m) { return dynamic_cast<const torch::nn::EmbeddingImpl*>(&m) != nullptr; }
+
+std::string not_applicable(const std::string& style, const std::string& applies_to, const std::string& path,
+                           const torch::nn::Module& m) {
+  return "dtensor: " + style + " applies to " + applies_to + ", but '" + path + "' is a " + m.name();
+}
+
+void require_1d(const DeviceMesh& mesh, const std::string& style) {
+  if (mesh.ndim() != 1) throw dtensor::Error("dtensor: " + style + " needs a 1-D mesh");
+}
+
+void require_hookable(const torch::nn::Module& m, const std::string& style, const std::string& path) {
+  auto plain = [&](auto* torch_layer, auto* ours, const char* use) {
+    if (torch_layer && !ours) {
+      throw dtensor::Error("dtensor: " + style + " on '" + path + "': " + m.name() +
+                           " has no forward hooks, so the style could not prepare its inputs and outputs; use " + use +
+                           " (dtensor/parallel/layers.h), which has torch::nn's options and numerics");
+    }
+  };
+  plain(dynamic_cast<const torch::nn::LinearImpl*>(&m), dynamic_cast<const nn::LinearImpl*>(&m), "dtensor::nn::Linear");
+  plain(dynamic_cast<const torch::nn::EmbeddingImpl*>(&m), dynamic_cast<const nn::EmbeddingImpl*>(&m), "dtensor::nn::Embedding");
+  plain(dynamic_cast<const torch::nn::LayerNormImpl*>(&m), dynamic_cast<const nn::LayerNormImpl*>(&m), "dtensor::nn::LayerNorm");
+  plain(dynamic_cast<const torch::nn::DropoutImpl*>(&m), dynamic_cast<const nn::DropoutImpl*>(&m), "dtensor::nn::Dropout");
+}
+
+at::Tensor prepare_input(const at::Tensor& x, const DeviceMesh& mesh, const Placement& layout, const Placement& desired) {
+  at::Tensor dt = is_dtensor(x) ? x : DTensor::from_local(x, mesh, {layout});
+  if (placements(dt)[0] != desired.normalized(dt.dim())) dt = redistribute(dt, mesh, {desired});
+  return dt;
+}
+
+at::Tensor prepare_output(const at::Tensor& out, const DeviceMesh& mesh, const Placement& desired, bool use_local) {
+  at::Tensor dt = out;
+  if (is_dtensor(dt) && placements(dt)[0] != desired.normalized(dt.dim())) dt = redistribute(dt, mesh, {desired});
+  return use_local && is_dtensor(dt) ? to_local(dt) : dt;
+}
+
+c10::IValue prepare_input_value(const c10::IValue& value, const DeviceMesh& mesh, const Placement& layout,
+                                const Placement& desired, bool use_local, const std::string& what) {
+  if (value.isNone()) return value;
+  if (!value.isTensor()) {
+    throw dtensor::Error("dtensor: " + what + " has a layout but is a " + value.tagKind() + ", not a tensor");
+  }
+  const at::Tensor& x = value.toTensor();
+  if (!x.defined()) return value;  // None stays None
+  at::Tensor prepared = prepare_input(x, mesh, layout, desired);
+  return use_local ? to_local(prepared) : prepared;
+}
+
+at::Tensor& first_tensor_input(std::vector<c10::IValue>& args, const std::string& style) {
+  if (args.empty() || !args[0].isTensor()) {
+    throw dtensor::Error("dtensor: " + style + " needs the module's first input to be a tensor");
+  }
+  return args[0].toTensor();
+}
+
+}  // namespace dtensor::detail

@@ -1,0 +1,37 @@
+// What the styles share (style.cpp: PyTorch's; local_styles.cpp: HF's): the checks that a style fits a
+// module, and the moves of one input or output between layouts.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <torch/nn/module.h>
+
+#include <string>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/tensor/placement.h"
+
+namespace dtensor::detail {
+
+bool is_linear(const torch::nn::Module& m);
+bool is_embedding(const torch::nn::Module& m);
+
+// "dtensor: <style> applies to <applies_to>, but '<path>' is a <module type>".
+std::string not_applicable(const std::string& style, const std::string& applies_to, const std::string& path,
+                           const torch::nn::Module& m);
+void require_1d(const DeviceMesh& mesh, const std::string& style);
+// A style's hooks only run in the forward of a hookable module (rule 1 in module_hooks.h): torch::nn's own
+// layers have none, so a style on one of them would do nothing at run time. Refused up front.
+void require_hookable(const torch::nn::Module& m, const std::string& style, const std::string& path);
+
+// An input as it arrives (a plain tensor is this rank's local part with `layout`) moved to `desired`.
+at::Tensor prepare_input(const at::Tensor& x, const DeviceMesh& mesh, const Placement& layout, const Placement& desired);
+// An output moved to `desired` (when it is a DTensor), made local when asked.
+at::Tensor prepare_output(const at::Tensor& out, const DeviceMesh& mesh, const Placement& desired, bool use_local);
+// A boxed input a style has a layout for: a tensor is prepared (and made local when asked), None stays None,
+// anything else is PyTorch's error, naming `what`.
+c10::IValue prepare_input_value(const c10::IValue& value, const DeviceMesh& mesh, const Placement& layout,
+                                const Placement& desired, bool use_local, const std::string& what);
+// The first positional input of a style's module, which must be a tensor.
+at::Tensor& first_tensor_input(std::vector<c10::IValue>& args, const std::string& style);
+
+}  // namespace dtensor::detail

@@ -2,6 +2,8 @@
 // and llama_train's command line.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -120,9 +122,9 @@ TEST(LlamaPlans, IndivisibleTPDegreeFailsAtPlanTime) {
 TEST(LlamaTrainCli, BadValuesExitTwoWithOneErrorLine) {
   using dtensor::testing::bin_path;
   using dtensor::testing::run_process;
-  for (const std::vector<std::string> args : {std::vector<std::string>{"--steps", "0"}, {"--heads", "3"},
-                                              {"--data", "/nonexistent/file.txt"}, {"--seq-len", "7"},
-                                              {"--plan", "megatron"}, {"--bogus"}}) {
+  const std::vector<std::vector<std::string>> bad = {{"--steps", "0"}, {"--heads", "3"}, {"--data", "/nonexistent/file.txt"},
+                                                     {"--seq-len", "7"}, {"--plan", "megatron"}, {"--bogus"}};
+  for (const auto& args : bad) {
     std::vector<std::string> argv = {bin_path("llama_train")};
     argv.insert(argv.end(), args.begin(), args.end());
     auto r = run_process(argv, {{"RANK", "0"}, {"WORLD_SIZE", "2"}}, 60);

@@ -9,6 +9,8 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <string>

@@ -14,7 +14,7 @@ struct TrainOptions {
   int64_t tp = 0;  // 0: the world size
   llama::LlamaConfig model;
   int64_t seq_len = 64;
-  int64_t batch = 8;
+  int64_t batch = 4;
   int64_t steps = 300;
   double lr = 3e-3;
   int64_t warmup = 20;

@@ -5,7 +5,9 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <cmath>
 #include <fstream>
 

@@ -53,7 +53,7 @@ double lr_at(const TrainOptions& o, int64_t step) {
 
 int64_t local_param_bytes(llama::LlamaForCausalLM& model) {
   int64_t bytes = 0;
-  for (const auto& p : model->parameters()) {
+  for (const auto& p : model->parameters(/*recurse=*/true)) {
     const at::Tensor local = dtensor::is_dtensor(p) ? dtensor::to_local(p) : p;
     bytes += local.numel() * static_cast<int64_t>(local.element_size());
   }
@@ -79,8 +79,13 @@ TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const C
                   const dtensor::DeviceMesh& tp_mesh, const TrainHooks& hooks) {
   TrainResult result;
   result.param_bytes_per_rank = local_param_bytes(model);
-  for (const auto& p : model->parameters()) result.num_params += p.numel();
-  std::vector<at::Tensor> params = model->parameters();
+
+  // Each parameter once: with tied embeddings lm_head.weight is model.embed_tokens.weight.
+  std::vector<at::Tensor> params;
+  for (const auto& p : model->parameters()) {
+    if (std::none_of(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(p); })) params.push_back(p);
+  }
+  for (const auto& p : params) result.num_params += p.numel();
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
   const bool loss_parallel = o.loss_parallel && o.plan != "hf" && tp_mesh.size() > 1;
   for (int64_t step = 0; step < o.steps; ++step) {
@@ -105,8 +110,8 @@ TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const C
     {
       dtensor::CommDebugMode comm;
       // Clipping needs the global norm: each DTensor gradient's norm reduces over its shards.
-      const double max_norm = o.max_norm > 0 ? o.max_norm : INFINITY;
-      rec.grad_norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
+      // --max-norm 0: no clipping and no norm (grad_norm NaN).
+      rec.grad_norm = o.max_norm > 0 ? torch::nn::utils::clip_grad_norm_(params, o.max_norm) : NAN;
       optimizer.step();
       rec.update_counts = comm.get_comm_counts();
       rec.update_bytes = comm.get_comm_bytes();

@@ -54,7 +54,7 @@ void HeadReplicatedColwiseParallel::apply(torch::nn::Module& m, const std::strin
   const bool local_out = use_local_output;
   nn::register_forward_hook(m, [mesh, head, d, local_out](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
     // y: Replicate [.., heads * d]. Each rank's use of y is a term of the true gradient: Partial(sum).
-    at::Tensor mine = to_local(y, Placements{Partial()}).narrow(-1, head * d, d);
+    at::Tensor mine = to_local(y, Placements{Partial()}).narrow(-1, head * d, d).contiguous();
     if (local_out) return mine;
     return DTensor::from_local(mine, mesh, {Shard(mine.dim() - 1)});  // [.., tp * d], Shard(-1)
   });

@@ -29,7 +29,7 @@ struct RunResult {
 // The substring of a lead-side gap's error, if `what` is one (GTEST_SKIP them until the library is fixed).
 std::string known_gap(const std::string& what);
 
-// Trains `options` at TP `tp` (ranks as threads; tp 1 is the plain model). Errors of any rank throw.
+// Trains `options` at TP `tp` (ranks as threads; tp 1 is the plain model). A rank's error throws, naming it.
 RunResult run_tp(const llama_train::TrainOptions& options, int tp, bool capture_grads = false);
 
 // The largest |a - b| / |a| over the curve; a different length is infinity.

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
 
+#include <vector>
+
 #include "dtensor/error.h"
 #include "dtensor/parallel/module_hooks.h"
 #include "dtensor/tensor/dtensor.h"
@@ -49,14 +51,23 @@ void HeadReplicatedColwiseParallel::apply(torch::nn::Module& m, const std::strin
     xs[0] = x;
     return xs;
   });
-  const int64_t head = mesh.get_local_rank(0) / (tp / num_heads);
-  const int64_t d = head_dim;
+  const int64_t heads = num_heads, d = head_dim, rep = tp / num_heads;
   const bool local_out = use_local_output;
-  nn::register_forward_hook(m, [mesh, head, d, local_out](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
-    // y: Replicate [.., heads * d]. Each rank's use of y is a term of the true gradient: Partial(sum).
-    at::Tensor mine = to_local(y, Placements{Partial()}).narrow(-1, head * d, d).contiguous();
-    if (local_out) return mine;
-    return DTensor::from_local(mine, mesh, {Shard(mine.dim() - 1)});  // [.., tp * d], Shard(-1)
+  nn::register_forward_hook(m, [mesh, heads, d, rep, local_out](torch::nn::Module&, const nn::Tensors&, at::Tensor y) {
+    // y: Replicate [.., heads * d] -> each head repeated rep times: Replicate [.., tp * d] -> Shard(-1), a local
+    // chunk: rank r keeps head r / rep. Backward: Shard(-1) -> Replicate is an all-gather of the head gradients,
+    // and the repeat's backward sums the rep copies of each head (the ranks that share it).
+    std::vector<int64_t> grouped = y.sizes().vec();
+    grouped.back() = heads;
+    grouped.push_back(1);
+    grouped.push_back(d);
+    std::vector<int64_t> repeated = grouped;
+    repeated[repeated.size() - 2] = rep;
+    std::vector<int64_t> flat = y.sizes().vec();
+    flat.back() = heads * rep * d;
+    at::Tensor out = y.reshape(grouped).expand(repeated).reshape(flat);
+    out = redistribute(out, mesh, {Shard(out.dim() - 1)});
+    return local_out ? to_local(out) : out;
   });
 }
 

@@ -3,16 +3,15 @@
 //
 //   heads % tp == 0   exactly ColwiseParallel: weight Shard(0), each rank owns heads / tp whole heads.
 //   tp % heads == 0   each head is replicated on the tp / heads ranks that share it. Weight (and bias)
-//                     Replicate; input -> Replicate. Rank r computes x @ W^T (all heads: the k/v
-//                     projections are the small ones, heads * head_dim columns) and keeps the columns of
-//                     its head h(r) = r / (tp / heads). The output is a Shard(-1) DTensor of the
-//                     head-repeated tensor [.., tp * head_dim] (global k/v have tp heads, one per rank), so
-//                     the model's n_rep = q heads / k heads pairs rank r's query heads with h(r), as in the
-//                     unsharded model.
-//                     Backward: rank r's gradient of the projection output is nonzero only on h(r)'s columns;
-//                     the true gradient is the sum of the ranks' terms, so it is taken back as Partial(sum)
-//                     (to_local with grad_placements Partial). The weight gradient is then Partial and its
-//                     Partial -> Replicate all-reduce adds the contributions of the ranks sharing each head.
+//                     Replicate; input -> Replicate. Every rank computes x @ W^T (all heads: the k/v
+//                     projections are the small ones, heads * head_dim columns), repeats each head tp / heads
+//                     times (Replicate [.., tp * head_dim]) and keeps its chunk (Replicate -> Shard(-1), no
+//                     comm): rank r holds head h(r) = r / (tp / heads), and global k/v have tp heads, one per
+//                     rank, so the model's n_rep = q heads / k heads pairs rank r's query heads with h(r), as in
+//                     the unsharded model.
+//                     Backward: Shard(-1) -> Replicate (an all-gather of b·s·tp·head_dim), and the repeat's
+//                     backward sums each head's copies: the weight gradient is Replicate and exact.
+//                     (A cheaper variant would skip that all-gather by taking the gradient back as Partial.)
 //   otherwise         a dtensor::Error at plan time (validate) naming the module, heads and the TP degree.
 #pragma once
 

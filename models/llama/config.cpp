@@ -1,0 +1,71 @@
+#include "llama/config.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "dtensor/error.h"
+
+namespace llama {
+
+void LlamaConfig::validate() const {
+  auto positive = [](const char* name, int64_t v) {
+    if (v <= 0) throw dtensor::Error(std::string("dtensor: llama config: ") + name + " must be positive, got " + std::to_string(v));
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("num_key_value_heads", num_key_value_heads);
+  positive("intermediate_size", intermediate_size);
+  if (hidden_size % num_attention_heads != 0) {
+    throw dtensor::Error("dtensor: llama config: hidden_size " + std::to_string(hidden_size) +
+                         " is not divisible by num_attention_heads " + std::to_string(num_attention_heads));
+  }
+  if (head_dim() % 2 != 0) {
+    throw dtensor::Error("dtensor: llama config: head_dim " + std::to_string(head_dim()) + " must be even for rotary embeddings");
+  }
+  if (num_attention_heads % num_key_value_heads != 0) {
+    throw dtensor::Error("dtensor: llama config: num_attention_heads " + std::to_string(num_attention_heads) +
+                         " is not divisible by num_key_value_heads " + std::to_string(num_key_value_heads));
+  }
+}
+
+std::string LlamaConfig::to_string() const {
+  std::ostringstream s;
+  s << "vocab=" << vocab_size << " dim=" << hidden_size << " layers=" << num_hidden_layers
+    << " heads=" << num_attention_heads << " kv_heads=" << num_key_value_heads << " ffn=" << intermediate_size
+    << " rope_theta=" << rope_theta << (tie_word_embeddings ? " tied" : "");
+  return s.str();
+}
+
+LlamaConfig config_from_hf_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw dtensor::Error("dtensor: llama config: cannot open '" + path + "'");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const std::exception& e) {
+    throw dtensor::Error("dtensor: llama config: '" + path + "' is not valid JSON: " + e.what());
+  }
+  LlamaConfig c;
+  auto read = [&](const char* key, auto& field) {
+    if (j.contains(key) && !j[key].is_null()) field = j[key].get<std::decay_t<decltype(field)>>();
+  };
+  read("vocab_size", c.vocab_size);
+  read("hidden_size", c.hidden_size);
+  read("num_hidden_layers", c.num_hidden_layers);
+  read("num_attention_heads", c.num_attention_heads);
+  c.num_key_value_heads = c.num_attention_heads;  // HF's default when the key is absent
+  read("num_key_value_heads", c.num_key_value_heads);
+  read("intermediate_size", c.intermediate_size);
+  read("max_position_embeddings", c.max_position_embeddings);
+  read("rope_theta", c.rope_theta);
+  read("rms_norm_eps", c.rms_norm_eps);
+  read("tie_word_embeddings", c.tie_word_embeddings);
+  c.validate();
+  return c;
+}
+
+}  // namespace llama

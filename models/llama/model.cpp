@@ -1,0 +1,134 @@
+#include "llama/model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/modules/linear.h>
+
+#include <cmath>
+#include <string>
+
+#include "dtensor/parallel/parameter_replacement.h"
+
+namespace llama {
+namespace {
+
+dtensor::nn::Linear linear(int64_t in, int64_t out) {
+  return dtensor::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+// [b, kv_heads, s, d] -> [b, kv_heads * n_rep, s, d], each head repeated n_rep times in place.
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  auto b = x.size(0), kv = x.size(1), s = x.size(2), d = x.size(3);
+  return x.unsqueeze(2).expand({b, kv, n_rep, s, d}).reshape({b, kv * n_rep, s, d});
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64_t seq_len) {
+  const int64_t d = config.head_dim();
+  at::Tensor inv_freq = 1.0 / at::pow(config.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d);
+  at::Tensor freqs = at::outer(at::arange(seq_len, at::kFloat), inv_freq);  // [s, d/2]
+  at::Tensor angles = at::cat({freqs, freqs}, -1);                          // [s, d]
+  return {angles.cos(), angles.sin()};
+}
+
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * cos + rotated * sin;
+}
+
+AttentionImpl::AttentionImpl(const LlamaConfig& c)
+    : head_dim(c.head_dim()),
+      q_proj(register_module("q_proj", linear(c.hidden_size, c.num_attention_heads * c.head_dim()))),
+      k_proj(register_module("k_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim()))),
+      v_proj(register_module("v_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim()))),
+      o_proj(register_module("o_proj", linear(c.num_attention_heads * c.head_dim(), c.hidden_size))) {}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t b = x.size(0), s = x.size(1);
+  at::Tensor q = q_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);  // [b, heads, s, head_dim]
+  at::Tensor k = k_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);  // [b, kv_heads, s, head_dim]
+  at::Tensor v = v_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);
+  q = apply_rotary(q, cos, sin);
+  k = apply_rotary(k, cos, sin);
+  const int64_t n_rep = q.size(1) / k.size(1);  // query heads per key/value head
+  at::Tensor out = at::scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), /*attn_mask=*/{},
+                                                    /*dropout_p=*/0.0, /*is_causal=*/true);
+  return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
+}
+
+FeedForwardImpl::FeedForwardImpl(const LlamaConfig& c)
+    : gate_proj(register_module("gate_proj", linear(c.hidden_size, c.intermediate_size))),
+      up_proj(register_module("up_proj", linear(c.hidden_size, c.intermediate_size))),
+      down_proj(register_module("down_proj", linear(c.intermediate_size, c.hidden_size))) {}
+
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) { return down_proj(at::silu(gate_proj(x)) * up_proj(x)); }
+
+DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c)
+    : self_attn(register_module("self_attn", Attention(c))),
+      mlp(register_module("mlp", FeedForward(c))),
+      input_layernorm(register_module("input_layernorm", dtensor::nn::RMSNorm(c.hidden_size, c.rms_norm_eps))),
+      post_attention_layernorm(
+          register_module("post_attention_layernorm", dtensor::nn::RMSNorm(c.hidden_size, c.rms_norm_eps))) {}
+
+at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  at::Tensor h = x + self_attn(input_layernorm(x), cos, sin);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
+    : config(c),
+      embed_tokens(register_module("embed_tokens", dtensor::nn::Embedding(c.vocab_size, c.hidden_size))),
+      layers(register_module("layers", torch::nn::ModuleList())),
+      norm(register_module("norm", dtensor::nn::RMSNorm(c.hidden_size, c.rms_norm_eps))) {
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c));
+}
+
+at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
+  auto [cos, sin] = rotary_tables(config, tokens.size(1));
+  at::Tensor h = embed_tokens(tokens);
+  for (const auto& layer : *layers) h = layer->as<DecoderLayerImpl>()->forward(h, cos, sin);
+  return norm(h);
+}
+
+LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c)
+    : config(c),
+      model(register_module("model", LlamaModel(c))),
+      lm_head(register_module("lm_head", linear(c.hidden_size, c.vocab_size))) {
+  c.validate();
+  if (c.tie_word_embeddings) dtensor::nn::replace_parameter(*lm_head, "weight", model->embed_tokens->weight);
+}
+
+at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens) { return lm_head(model(tokens)); }
+
+void LlamaForCausalLMImpl::init_weights(uint64_t seed) {
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  at::NoGradGuard no_grad;
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    at::Tensor& p = item.value();
+    if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight")) {
+      p.fill_(1.0);
+      continue;
+    }
+    double std = 0.02;
+    if (name == "model.embed_tokens.weight") {
+      std = 1.0;
+    } else if (name == "lm_head.weight") {
+      if (config.tie_word_embeddings) continue;
+      std = 1.0 / std::sqrt(static_cast<double>(config.hidden_size));
+    } else if (ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight")) {
+      const int64_t layer = std::stoll(name.substr(std::string("model.layers.").size()));
+      std = 0.02 / std::sqrt(2.0 * static_cast<double>(layer + 1));
+    }
+    p.copy_(at::normal(0.0, std, p.sizes(), gen));
+  }
+}
+
+}  // namespace llama

@@ -1,0 +1,83 @@
+// A Llama-3-style decoder (HF's LlamaForCausalLM, torchtitan's models/llama3/model.py): token embedding,
+// RMSNorm, rotary embeddings (Llama-3 theta, HF's rotate-half convention), grouped-query attention through
+// scaled_dot_product_attention (causal), SwiGLU feed-forward, final norm, output projection, optional tied
+// embeddings. Parameter names are HF's (model.layers.0.self_attn.q_proj.weight, ...).
+//
+// No parallel code: the plans (llama/parallelize.h) hook the layers from outside. The model only follows
+// the two rules of dtensor/parallel/module_hooks.h: hookable layers (dtensor::nn::Linear, Embedding,
+// RMSNorm), and DTENSOR_MODULE for the blocks a plan targets directly (attention and feed-forward).
+// Shapes are read from tensors (`view({b, s, -1, head_dim})`, n_rep = q heads / k heads), so the same code
+// runs on global-shaped DTensors (torchtitan's plan) and on local shards (HF's plan).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "dtensor/parallel/hooked_module.h"
+#include "dtensor/parallel/layers.h"
+#include "llama/config.h"
+
+namespace llama {
+
+// cos and sin tables [seq_len, head_dim] for positions 0..seq_len-1 (HF's LlamaRotaryEmbedding, no scaling).
+std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64_t seq_len);
+
+// x [b, heads, s, head_dim] rotated by position: x * cos + rotate_half(x) * sin.
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+struct AttentionImpl : torch::nn::Module {
+  explicit AttentionImpl(const LlamaConfig& config);
+  // x [b, s, hidden]; cos, sin [s, head_dim]. Returns [b, s, hidden].
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  int64_t head_dim;
+  dtensor::nn::Linear q_proj, k_proj, v_proj, o_proj;
+};
+DTENSOR_MODULE(Attention);
+
+// SwiGLU: down_proj(silu(gate_proj(x)) * up_proj(x)).
+struct FeedForwardImpl : torch::nn::Module {
+  explicit FeedForwardImpl(const LlamaConfig& config);
+  at::Tensor forward(const at::Tensor& x);
+  dtensor::nn::Linear gate_proj, up_proj, down_proj;
+};
+DTENSOR_MODULE(FeedForward);
+
+struct DecoderLayerImpl : torch::nn::Module {
+  explicit DecoderLayerImpl(const LlamaConfig& config);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  Attention self_attn;
+  FeedForward mlp;
+  dtensor::nn::RMSNorm input_layernorm, post_attention_layernorm;
+};
+TORCH_MODULE(DecoderLayer);
+
+// HF's LlamaModel: embeddings, layers, final norm. tokens [b, s] -> hidden states [b, s, hidden].
+struct LlamaModelImpl : torch::nn::Module {
+  explicit LlamaModelImpl(const LlamaConfig& config);
+  at::Tensor forward(const at::Tensor& tokens);
+  LlamaConfig config;
+  dtensor::nn::Embedding embed_tokens;
+  torch::nn::ModuleList layers;
+  dtensor::nn::RMSNorm norm;
+};
+TORCH_MODULE(LlamaModel);
+
+// tokens [b, s] -> logits [b, s, vocab].
+struct LlamaForCausalLMImpl : torch::nn::Module {
+  explicit LlamaForCausalLMImpl(const LlamaConfig& config);
+  at::Tensor forward(const at::Tensor& tokens);
+  // Deterministic initialization from `seed` alone (its own generator: ranks that are threads may build
+  // models at once): embeddings N(0, 1), projections N(0, 0.02), o_proj/down_proj N(0, 0.02/sqrt(2(l+1)))
+  // (torchtitan's depth init), lm_head N(0, hidden^-1/2), norms 1.
+  void init_weights(uint64_t seed);
+  LlamaConfig config;
+  LlamaModel model;
+  dtensor::nn::Linear lm_head;
+};
+TORCH_MODULE(LlamaForCausalLM);
+
+}  // namespace llama

@@ -1,0 +1,118 @@
+// The plans. Placement algebra along one layer under torchtitan's plan with sequence parallel (b, s, h:
+// batch, sequence, hidden; activations between blocks are this rank's local Shard(1) part [b, s/tp, h]):
+//   embed_tokens   Rowwise: weight Shard(0) (vocab); masked lookup is Partial -> Shard(1): reduce-scatter
+//   *_layernorm    SequenceParallel: weight Replicate, runs on Shard(1) as it is
+//   self_attn/mlp  PrepareModuleInput: x Shard(1) -> Replicate: all-gather (b·s·h); cos/sin Replicate
+//   q/k/v, gate/up Colwise: weight Shard(0), output Shard(-1) (heads / ffn columns), no comm
+//   o/down_proj    Rowwise: weight Shard(1), output Partial -> Shard(1): reduce-scatter (b·s·h)
+//   norm, lm_head  Colwise(input Shard(1) -> Replicate: all-gather), output Shard(-1) for loss parallel
+// Backward runs the conjugates: each all-gather's gradient is a reduce-scatter and vice versa.
+// Without sequence parallel the Shard(1)s become Replicate: the two all-gathers vanish and the two
+// reduce-scatters become all-reduces.
+#include "llama/parallelize.h"
+
+#include "dtensor/error.h"
+#include "dtensor/parallel/head_replicated_colwise.h"
+#include "dtensor/parallel/style.h"
+
+namespace llama {
+namespace {
+
+using namespace dtensor;
+
+void require_divisible(const std::string& module, const std::string& what, int64_t size, int64_t tp) {
+  if (size % tp != 0) {
+    throw dtensor::Error("dtensor: llama TP plan: '" + module + "' has " + std::to_string(size) + " " + what +
+                         ", not divisible by the TP degree " + std::to_string(tp));
+  }
+}
+
+void check_sizes(const LlamaConfig& c, int64_t tp, bool allow_replicated_kv) {
+  require_divisible("model.layers.*.self_attn.q_proj", "query heads", c.num_attention_heads, tp);
+  const int64_t kv = c.num_key_value_heads;
+  if (allow_replicated_kv && kv % tp != 0 && tp % kv != 0) {
+    throw dtensor::Error("dtensor: llama TP plan: 'model.layers.*.self_attn.k_proj' has " + std::to_string(kv) +
+                         " key/value heads and the TP degree is " + std::to_string(tp) +
+                         ": they divide neither way (kv heads % tp == 0, or tp % kv heads == 0 to replicate heads)");
+  }
+  if (!allow_replicated_kv) require_divisible("model.layers.*.self_attn.k_proj", "key/value heads", kv, tp);
+  require_divisible("model.layers.*.mlp.gate_proj", "intermediate features", c.intermediate_size, tp);
+  require_divisible("lm_head", "vocabulary entries", c.vocab_size, tp);
+  if (c.tie_word_embeddings && tp > 1) {
+    throw dtensor::Error("dtensor: llama TP plan: tied embeddings (lm_head.weight is model.embed_tokens.weight) "
+                         "are not supported at TP degree " + std::to_string(tp));
+  }
+}
+
+}  // namespace
+
+ParallelizePlan torchtitan_plan(const LlamaConfig& c, int64_t tp, const TPOptions& o) {
+  check_sizes(c, tp, /*allow_replicated_kv=*/true);
+  const Placement act = o.sequence_parallel ? Placement(Shard(1)) : Placement(Replicate());  // between blocks
+
+  RowwiseParallel embed;
+  embed.input_layouts = Replicate();
+  embed.output_layouts = act;
+  ColwiseParallel head;
+  head.input_layouts = act;
+  head.output_layouts = o.loss_parallel ? Placement(Shard(-1)) : Placement(Replicate());
+  head.use_local_output = !o.loss_parallel;
+  PrepareModuleInput attention_input;  // (x, cos, sin)
+  attention_input.input_layouts = {act, Replicate(), Replicate()};
+  attention_input.desired_input_layouts = {Replicate(), Replicate(), Replicate()};
+  PrepareModuleInput mlp_input;
+  mlp_input.input_layouts = {act};
+  mlp_input.desired_input_layouts = {Replicate()};
+  ColwiseParallel colwise_dtensor;  // q: views see global shapes
+  colwise_dtensor.use_local_output = false;
+  HeadReplicatedColwiseParallel kv;  // k, v: GQA heads replicated when tp > kv heads
+  kv.num_heads = c.num_key_value_heads;
+  kv.head_dim = c.head_dim();
+  kv.tp_degree = tp;
+  RowwiseParallel rowwise_out;
+  rowwise_out.output_layouts = act;
+
+  ParallelizePlan plan = {
+      {"model.embed_tokens", make_style(embed)},
+      {"lm_head", make_style(head)},
+      {"model.layers.*.self_attn", make_style(attention_input)},
+      {"model.layers.*.self_attn.q_proj", make_style(colwise_dtensor)},
+      {"model.layers.*.self_attn.k_proj", make_style(kv)},
+      {"model.layers.*.self_attn.v_proj", make_style(kv)},
+      {"model.layers.*.self_attn.o_proj", make_style(rowwise_out)},
+      {"model.layers.*.mlp", make_style(mlp_input)},
+      {"model.layers.*.mlp.gate_proj", make_style<ColwiseParallel>()},
+      {"model.layers.*.mlp.up_proj", make_style<ColwiseParallel>()},
+      {"model.layers.*.mlp.down_proj", make_style(rowwise_out)},
+  };
+  if (o.sequence_parallel) {
+    for (const char* norm : {"model.norm", "model.layers.*.input_layernorm", "model.layers.*.post_attention_layernorm"}) {
+      plan.emplace_back(norm, make_style<SequenceParallel>());
+    }
+  }
+  return plan;
+}
+
+ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
+  check_sizes(c, tp, /*allow_replicated_kv=*/false);
+  return plan_from_strings({
+      {"model.layers.*.self_attn.q_proj", "colwise"},
+      {"model.layers.*.self_attn.k_proj", "colwise"},
+      {"model.layers.*.self_attn.v_proj", "colwise"},
+      {"model.layers.*.self_attn.o_proj", "rowwise"},
+      {"model.layers.*.mlp.gate_proj", "colwise"},
+      {"model.layers.*.mlp.up_proj", "colwise"},
+      {"model.layers.*.mlp.down_proj", "rowwise"},
+      {"lm_head", "colwise_rep"},
+  });
+}
+
+void apply_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh, const TPOptions& options) {
+  parallelize_module(*model, tp_mesh, torchtitan_plan(model->config, tp_mesh.size(), options));
+}
+
+void apply_hf_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh) {
+  parallelize_module(*model, tp_mesh, hf_plan(model->config, tp_mesh.size()));
+}
+
+}  // namespace llama

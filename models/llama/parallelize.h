@@ -1,0 +1,32 @@
+// Tensor-parallel plans for the Llama model (torchtitan's models/llama3/infra/parallelize.py apply_tp, and
+// HF transformers' base_model_tp_plan), kept apart from the model as torchtitan keeps them.
+#pragma once
+
+#include <cstdint>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/parallel/parallelize.h"
+#include "llama/config.h"
+#include "llama/model.h"
+
+namespace llama {
+
+struct TPOptions {
+  bool sequence_parallel = true;  // false: plain Megatron TP (norms replicated, activations Replicate)
+  bool loss_parallel = true;      // lm_head output Shard(-1) for LossParallelGuard; false: Replicate logits
+};
+
+// torchtitan's plan for a TP degree `tp`. Throws dtensor::Error naming the module and the sizes when tp
+// does not divide the query heads, the key/value heads (either way: see HeadReplicatedColwiseParallel),
+// the feed-forward size or the vocabulary.
+dtensor::ParallelizePlan torchtitan_plan(const LlamaConfig& config, int64_t tp, const TPOptions& options = {});
+
+// HF transformers' base_model_tp_plan for Llama, as strings, plus LlamaForCausalLM's lm_head "colwise_rep".
+// The same losses as torchtitan_plan with sequence_parallel = false.
+dtensor::ParallelizePlan hf_plan(const LlamaConfig& config, int64_t tp);
+
+// Checks the sizes (the errors above) and applies the plan: nothing moves when a check fails.
+void apply_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh, const TPOptions& options = {});
+void apply_hf_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh);
+
+}  // namespace llama

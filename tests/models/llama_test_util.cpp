@@ -1,0 +1,79 @@
+#include "llama_test_util.h"
+
+#include <cmath>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/tensor/dtensor.h"
+#include "harness/multi_rank.h"
+
+namespace llama_test {
+
+llama_train::TrainOptions small_options() {
+  llama_train::TrainOptions o;
+  o.model.vocab_size = 256;
+  o.model.hidden_size = 64;
+  o.model.num_hidden_layers = 2;
+  o.model.num_attention_heads = 4;
+  o.model.num_key_value_heads = 2;
+  o.model.intermediate_size = 128;
+  o.seq_len = 16;
+  o.batch = 4;
+  o.steps = 20;
+  o.lr = 3e-3;
+  o.warmup = 5;
+  o.max_norm = 1.0;
+  o.seed = 7;
+  return o;
+}
+
+const llama_train::Corpus& test_corpus() {
+  static const llama_train::Corpus corpus = llama_train::load_corpus(DTENSOR_SOURCE_DIR "/README.md");
+  return corpus;
+}
+
+RunResult run_tp(const llama_train::TrainOptions& options, int tp, bool capture_grads) {
+  RunResult out;
+  std::mutex mu;
+  dtensor::testing::RunOptions run_options;
+  run_options.run_timeout = std::chrono::milliseconds(300000);
+  run_options.expect_all_succeed = false;  // rank errors are thrown below (the tests skip known library gaps)
+  const auto errors = dtensor::testing::run_ranks(tp, [&](int rank, int world) {
+    auto mesh = dtensor::init_device_mesh("cpu", {world});
+    llama::LlamaForCausalLM model = llama_train::make_model(options);
+    llama_train::parallelize(model, options, mesh);
+    llama_train::TrainHooks hooks;
+    std::map<std::string, at::Tensor> grads;
+    if (capture_grads) {
+      hooks.after_backward = [&](int64_t step, llama::LlamaForCausalLM& m) {
+        if (step != 0) return;
+        for (const auto& item : m->named_parameters()) {
+          const at::Tensor& g = item.value().grad();
+          grads[item.key()] = dtensor::is_dtensor(g) ? dtensor::full_tensor(g).clone() : g.clone();
+        }
+      };
+    }
+    const auto result = llama_train::train(model, options, test_corpus(), mesh, hooks);
+    if (rank != 0) return;
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& s : result.steps) out.losses.push_back(s.loss);
+    out.steps = result.steps;
+    out.step1_grads = grads;
+    out.param_bytes_per_rank = result.param_bytes_per_rank;
+  }, run_options);
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (!errors[r].empty()) throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[r]);
+  }
+  return out;
+}
+
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size() || a.empty()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(a[i]));
+  return worst;
+}
+
+}  // namespace llama_test

@@ -1,0 +1,36 @@
+// Shared by the Llama tests: a small config, a corpus the repo ships, and TP runs with ranks as threads.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "data.h"
+#include "options.h"
+#include "trainer.h"
+
+namespace llama_test {
+
+// vocab 256, hidden 64, 2 layers, 4 query heads, 2 key/value heads (GQA; replicated at TP 4), ffn 128,
+// seq 16, batch 4, 20 steps, clipping at 1.
+llama_train::TrainOptions small_options();
+
+// The repo's README.md as byte tokens: real text every checkout has.
+const llama_train::Corpus& test_corpus();
+
+struct RunResult {
+  std::vector<double> losses;
+  std::map<std::string, at::Tensor> step1_grads;  // full (unsharded) gradient of every parameter after step 1
+  std::vector<llama_train::StepRecord> steps;     // rank 0's
+  int64_t param_bytes_per_rank = 0;               // rank 0's
+};
+
+
+// Trains `options` at TP `tp` (ranks as threads; tp 1 is the plain model). A rank's error throws, naming it.
+RunResult run_tp(const llama_train::TrainOptions& options, int tp, bool capture_grads = false);
+
+// The largest |a - b| / |a| over the curve; a different length is infinity.
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b);
+
+}  // namespace llama_test

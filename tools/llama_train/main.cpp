@@ -1,0 +1,136 @@
+// llama_train: the main job. A Llama-3-style model trained under torchtitan's tensor + sequence parallel
+// plan, one process per TP rank:
+//
+//   tprun --nproc-per-node 2 llama_train            # built-in defaults: a few million parameters, 300 steps
+//   tprun --nproc-per-node 2 llama_train --help
+//
+// Rank 0 prints one progress line per logged step and, last, a machine-readable `summary` line.
+// A bad command line prints one `error:` line on rank 0 and exits 2 on every rank, before any communication.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/mesh/functional_collectives.h"
+#include "llama/parallelize.h"
+#include "options.h"
+#include "trainer.h"
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+double peak_rss_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // Linux: KiB
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// "[312, 305]": every rank's peak resident memory (one small all-gather, outside the counted steps).
+std::string peak_rss_per_rank(const dtensor::DeviceMesh& mesh) {
+  at::Tensor mine = at::full({1}, peak_rss_mb(), at::kDouble);
+  at::Tensor all = mesh.size() > 1 ? dtensor::all_gather(mine, 0, mesh, 0) : mine;
+  std::string s = "[";
+  for (int64_t r = 0; r < all.numel(); ++r) s += (r ? ", " : "") + std::to_string(std::lround(all[r].item<double>()));
+  return s + "]";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rank = env_int("RANK", 0);
+  const int world_size = env_int("WORLD_SIZE", 1);
+  llama_train::TrainOptions options;
+  llama_train::Corpus corpus;
+  try {
+    bool help = false;
+    options = llama_train::parse_options(std::vector<std::string>(argv + 1, argv + argc), help);
+    if (help) {
+      if (rank == 0) std::fputs(llama_train::help_text().c_str(), stdout);
+      return 0;
+    }
+    llama_train::check_options(options, world_size);
+    corpus = llama_train::load_corpus(options.data);
+    const int64_t max_token = corpus.max_token();
+    if (!options.data.empty() && options.data.ends_with(".bin")) {
+      options.model.vocab_size = (max_token + 1 + 127) / 128 * 128;  // a multiple of 128: divisible by the TP degree
+    } else if (max_token >= options.model.vocab_size) {
+      throw llama_train::UsageError("token id " + std::to_string(max_token) + " >= vocab " + std::to_string(options.model.vocab_size));
+    }
+    if (corpus.tokens.numel() < options.seq_len + 2) {
+      throw llama_train::UsageError("--seq-len " + std::to_string(options.seq_len) + " is too long for the corpus (" +
+                                    std::to_string(corpus.tokens.numel()) + " tokens)");
+    }
+    // The plan's size checks (heads, kv heads, ffn, vocab vs the TP degree) before any communication.
+    const int64_t tp = options.tp ? options.tp : world_size;
+    if (tp > 1 && options.plan == "hf") llama::hf_plan(options.model, tp);
+    if (tp > 1 && options.plan != "hf") llama::torchtitan_plan(options.model, tp);
+  } catch (const std::exception& e) {
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    auto world = dtensor::init_process_group();
+    auto tp_mesh = dtensor::init_device_mesh("cpu", {world->size()}, {"tp"});
+    llama::LlamaForCausalLM model = llama_train::make_model(options);
+    if (!options.dump.empty() && rank == 0) llama_train::write_dump(model, options, corpus);
+    llama_train::parallelize(model, options, tp_mesh);
+    const int64_t tokens_per_step = options.batch * options.seq_len;
+    if (rank == 0) {
+      std::printf("llama_train: tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d | %s | corpus %s, %lld tokens\n",
+                  static_cast<long long>(tp_mesh.size()), options.plan.c_str(), options.sequence_parallel,
+                  options.loss_parallel, options.model.to_string().c_str(), corpus.source.c_str(),
+                  static_cast<long long>(corpus.tokens.numel()));
+    }
+    llama_train::TrainHooks hooks;
+    hooks.after_step = [&](const llama_train::StepRecord& r) {
+      if ((r.step + 1) % options.log_every != 0 && r.step != 0 && r.step + 1 != options.steps) return;
+      const std::string rss = peak_rss_per_rank(tp_mesh);
+      if (rank != 0) return;
+      std::printf("step %5lld  loss %.6f  grad_norm %.3f  lr %.2e  %.1f ms/step  %.0f tokens/s  peak_rss_mb %s\n",
+                  static_cast<long long>(r.step + 1), r.loss, r.grad_norm, r.lr, r.ms,
+                  static_cast<double>(tokens_per_step) / (r.ms / 1000.0), rss.c_str());
+      if (options.comm_detail) {
+        auto part = [](const std::map<std::string, int64_t>& counts, const std::map<std::string, int64_t>& bytes) {
+          std::string s;
+          for (const auto& [c, n] : counts) s += " " + c + "=" + std::to_string(n) + ":" + std::to_string(bytes.at(c));
+          return s;
+        };
+        std::printf("comm step %lld fwd_bwd%s | update%s\n", static_cast<long long>(r.step + 1),
+                    part(r.fwd_bwd_counts, r.fwd_bwd_bytes).c_str(), part(r.update_counts, r.update_bytes).c_str());
+      }
+      std::fflush(stdout);
+    };
+    const auto result = llama_train::train(model, options, corpus, tp_mesh, hooks);
+    if (rank == 0) {
+      std::vector<double> ms;
+      for (size_t i = std::min<size_t>(3, result.steps.size() - 1); i < result.steps.size(); ++i) ms.push_back(result.steps[i].ms);
+      const double med = median(ms);
+      const auto& last = result.steps.back();
+      std::printf("summary final_loss=%.6f median_step_ms=%.3f tokens_per_s=%.1f collectives_per_step=%lld "
+                  "comm_bytes_per_step=%lld param_bytes_per_rank=%lld\n",
+                  last.loss, med, static_cast<double>(tokens_per_step) / (med / 1000.0),
+                  static_cast<long long>(last.total_counts()), static_cast<long long>(last.total_bytes()),
+                  static_cast<long long>(result.param_bytes_per_rank));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,149 @@
+#include "options.h"
+
+#include <charconv>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace llama_train {
+namespace {
+
+template <typename T>
+T parse_number(const std::string& flag, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) throw UsageError("--" + flag + ": '" + text + "' is not a valid number");
+  return value;
+}
+
+int64_t positive(const std::string& flag, const std::string& text) {
+  auto v = parse_number<int64_t>(flag, text);
+  if (v <= 0) throw UsageError("--" + flag + " must be positive, got " + text);
+  return v;
+}
+
+}  // namespace
+
+std::string help_text() {
+  TrainOptions d;
+  std::ostringstream s;
+  s << "llama_train: trains a Llama-3-style model under tensor parallelism (torchtitan's TP + SP plan).\n"
+    << "  tprun --nproc-per-node 2 llama_train [options]\n\n"
+    << "  --tp N                    TP degree (default: the world size)\n"
+    << "  --dim N                   hidden size (default " << d.model.hidden_size << ")\n"
+    << "  --layers N                decoder layers (default " << d.model.num_hidden_layers << ")\n"
+    << "  --heads N                 query heads (default " << d.model.num_attention_heads << ")\n"
+    << "  --kv-heads N              key/value heads (default " << d.model.num_key_value_heads << ")\n"
+    << "  --ffn-dim N               SwiGLU hidden size (default " << d.model.intermediate_size << ")\n"
+    << "  --seq-len N               tokens per sequence (default " << d.seq_len << ")\n"
+    << "  --batch N                 sequences per step (default " << d.batch << ")\n"
+    << "  --steps N                 optimizer steps (default " << d.steps << ")\n"
+    << "  --lr X                    peak AdamW learning rate (default " << d.lr << ")\n"
+    << "  --warmup N                linear warmup steps, then cosine decay to 10% (default " << d.warmup << ")\n"
+    << "  --max-norm X              gradient clipping norm, 0 = off (default " << d.max_norm << ")\n"
+    << "  --seed N                  weights and batches (default " << d.seed << ")\n"
+    << "  --sequence-parallel / --no-sequence-parallel   (default on)\n"
+    << "  --loss-parallel / --no-loss-parallel           (default on)\n"
+    << "  --plan torchtitan|hf      the TP plan (default " << d.plan << "; hf: no sequence or loss parallel)\n"
+    << "  --data FILE               text file (bytes are tokens) or nanoGPT .bin of uint16 ids\n"
+    << "                            (default: the texts in /usr/share/common-licenses)\n"
+    << "  --log-every N             progress line every N steps (default " << d.log_every << ")\n"
+    << "  --comm-detail             a `comm` line per logged step: collectives by type, count and bytes\n"
+    << "  --dump FILE               write initial weights and batches (for tests/oracle/llama_oracle.py)\n"
+    << "  --help\n";
+  return s.str();
+}
+
+TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
+  TrainOptions o;
+  help = false;
+  using Setter = std::function<void(const std::string&)>;
+  const std::map<std::string, Setter> valued = {
+      {"tp", [&](const std::string& v) { o.tp = positive("tp", v); }},
+      {"dim", [&](const std::string& v) { o.model.hidden_size = positive("dim", v); }},
+      {"layers", [&](const std::string& v) { o.model.num_hidden_layers = positive("layers", v); }},
+      {"heads", [&](const std::string& v) { o.model.num_attention_heads = positive("heads", v); }},
+      {"kv-heads", [&](const std::string& v) { o.model.num_key_value_heads = positive("kv-heads", v); }},
+      {"ffn-dim", [&](const std::string& v) { o.model.intermediate_size = positive("ffn-dim", v); }},
+      {"seq-len", [&](const std::string& v) { o.seq_len = positive("seq-len", v); }},
+      {"batch", [&](const std::string& v) { o.batch = positive("batch", v); }},
+      {"steps", [&](const std::string& v) { o.steps = positive("steps", v); }},
+      {"lr", [&](const std::string& v) {
+         o.lr = parse_number<double>("lr", v);
+         if (!(o.lr > 0)) throw UsageError("--lr must be positive, got " + v);
+       }},
+      {"warmup", [&](const std::string& v) {
+         o.warmup = parse_number<int64_t>("warmup", v);
+         if (o.warmup < 0) throw UsageError("--warmup must not be negative, got " + v);
+       }},
+      {"max-norm", [&](const std::string& v) {
+         o.max_norm = parse_number<double>("max-norm", v);
+         if (o.max_norm < 0) throw UsageError("--max-norm must not be negative, got " + v);
+       }},
+      {"seed", [&](const std::string& v) { o.seed = parse_number<uint64_t>("seed", v); }},
+      {"plan", [&](const std::string& v) {
+         if (v != "torchtitan" && v != "hf") throw UsageError("--plan must be torchtitan or hf, got '" + v + "'");
+         o.plan = v;
+       }},
+      {"data", [&](const std::string& v) {
+         if (!std::filesystem::is_regular_file(v)) throw UsageError("--data: no such file '" + v + "'");
+         o.data = v;
+       }},
+      {"log-every", [&](const std::string& v) { o.log_every = positive("log-every", v); }},
+      {"dump", [&](const std::string& v) { o.dump = v; }},
+  };
+  const std::map<std::string, std::function<void()>> flags = {
+      {"sequence-parallel", [&] { o.sequence_parallel = true; }},
+      {"no-sequence-parallel", [&] { o.sequence_parallel = false; }},
+      {"loss-parallel", [&] { o.loss_parallel = true; }},
+      {"no-loss-parallel", [&] { o.loss_parallel = false; }},
+      {"comm-detail", [&] { o.comm_detail = true; }},
+      {"help", [&] { help = true; }},
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "' (options start with --; see --help)");
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (auto f = flags.find(name); f != flags.end()) {
+      if (has_value) throw UsageError("--" + name + " takes no value");
+      f->second();
+      continue;
+    }
+    auto v = valued.find(name);
+    if (v == valued.end()) throw UsageError("unknown option '" + a + "' (see --help)");
+    if (!has_value) {
+      if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value");
+      value = args[++i];
+    }
+    v->second(value);
+  }
+  if (o.plan == "hf") o.sequence_parallel = o.loss_parallel = false;
+  try {
+    o.model.validate();
+  } catch (const std::exception& e) {
+    throw UsageError(e.what());
+  }
+  return o;
+}
+
+void check_options(const TrainOptions& o, int64_t world) {
+  const int64_t tp = o.tp ? o.tp : world;
+  if (world % tp != 0) throw UsageError("--tp " + std::to_string(tp) + " does not divide the world size " + std::to_string(world));
+  if (tp != world) throw UsageError("--tp " + std::to_string(tp) + " != world size " + std::to_string(world) +
+                                    " (data parallelism is not part of llama_train yet: run with --nproc-per-node " +
+                                    std::to_string(tp) + ")");
+  if (o.sequence_parallel && o.seq_len % tp != 0) {
+    throw UsageError("--seq-len " + std::to_string(o.seq_len) + " is not divisible by the TP degree " + std::to_string(tp) +
+                     " (sequence parallel shards the sequence)");
+  }
+}
+
+}  // namespace llama_train

@@ -1,0 +1,43 @@
+// llama_train's command line: long options with built-in defaults (`--help` lists them).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "llama/config.h"
+
+namespace llama_train {
+
+struct TrainOptions {
+  int64_t tp = 0;  // 0: the world size
+  llama::LlamaConfig model;
+  int64_t seq_len = 64;
+  int64_t batch = 4;
+  int64_t steps = 300;
+  double lr = 3e-3;
+  int64_t warmup = 20;
+  double max_norm = 1.0;  // <= 0: no clipping
+  uint64_t seed = 0;
+  bool sequence_parallel = true;
+  bool loss_parallel = true;
+  std::string plan = "torchtitan";  // or "hf"
+  std::string data;                 // "": the default corpus
+  int64_t log_every = 10;
+  bool comm_detail = false;  // a `comm` line per logged step: collectives by type and bytes
+  std::string dump;  // "": none; else a file with the initial weights and every step's batch (for the oracle)
+};
+
+// A bad command line: main prints "error: <what>" on rank 0 and exits 2 on every rank.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Parses argv (without argv[0]). Sets `help` when --help is given. Throws UsageError.
+TrainOptions parse_options(const std::vector<std::string>& args, bool& help);
+std::string help_text();
+// Checks the values that need the world size (tp divides it, heads / seq_len by tp). Throws UsageError.
+void check_options(const TrainOptions& options, int64_t world_size);
+
+}  // namespace llama_train

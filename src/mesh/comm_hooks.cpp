@@ -5,6 +5,7 @@ namespace {
 // Per thread: thread-per-rank tests keep their accounting apart. A slot is cleared, not erased, so that
 // guards may die in any order.
 thread_local std::vector<CommObserver> observers;
+thread_local int uncounted_depth = 0;
 }  // namespace
 
 CommObserverGuard::CommObserverGuard(CommObserver observer) : slot_(observers.size()) {
@@ -17,7 +18,11 @@ CommObserverGuard::~CommObserverGuard() {
 }
 
 namespace detail {
+UncountedCollectivesGuard::UncountedCollectivesGuard() { ++uncounted_depth; }
+UncountedCollectivesGuard::~UncountedCollectivesGuard() { --uncounted_depth; }
+
 void notify_comm_observers(const CommEvent& event) {
+  if (uncounted_depth > 0) return;
   for (const auto& observer : observers) {
     if (observer) observer(event);
   }

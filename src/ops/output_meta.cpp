@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/functional_collectives.h"
 
 namespace dtensor::ops {
@@ -80,6 +81,7 @@ std::vector<OutputMeta> global_outputs_from_locals(const DeviceMesh& mesh, const
     for (int64_t i = mesh.ndim() - 1; i >= 0; --i) {
       const Placement& p = placements.at(o)[i];
       if (!p.is_shard()) continue;
+      detail::UncountedCollectivesGuard metadata_only;  // once per decision: not part of the plan's traffic
       auto sizes = exchange_sizes(shape[p.dim()], mesh.get_group(i));
       int64_t total = 0;
       for (int64_t s : sizes) total += s;

@@ -33,6 +33,16 @@ class CommObserverGuard {
 
 namespace detail {
 void notify_comm_observers(const CommEvent& event);
-}
+
+// While alive on this thread, collectives are not reported to observers: the library's own metadata
+// exchanges (the global shape of an op's output learnt once per decision) are not what a plan moves.
+class UncountedCollectivesGuard {
+ public:
+  UncountedCollectivesGuard();
+  ~UncountedCollectivesGuard();
+  UncountedCollectivesGuard(const UncountedCollectivesGuard&) = delete;
+  UncountedCollectivesGuard& operator=(const UncountedCollectivesGuard&) = delete;
+};
+}  // namespace detail
 
 }  // namespace dtensor

@@ -83,6 +83,20 @@ void loss_parallel_log_softmax(OpCall& call) {
   push_result(call.stack, call.num_args(), shifted - s.log(), *self.spec, p, self.spec->meta.shape);
 }
 
+namespace {
+// The sum over classes of the gradient the last loss-parallel nll_loss backward produced on this thread: each
+// row's gradient is nonzero only at its target, so the sum is that one value, known on every rank (targets,
+// weights and the incoming gradient are replicated). When log_softmax's backward then receives exactly that
+// gradient (cross_entropy = log_softmax + nll_loss), it uses the known sums instead of an all-reduce
+// (PyTorch's loss_parallel fuses the two backwards to the same effect). Any other gradient takes the
+// all-reduce.
+struct NllGradRowSums {
+  at::Tensor grad_local;  // the gradient's local shard, as produced
+  at::Tensor row_sums;    // [N, 1]
+};
+thread_local NllGradRowSums last_nll_grad;
+}  // namespace
+
 // _log_softmax_backward_data(grad_output, output, dim, input_dtype)
 void loss_parallel_log_softmax_backward(OpCall& call) {
   const TensorInput& grad = call.tensors.at(0);
@@ -90,10 +104,15 @@ void loss_parallel_log_softmax_backward(OpCall& call) {
   int64_t c = normalize_dim(call.arg(2).toInt(), out.tensor.dim());
   Placements p;
   at::Tensor o = reduced_local(out, &p);
-  at::Tensor g = redistribute_local(detail::get_impl(grad.tensor)->local(), *grad.spec, p);
+  const at::Tensor& grad_local = detail::get_impl(grad.tensor)->local();
+  at::Tensor g = redistribute_local(grad_local, *grad.spec, p);
   auto dims = sharding_mesh_dims(*out.spec, c);
   at::AutoDispatchBelowADInplaceOrView guard;
-  at::Tensor total = all_reduce_over(g.sum(c, true), ReduceOp::SUM, *out.spec, dims);
+  NllGradRowSums known = std::move(last_nll_grad);
+  last_nll_grad = {};
+  at::Tensor total = known.grad_local.defined() && known.grad_local.is_same(g) && c == 1 && g.dim() == 2
+                         ? known.row_sums.to(g.scalar_type())
+                         : all_reduce_over(g.sum(c, true), ReduceOp::SUM, *out.spec, dims);
   push_result(call.stack, call.num_args(), g - o.exp() * total, *out.spec, p, out.spec->meta.shape);
 }
 
@@ -160,6 +179,7 @@ void loss_parallel_nll_backward(OpCall& call) {
     at::Tensor values = (-w * scale).masked_fill(owned.logical_not(), 0);
     grad.scatter_(1, local_t.unsqueeze(1), values.unsqueeze(1).to(grad.scalar_type()));
   }
+  last_nll_grad = {grad, (-w * scale).masked_fill(t == ignore_index, 0).unsqueeze(1)};
   push_result(call.stack, call.num_args(), grad, *self.spec, p, self.spec->meta.shape);
 }
 

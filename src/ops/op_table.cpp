@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "dtensor/error.h"
 #include "dtensor/ops/dispatch_options.h"
@@ -30,7 +31,7 @@ struct Table {
   std::mutex mutex;  // registration only; the hot path reads entries without it
   std::unordered_map<std::string, std::unique_ptr<OpEntry>> entries;
   std::map<std::string, std::unique_ptr<torch::Library>> libraries;  // per namespace, impls on the DTensor key
-  std::unordered_map<std::string, bool> with_kernel;  // ops whose DTensor-key kernel is boxed_kernel
+  std::unordered_set<std::string> with_kernel;  // ops whose DTensor-key kernel is boxed_kernel
   std::atomic<uint64_t> generation{0};
 };
 
@@ -68,7 +69,7 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 // Puts boxed_kernel on the DTensor key for `qualified_name` ("ns::op.overload") once. Caller holds the lock.
 void install_kernel(Table& t, const std::string& qualified_name) {
-  if (!t.with_kernel.emplace(qualified_name, true).second) return;
+  if (!t.with_kernel.insert(qualified_name).second) return;
   auto sep = qualified_name.find("::");
   std::string ns = qualified_name.substr(0, sep);
   auto& library = t.libraries[ns];

@@ -16,19 +16,12 @@
 #include <ATen/ATen.h>
 
 #include <numeric>
-#include <sstream>
 
 #include "dtensor/tensor/shard_layout.h"
 #include "ops/strategy_utils.h"
 
 namespace dtensor::ops {
 namespace {
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::ostringstream os;
-  os << at::IntArrayRef(s);
-  return os.str();
-}
 
 // Product of the mesh dims that shard tensor dim d.
 int64_t shard_ways(const DTensorSpec& spec, int64_t d) {

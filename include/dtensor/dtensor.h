@@ -20,6 +20,7 @@
 #include "dtensor/ops/loss_parallel.h"
 #include "dtensor/ops/sharding_strategy.h"
 #include "dtensor/parallel/clip_grad.h"
+#include "dtensor/parallel/gradient_sync.h"
 #include "dtensor/parallel/comm_debug_mode.h"
 #include "dtensor/parallel/distribute_module.h"
 #include "dtensor/parallel/layers.h"

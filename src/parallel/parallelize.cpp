@@ -7,6 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "dtensor/parallel/gradient_sync.h"
 #include "dtensor/parallel/module_hooks.h"
 
 namespace dtensor {
@@ -79,6 +80,7 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
   if (!style) throw dtensor::Error("dtensor: parallelize_module got no style");
   style->apply(module, "", mesh, src_data_rank);
   nn::link_enclosing_hooks(module);
+  enable_gradient_sync(module);  // gradients reach their parameters' placements once per backward
 }
 
 void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan,
@@ -107,6 +109,7 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
     }
   }
   nn::link_enclosing_hooks(module);
+  enable_gradient_sync(module);  // gradients reach their parameters' placements once per backward
 }
 
 ParallelStylePtr style_from_string(const std::string& name) {

@@ -84,29 +84,64 @@ TEST(LlamaPlans, ClippingOverPlainAndDTensorGradients) {
 // Per layer forward with sequence parallel: 2 all-gathers (attention and feed-forward inputs, Shard(1) ->
 // Replicate) and 2 reduce-scatters (o_proj and down_proj, Partial -> Shard(1)) of b·s·h. Around the layers:
 // the embedding's reduce-scatter, lm_head's all-gather. Backward runs the conjugates (all-gather <->
-// reduce-scatter), and each SequenceParallel norm weight's gradient, Partial over the sequence shards, is
-// all-reduced (Partial -> Replicate).
-TEST(LlamaCollectives, PerStepCountsMatchThePlan) {
+// reduce-scatter); the SequenceParallel norm weights' gradients, Partial over the sequence shards, are
+// reduced together by one bucketed all-reduce (gradient_sync.h). Clipping and AdamW then add only the
+// total norm's all-reduce: the whole step is 2(2L+1) all-gathers, 2(2L+1) reduce-scatters, the
+// loss-parallel all-reduces and 2 all-reduces (PyTorch: one all-reduce per Partial gradient per optimizer op).
+class LlamaCollectives : public testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(LlamaCollectives, WholeStepCountsMatchThePlan) {
+  const auto [tp, loss_parallel] = GetParam();
   auto options = small_options();
-  options.loss_parallel = false;  // logits gathered: lm_head output Replicate (one more all-gather)
+  options.loss_parallel = loss_parallel;  // off: logits gathered, lm_head output Replicate (one more all-gather)
   options.steps = 2;
-  const auto run = run_tp(options, 2);  // 2 key/value heads: plain Colwise k/v at TP 2
+  options.model.num_key_value_heads = 4;  // plain Colwise k/v at TP 2 and 4 (fewer heads than TP: all-to-alls)
+  const auto run = run_tp(options, tp);
   const auto& step = run.steps.back();
   const int64_t L = options.model.num_hidden_layers;
   const int64_t b = options.batch, s = options.seq_len, h = options.model.hidden_size, v = options.model.vocab_size;
-  auto count = [&](const char* c) { return step.fwd_bwd_counts.contains(c) ? step.fwd_bwd_counts.at(c) : 0; };
-  auto bytes = [&](const char* c) { return step.fwd_bwd_bytes.contains(c) ? step.fwd_bwd_bytes.at(c) : 0; };
+  auto get = [](const std::map<std::string, int64_t>& m, const char* c) { return m.contains(c) ? m.at(c) : 0; };
+  auto count = [&](const char* c) { return get(step.fwd_bwd_counts, c); };
+  auto bytes = [&](const char* c) { return get(step.fwd_bwd_bytes, c); };
   for (const auto& [c, n] : step.fwd_bwd_counts) std::printf("  fwd+bwd %s: %lld (%lld bytes)\n", c.c_str(), (long long)n, (long long)bytes(c.c_str()));
   for (const auto& [c, n] : step.update_counts) std::printf("  update  %s: %lld (%lld bytes)\n", c.c_str(), (long long)n, (long long)step.update_bytes.at(c));
-  const int64_t act = b * s * h * 4 / 2;  // one rank's b·s·h/tp fp32 shard: the input of an all-gather
-  // forward: 2L + 1 (lm_head input) + 1 (lm_head's logits to Replicate); backward: 2L + 1 (embedding).
-  EXPECT_EQ(count("all_gather"), (2 * L + 1 + 1) + (2 * L + 1));
-  EXPECT_EQ(bytes("all_gather"), (4 * L + 2) * act + b * s * v * 4 / 2);
+  const int64_t act = b * s * h * 4 / tp;  // one rank's b·s·h/tp fp32 shard: the input of an all-gather
+  // forward: 2L + 1 (lm_head input) [+ 1: lm_head's logits to Replicate]; backward: 2L + 1 (embedding).
+  const int64_t gathers = 2 * (2 * L + 1) + (loss_parallel ? 0 : 1);
+  EXPECT_EQ(count("all_gather"), gathers);
+  EXPECT_EQ(bytes("all_gather"), 2 * (2 * L + 1) * act + (loss_parallel ? 0 : b * s * v * 4 / tp));
   // forward: 2L + 1 (embedding); backward: 2L + 1 (lm_head input). A reduce-scatter's input is the full b·s·h.
-  EXPECT_EQ(count("reduce_scatter"), (2 * L + 1) + (2 * L + 1));
-  EXPECT_EQ(bytes("reduce_scatter"), (4 * L + 2) * 2 * act);
-  // No all-reduce in forward and backward: the norm weights' Partial gradients are reduced when read.
-  EXPECT_EQ(count("all_reduce"), 0);
+  EXPECT_EQ(count("reduce_scatter"), 2 * (2 * L + 1));
+  EXPECT_EQ(bytes("reduce_scatter"), 2 * (2 * L + 1) * tp * act);
+  // Loss parallel: 3 all-reduces (max, sum of exps, target logit). Then one bucket of norm gradients:
+  // (2L + 1) weights of h floats.
+  const int64_t loss_reduces = loss_parallel ? 3 : 0;
+  EXPECT_EQ(count("all_reduce"), loss_reduces + 1);
+  EXPECT_EQ(get(step.update_counts, "all_reduce"), 1);  // the total norm
+  EXPECT_EQ(step.update_counts.size(), 1u);
+  EXPECT_EQ(step.total_counts(), gathers + 2 * (2 * L + 1) + loss_reduces + 2);
+}
+
+INSTANTIATE_TEST_SUITE_P(TP, LlamaCollectives,
+                         testing::Combine(testing::Values(2, 4), testing::Bool()),
+                         [](const testing::TestParamInfo<std::tuple<int, bool>>& info) {
+                           return "tp" + std::to_string(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_lp" : "_nolp");
+                         });
+
+// Gradients reduced once give the numbers of PyTorch's behaviour (Partial norm gradients reduced by every
+// op that reads them): the loss curves agree to 1e-6, at TP 2 and 4.
+TEST(LlamaGradientSync, SameLossesAsPartialGradients) {
+  for (int tp : {2, 4}) {
+    auto options = small_options();
+    options.model.num_key_value_heads = 4;
+    options.steps = 10;
+    const auto on = run_tp(options, tp);
+    options.gradient_sync = false;
+    const auto off = run_tp(options, tp);
+    EXPECT_LE(max_rel_diff(on.losses, off.losses), 1e-6) << "tp " << tp;
+    EXPECT_LT(on.steps.back().total_counts(), off.steps.back().total_counts());
+  }
 }
 
 // 1/TP of every sharded weight plus the replicated norms.

@@ -9,7 +9,8 @@
    with torchtitan's plan through PyTorch's parallelize_module, and trains on the same batches with the same
    AdamW, learning rate schedule and clipping, under loss_parallel, counting collectives with a dispatch mode.
 3. Every step's loss must agree to 1e-5 relative, and forward + backward collectives per step by type and
-   bytes must be equal (counts from PyTorch's CommDebugMode; bytes from a dispatch mode that sees the functional
+   bytes must be equal (ours has one bucketed all-reduce of the norm gradients more; our clipping and AdamW
+   then issue only the total norm's all-reduce, PyTorch's one per Partial gradient per op) (counts from PyTorch's CommDebugMode; bytes from a dispatch mode that sees the functional
    collectives). PyTorch runs attention through SDPA's math kernel: its DTensor has no rule for the CPU flash kernel.
 """
 import json
@@ -198,26 +199,29 @@ def worker(dump):
         with comm_mode, counter, loss_parallel():
             loss = F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten(0, 1))
             loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, tr["max_norm"], foreach=False)
-        opt.step()
+        update_mode = CommDebugMode()
+        with update_mode:
+            torch.nn.utils.clip_grad_norm_(params, tr["max_norm"], foreach=False)
+            opt.step()
         value = loss.full_tensor().item() if hasattr(loss, "full_tensor") else loss.item()
         if rank == 0:
             # Counts from PyTorch's CommDebugMode; bytes from the counter above where it saw the collective.
             counts = {FUNCOL.get(str(k).split(".")[-1].rstrip("_"), str(k)): n for k, n in comm_mode.get_comm_counts().items()}
             comm = " ".join(f"{c}={n}:{counter.bytes.get(c, '?')}" for c, n in sorted(counts.items()))
-            print(f"step {step + 1} loss {value:.6f} comm {comm}", flush=True)
+            print(f"step {step + 1} loss {value:.6f} update {update_mode.get_total_counts()} comm {comm}", flush=True)
     dist.destroy_process_group()
 
 
 def parse_ours(text):
     losses = [float(v) for v in re.findall(r"step +\d+ +loss ([-0-9.e]+)", text)]
-    comms = re.findall(r"comm step \d+ fwd_bwd([^|]*)\|", text)
-    return losses, [" ".join(sorted(c.split())) for c in comms]
+    rows = re.findall(r"comm step \d+ fwd_bwd([^|]*)\| update(.*)", text)
+    update = [sum(int(e.split("=")[1].split(":")[0]) for e in u.split()) for _, u in rows]
+    return losses, [" ".join(sorted(c.split())) for c, _ in rows], update
 
 
 def parse_theirs(text):
-    rows = re.findall(r"step \d+ loss ([-0-9.e]+) comm (.*)", text)
-    return [float(l) for l, _ in rows], [" ".join(sorted(c.split())) for _, c in rows]
+    rows = re.findall(r"step \d+ loss ([-0-9.e]+) update (\d+) comm (.*)", text)
+    return [float(l) for l, _, _ in rows], [" ".join(sorted(c.split())) for _, _, c in rows], [int(u) for _, u, _ in rows]
 
 
 def main():
@@ -237,8 +241,8 @@ def main():
                              env=env, capture_output=True, text=True, timeout=600)
         if ref.returncode != 0:
             sys.exit(f"PyTorch run failed:\n{ref.stdout}\n{ref.stderr}")
-    a, ca = parse_theirs(ref.stdout)
-    b, cb = parse_ours(ours.stdout)
+    a, ca, ua = parse_theirs(ref.stdout)
+    b, cb, ub = parse_ours(ours.stdout)
     print("step  PyTorch TP+SP   dtensor-cpp TP+SP")
     for i, (x, y) in enumerate(zip(a, b)):
         print(f"{i + 1:4d}  {x:.6f}       {y:.6f}")
@@ -250,16 +254,30 @@ def main():
         sys.exit(f"losses differ at steps {bad}")
     def same_collectives(theirs, ours):
         # "all_gather=10:81920 all_reduce=3:? ...": counts must agree for every type; bytes where PyTorch's are
-        # known (its loss_parallel all-reduces bypass the functional collectives the byte counter sees).
+        # known (its loss_parallel all-reduces bypass the functional collectives the byte counter sees). Ours
+        # has one all-reduce more: the bucket of the norm weights' Partial gradients (gradient_sync.h), which
+        # PyTorch leaves Partial and reduces in every optimizer op instead.
         t = dict(e.split("=") for e in theirs.split())
         o = dict(e.split("=") for e in ours.split())
         if t.keys() != o.keys():
             return False
         for k in t:
             (tn, tb), (on, ob) = t[k].split(":"), o[k].split(":")
-            if tn != on or (tb != "?" and tb != ob):
+            if k == "all_reduce":
+                if int(on) != int(tn) + 1:
+                    return False
+            elif tn != on or (tb != "?" and tb != ob):
                 return False
         return True
+
+    def total(comm):
+        return sum(int(e.split("=")[1].split(":")[0]) for e in comm.split())
+
+    print(f"whole step collectives (forward, backward, clipping, AdamW): PyTorch {total(ca[0]) + ua[0]}, "
+          f"dtensor-cpp {total(cb[0]) + ub[0]}")
+    # Ours: the plan's forward + backward, the gradient bucket, the total norm; nothing else.
+    if ub != [1] * len(ub) or any(total(ours) != total(theirs) + 1 for theirs, ours in zip(ca, cb)):
+        sys.exit(f"our whole step is not the plan's count: update {ub}, forward+backward {cb[:1]} vs PyTorch's {ca[:1]}")
 
     diff = [i + 1 for i, (x, y) in enumerate(zip(ca, cb)) if not same_collectives(x, y)]
     if diff or len(ca) != len(cb):

@@ -46,6 +46,7 @@ std::string help_text() {
     << "  --seed N                  weights and batches (default " << d.seed << ")\n"
     << "  --sequence-parallel / --no-sequence-parallel   (default on)\n"
     << "  --loss-parallel / --no-loss-parallel           (default on)\n"
+    << "  --gradient-sync / --no-gradient-sync           reduce gradients once after backward (default on)\n"
     << "  --plan torchtitan|hf      the TP plan (default " << d.plan << "; hf: no sequence or loss parallel)\n"
     << "  --data FILE               text file (bytes are tokens) or nanoGPT .bin of uint16 ids\n"
     << "                            (default: the texts in /usr/share/common-licenses)\n"
@@ -99,6 +100,8 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
       {"no-sequence-parallel", [&] { o.sequence_parallel = false; }},
       {"loss-parallel", [&] { o.loss_parallel = true; }},
       {"no-loss-parallel", [&] { o.loss_parallel = false; }},
+      {"gradient-sync", [&] { o.gradient_sync = true; }},
+      {"no-gradient-sync", [&] { o.gradient_sync = false; }},
       {"comm-detail", [&] { o.comm_detail = true; }},
       {"help", [&] { help = true; }},
   };

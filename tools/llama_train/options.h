@@ -22,6 +22,9 @@ struct TrainOptions {
   uint64_t seed = 0;
   bool sequence_parallel = true;
   bool loss_parallel = true;
+  // Gradients reduced to their parameters' placements once per backward (dtensor/parallel/gradient_sync.h);
+  // off: PyTorch's behaviour (Partial gradients, reduced by every op that reads them).
+  bool gradient_sync = true;
   std::string plan = "torchtitan";  // or "hf"
   std::string data;                 // "": the default corpus
   int64_t log_every = 10;

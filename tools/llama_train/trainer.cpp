@@ -13,6 +13,7 @@
 
 #include "dtensor/error.h"
 #include "dtensor/parallel/comm_debug_mode.h"
+#include "dtensor/parallel/gradient_sync.h"
 #include "dtensor/parallel/loss_parallel.h"
 #include "dtensor/tensor/dtensor.h"
 #include "llama/parallelize.h"
@@ -69,6 +70,7 @@ void parallelize(llama::LlamaForCausalLM& model, const TrainOptions& o, const dt
   } else {
     llama::apply_tp(model, tp_mesh, {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel});
   }
+  if (!o.gradient_sync) dtensor::disable_gradient_sync(*model);
 }
 
 TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const Corpus& corpus,

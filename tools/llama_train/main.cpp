@@ -19,6 +19,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "llama/parallelize.h"
+#include "checkpointing.h"
 #include "options.h"
 #include "trainer.h"
 
@@ -117,16 +118,24 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     };
     const auto result = llama_train::train(model, options, corpus, tp_mesh, hooks);
-    if (rank == 0) {
+    if (rank == 0 && result.start_step > 0) {
+      std::printf("resumed from %s after step %lld\n",
+                  llama_train::checkpoint_path(options.checkpoint_dir, result.start_step).c_str(),
+                  static_cast<long long>(result.start_step));
+    }
+    if (rank == 0 && result.steps.empty()) {
+      std::printf("summary final_loss=nan steps_run=0 resumed_from=%lld\n", static_cast<long long>(result.start_step));
+    } else if (rank == 0) {
       std::vector<double> ms;
       for (size_t i = std::min<size_t>(3, result.steps.size() - 1); i < result.steps.size(); ++i) ms.push_back(result.steps[i].ms);
       const double med = median(ms);
       const auto& last = result.steps.back();
       std::printf("summary final_loss=%.6f median_step_ms=%.3f tokens_per_s=%.1f collectives_per_step=%lld "
-                  "comm_bytes_per_step=%lld param_bytes_per_rank=%lld\n",
+                  "comm_bytes_per_step=%lld param_bytes_per_rank=%lld steps_run=%zu resumed_from=%lld\n",
                   last.loss, med, static_cast<double>(tokens_per_step) / (med / 1000.0),
                   static_cast<long long>(last.total_counts()), static_cast<long long>(last.total_bytes()),
-                  static_cast<long long>(result.param_bytes_per_rank));
+                  static_cast<long long>(result.param_bytes_per_rank), result.steps.size(),
+                  static_cast<long long>(result.start_step));
     }
     return 0;
   } catch (const std::exception& e) {

@@ -146,10 +146,7 @@ void write_dump(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
   j["train"] = {{"seq_len", o.seq_len}, {"batch", o.batch}, {"steps", o.steps}, {"lr", o.lr}, {"warmup", o.warmup},
                 {"max_norm", o.max_norm}, {"weight_decay", 0.1}, {"betas", {0.9, 0.95}}, {"eps", 1e-8}};
   for (const auto& item : model->named_parameters()) j["params"][item.key()] = write(item.value());
-  const int64_t start = o.resume ? resume_from_checkpoint(o, model, optimizer) : 0;
-  result.start_step = start;
-  const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
-  for (int64_t step = start; step < end; ++step) {
+  for (int64_t step = 0; step < o.steps; ++step) {
     const Batch b = sample_batch(corpus, o.batch, o.seq_len, o.seed, step);
     j["batches"].push_back({{"inputs", write(b.inputs)}, {"labels", write(b.labels)}});
   }

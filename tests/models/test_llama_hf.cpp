@@ -98,10 +98,8 @@ TEST(LlamaHF, ShardedIndexAndTiedEmbeddings) {
   ASSERT_EQ(made.exit_code, 0) << made.output;
   ASSERT_TRUE(fs::exists(dir + "/model.safetensors.index.json"));
   const Reference ref = read_reference(ref_path);
-  for (int tp : {1, 2}) {
-    const double rel = max_rel(logits_at(dir, tp, "hf", ref.tokens), ref.logits);
-    EXPECT_LE(rel, 1e-5) << "TP " << tp;
-  }
+  // TP 1 only: the Llama plans refuse tied embeddings above TP 1 (llama/parallelize.h).
+  EXPECT_LE(max_rel(logits_at(dir, 1, "hf", ref.tokens), ref.logits), 1e-5);
   const std::string exported = root + "/exported";
   dtensor::testing::run_ranks(1, [&](int, int) {
     llama::LlamaForCausalLM model = llama::from_pretrained(dir);

@@ -3,7 +3,7 @@
     python hf_llama_oracle.py make DIR REF [--tied] [--dtype float32|bfloat16] [--max-shard-size 40KB]
         A tiny random LlamaForCausalLM (GQA: 4 query heads, 2 key/value heads; 2 layers), saved with
         save_pretrained into DIR (sharded with an index when --max-shard-size is given), plus REF (a safetensors
-        file): a fixed batch of tokens and HF's fp32 logits for it (from the saved weights).
+        file): a fixed batch of tokens and HF's fp32 logits for it (the saved files loaded back in fp32).
     python hf_llama_oracle.py check DIR REF
         Loads DIR with LlamaForCausalLM.from_pretrained and checks its logits on REF's tokens against REF's
         logits (<= 1e-5 relative to the largest |logit|). Prints `hf_check max_rel=...`; exit 1 if off.
@@ -51,11 +51,14 @@ def main():
         kwargs = {"max_shard_size": a.max_shard_size} if a.max_shard_size else {}
         model.save_pretrained(a.dir, **kwargs)
         tokens = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1))
-        save_file({"tokens": tokens, "logits": logits_of(model.float(), tokens).contiguous()}, a.ref)
+        # HF's logits as a user gets them: the saved files loaded back in fp32 (model.to(bf16).float() would
+        # also round HF's rotary inv_freq buffer, which the files do not hold).
+        loaded = LlamaForCausalLM.from_pretrained(a.dir, dtype=torch.float32, attn_implementation="eager").eval()
+        save_file({"tokens": tokens, "logits": logits_of(loaded, tokens).contiguous()}, a.ref)
         return 0
 
     ref = load_file(a.ref)
-    model = LlamaForCausalLM.from_pretrained(a.dir, torch_dtype=torch.float32, attn_implementation="eager").eval()
+    model = LlamaForCausalLM.from_pretrained(a.dir, dtype=torch.float32, attn_implementation="eager").eval()
     got = logits_of(model, ref["tokens"])
     max_rel = ((got - ref["logits"]).abs().max() / ref["logits"].abs().max()).item()
     print(f"hf_check max_rel={max_rel:.3e}")

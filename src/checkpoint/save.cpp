@@ -6,7 +6,9 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -126,6 +128,11 @@ void save(const std::string& dir, const StateDict& state, const SaveOptions& opt
         bytes += layout[i].nbytes();
       }
       const auto result = writer.finish(options.sync);
+      // Test hook: DTENSOR_CHECKPOINT_KILL_RANK=r kills rank r here, after its file and before the index (the
+      // atomicity tests: a killed save must leave the previous checkpoint whole).
+      if (const char* kill_rank = std::getenv("DTENSOR_CHECKPOINT_KILL_RANK"); kill_rank && *kill_rank && std::atoi(kill_rank) == rank) {
+        ::raise(SIGKILL);
+      }
       record = {{"file", file}, {"size", result.size}, {"crc32", hex32(result.crc32)}, {"bytes", bytes}, {"chunks", sharding}};
     }
   } catch (const std::exception& e) {

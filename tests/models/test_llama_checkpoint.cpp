@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
@@ -15,6 +17,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
+#include "harness/subprocess.h"
 #include "llama_test_util.h"
 
 namespace fs = std::filesystem;
@@ -143,4 +146,53 @@ TEST(LlamaCheckpoint, LoadingAtTp2AllocatesAboutHalfTheModelPerRank) {
                 static_cast<long long>(model_bytes / 2), static_cast<long long>(largest));
     EXPECT_LE(counters[r].peak, model_bytes / 2 + largest) << "rank " << r;
   }
+}
+
+namespace {
+
+// The last "step N  loss X" line for step `step` in llama_train's output; NaN if absent.
+double loss_at(const std::string& output, int step) {
+  char key[32];
+  std::snprintf(key, sizeof(key), "step %5d  loss ", step);
+  const size_t at = output.rfind(key);
+  return at == std::string::npos ? NAN : std::stod(output.substr(at + std::strlen(key)));
+}
+
+dtensor::testing::ProcessResult run_llama_train(const std::vector<std::string>& extra,
+                                                const std::map<std::string, std::string>& env = {}) {
+  std::vector<std::string> argv = {dtensor::testing::bin_path("tprun"), "--nproc-per-node", "2", "--master-port", "0",
+                                   dtensor::testing::bin_path("llama_train"), "--dim", "64", "--layers", "2", "--heads", "4",
+                                   "--kv-heads", "2", "--ffn-dim", "128", "--seq-len", "16", "--batch", "4", "--steps", "8",
+                                   "--log-every", "1"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return dtensor::testing::run_process(argv, env, 300);
+}
+
+}  // namespace
+
+// Real processes: a rank killed (SIGKILL) while saving step 8 leaves step 4 whole and loadable, the killed save
+// only as a ".partial" staging directory nobody takes for a checkpoint; --resume continues from step 4 and
+// reaches the same step-8 loss.
+TEST(LlamaCheckpoint, RankKilledDuringSaveLeavesThePreviousCheckpoint) {
+  const std::string dir = fresh("killed") + "/ck";
+  auto first = run_llama_train({"--checkpoint-dir", dir, "--checkpoint-every", "4", "--stop-after", "4"});
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto killed = run_llama_train({"--checkpoint-dir", dir, "--checkpoint-every", "4", "--resume"},
+                                {{"DTENSOR_CHECKPOINT_KILL_RANK", "1"}});
+  EXPECT_NE(killed.exit_code, 0) << killed.output;
+  const double loss8 = loss_at(killed.output, 8);
+  ASSERT_FALSE(std::isnan(loss8)) << killed.output;
+
+  EXPECT_TRUE(ckpt::is_checkpoint(llama_train::checkpoint_path(dir, 4)));
+  EXPECT_FALSE(ckpt::is_checkpoint(llama_train::checkpoint_path(dir, 8)));
+  EXPECT_TRUE(fs::exists(dir + "/.step-00000008.partial"));
+  EXPECT_FALSE(fs::exists(dir + "/.step-00000008.partial/model.safetensors.index.json"));
+  ASSERT_EQ(llama_train::latest_checkpoint(dir)->first, 4);
+
+  auto resumed = run_llama_train({"--checkpoint-dir", dir, "--checkpoint-every", "4", "--resume"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed_from=4"), std::string::npos) << resumed.output;
+  EXPECT_EQ(loss_at(resumed.output, 8), loss8);
+  EXPECT_TRUE(ckpt::is_checkpoint(llama_train::checkpoint_path(dir, 8)));
+  EXPECT_FALSE(fs::exists(dir + "/.step-00000008.partial"));
 }

@@ -117,12 +117,12 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     };
-    const auto result = llama_train::train(model, options, corpus, tp_mesh, hooks);
-    if (rank == 0 && result.start_step > 0) {
-      std::printf("resumed from %s after step %lld\n",
-                  llama_train::checkpoint_path(options.checkpoint_dir, result.start_step).c_str(),
-                  static_cast<long long>(result.start_step));
+    if (rank == 0 && options.resume) {
+      const auto latest = llama_train::latest_checkpoint(options.checkpoint_dir);
+      std::printf("%s\n", latest ? ("resuming from " + latest->second).c_str() : "no checkpoint to resume from: starting at step 0");
+      std::fflush(stdout);
     }
+    const auto result = llama_train::train(model, options, corpus, tp_mesh, hooks);
     if (rank == 0 && result.steps.empty()) {
       std::printf("summary final_loss=nan steps_run=0 resumed_from=%lld\n", static_cast<long long>(result.start_step));
     } else if (rank == 0) {

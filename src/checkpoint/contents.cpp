@@ -98,6 +98,10 @@ std::string shard_file_name(int rank) {
 
 Contents read_contents(const std::string& dir, int checksum_offset, int checksum_stride) {
   if (!fs::is_directory(dir)) fail(dir, "no such checkpoint directory");
+  const std::string base = fs::path(dir).lexically_normal().filename().string();
+  if (base.size() > 9 && base[0] == '.' && base.compare(base.size() - 8, 8, ".partial") == 0) {
+    fail(dir, "the staging directory of an unfinished save, not a checkpoint");
+  }
   Contents c;
   c.dir = dir;
   const std::optional<OurIndex> index = read_our_index(dir);

@@ -128,6 +128,9 @@ TEST(CheckpointErrors, StagingDirectoryIsNeverACheckpoint) {
   fs::copy_file(dir + "/" + kShard1, staging + "/" + kShard1);
   EXPECT_FALSE(ckpt::is_checkpoint(staging));
   EXPECT_TRUE(ckpt::is_checkpoint(dir));
+  ckpt::StateDict plain = {{"w", at::zeros({8, 4})}};
+  const std::string err = error_of([&] { ckpt::load(staging, plain, {.allow_unused = true}); });
+  EXPECT_NE(err.find("staging directory of an unfinished save"), std::string::npos) << err;
   // The next save clears it and commits.
   run_ranks(2, [&](int, int) {
     auto mesh = init_device_mesh("cpu", {2});

@@ -9,6 +9,9 @@
 // styles, parallelize_module, loss parallel, CommDebugMode).
 #pragma once
 
+#include "dtensor/checkpoint/checkpoint.h"
+#include "dtensor/checkpoint/safetensors.h"
+#include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/error.h"
 #include "dtensor/mesh/autograd_collectives.h"
 #include "dtensor/mesh/comm_hooks.h"

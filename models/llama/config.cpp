@@ -62,10 +62,43 @@ LlamaConfig config_from_hf_json(const std::string& path) {
   read("intermediate_size", c.intermediate_size);
   read("max_position_embeddings", c.max_position_embeddings);
   read("rope_theta", c.rope_theta);
+  // transformers >= 5 keeps the rotary settings under "rope_parameters" (and "rope_scaling" before); only the
+  // default (unscaled) rotary embedding is implemented.
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!j.contains(key) || !j[key].is_object()) continue;
+    const auto& rope = j[key];
+    if (rope.contains("rope_theta")) c.rope_theta = rope["rope_theta"].get<double>();
+    const std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
+    if (type != "default") throw dtensor::Error("dtensor: llama config: '" + path + "': rope_type '" + type + "' is not supported (only 'default')");
+  }
   read("rms_norm_eps", c.rms_norm_eps);
   read("tie_word_embeddings", c.tie_word_embeddings);
   c.validate();
   return c;
+}
+
+std::string config_to_hf_json(const LlamaConfig& c, const std::string& dtype) {
+  nlohmann::ordered_json j = {
+      {"architectures", {"LlamaForCausalLM"}},
+      {"model_type", "llama"},
+      {"vocab_size", c.vocab_size},
+      {"hidden_size", c.hidden_size},
+      {"intermediate_size", c.intermediate_size},
+      {"num_hidden_layers", c.num_hidden_layers},
+      {"num_attention_heads", c.num_attention_heads},
+      {"num_key_value_heads", c.num_key_value_heads},
+      {"head_dim", c.head_dim()},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", c.max_position_embeddings},
+      {"rms_norm_eps", c.rms_norm_eps},
+      {"rope_theta", c.rope_theta},
+      {"rope_scaling", nullptr},
+      {"attention_bias", false},
+      {"mlp_bias", false},
+      {"tie_word_embeddings", c.tie_word_embeddings},
+      {"dtype", dtype},         // transformers >= 5
+      {"torch_dtype", dtype}};  // before
+  return j.dump(2);
 }
 
 }  // namespace llama

@@ -26,5 +26,8 @@ struct LlamaConfig {
 
 // Reads the fields above from an HF config.json (absent fields keep their defaults).
 LlamaConfig config_from_hf_json(const std::string& path);
+// The config.json that transformers' save_pretrained writes for `config` (model_type "llama"; `dtype` is
+// HF's name: "float32", "bfloat16", "float16").
+std::string config_to_hf_json(const LlamaConfig& config, const std::string& dtype = "float32");
 
 }  // namespace llama

@@ -19,6 +19,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "llama/parallelize.h"
+#include "checkpointing.h"
 #include "options.h"
 #include "trainer.h"
 
@@ -116,17 +117,25 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     };
+    if (rank == 0 && options.resume) {
+      const auto latest = llama_train::latest_checkpoint(options.checkpoint_dir);
+      std::printf("%s\n", latest ? ("resuming from " + latest->second).c_str() : "no checkpoint to resume from: starting at step 0");
+      std::fflush(stdout);
+    }
     const auto result = llama_train::train(model, options, corpus, tp_mesh, hooks);
-    if (rank == 0) {
+    if (rank == 0 && result.steps.empty()) {
+      std::printf("summary final_loss=nan steps_run=0 resumed_from=%lld\n", static_cast<long long>(result.start_step));
+    } else if (rank == 0) {
       std::vector<double> ms;
       for (size_t i = std::min<size_t>(3, result.steps.size() - 1); i < result.steps.size(); ++i) ms.push_back(result.steps[i].ms);
       const double med = median(ms);
       const auto& last = result.steps.back();
       std::printf("summary final_loss=%.6f median_step_ms=%.3f tokens_per_s=%.1f collectives_per_step=%lld "
-                  "comm_bytes_per_step=%lld param_bytes_per_rank=%lld\n",
+                  "comm_bytes_per_step=%lld param_bytes_per_rank=%lld steps_run=%zu resumed_from=%lld\n",
                   last.loss, med, static_cast<double>(tokens_per_step) / (med / 1000.0),
                   static_cast<long long>(last.total_counts()), static_cast<long long>(last.total_bytes()),
-                  static_cast<long long>(result.param_bytes_per_rank));
+                  static_cast<long long>(result.param_bytes_per_rank), result.steps.size(),
+                  static_cast<long long>(result.start_step));
     }
     return 0;
   } catch (const std::exception& e) {

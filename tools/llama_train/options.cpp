@@ -53,6 +53,10 @@ std::string help_text() {
     << "  --log-every N             progress line every N steps (default " << d.log_every << ")\n"
     << "  --comm-detail             a `comm` line per logged step: collectives by type, count and bytes\n"
     << "  --dump FILE               write initial weights and batches (for tests/oracle/llama_oracle.py)\n"
+    << "  --checkpoint-dir DIR      checkpoints go to DIR/step-NNNNNNNN (any TP degree can resume them)\n"
+    << "  --checkpoint-every N      save after every N steps and after the last step\n"
+    << "  --resume                  continue from the newest checkpoint in --checkpoint-dir (none: start fresh)\n"
+    << "  --stop-after K            stop after step K, as an interrupted run (the schedule still spans --steps)\n"
     << "  --help\n";
   return s.str();
 }
@@ -94,6 +98,12 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
        }},
       {"log-every", [&](const std::string& v) { o.log_every = positive("log-every", v); }},
       {"dump", [&](const std::string& v) { o.dump = v; }},
+      {"checkpoint-dir", [&](const std::string& v) {
+         if (v.empty()) throw UsageError("--checkpoint-dir needs a directory");
+         o.checkpoint_dir = v;
+       }},
+      {"checkpoint-every", [&](const std::string& v) { o.checkpoint_every = positive("checkpoint-every", v); }},
+      {"stop-after", [&](const std::string& v) { o.stop_after = positive("stop-after", v); }},
   };
   const std::map<std::string, std::function<void()>> flags = {
       {"sequence-parallel", [&] { o.sequence_parallel = true; }},
@@ -103,6 +113,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
       {"gradient-sync", [&] { o.gradient_sync = true; }},
       {"no-gradient-sync", [&] { o.gradient_sync = false; }},
       {"comm-detail", [&] { o.comm_detail = true; }},
+      {"resume", [&] { o.resume = true; }},
       {"help", [&] { help = true; }},
   };
   for (size_t i = 0; i < args.size(); ++i) {
@@ -129,6 +140,9 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
     v->second(value);
   }
   if (o.plan == "hf") o.sequence_parallel = o.loss_parallel = false;
+  if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
+    throw UsageError(std::string(o.resume ? "--resume" : "--checkpoint-every") + " needs --checkpoint-dir");
+  }
   try {
     o.model.validate();
   } catch (const std::exception& e) {

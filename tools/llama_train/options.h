@@ -30,6 +30,10 @@ struct TrainOptions {
   int64_t log_every = 10;
   bool comm_detail = false;  // a `comm` line per logged step: collectives by type and bytes
   std::string dump;  // "": none; else a file with the initial weights and every step's batch (for the oracle)
+  std::string checkpoint_dir;    // "": no checkpoints (checkpointing.h)
+  int64_t checkpoint_every = 0;  // save after every N steps and after the last one (needs checkpoint_dir)
+  bool resume = false;           // continue from the newest checkpoint in checkpoint_dir (none: from step 0)
+  int64_t stop_after = 0;        // 0: run to `steps`; else stop after this step (the schedule still spans `steps`)
 };
 
 // A bad command line: main prints "error: <what>" on rank 0 and exits 2 on every rank.

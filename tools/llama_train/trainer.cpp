@@ -15,6 +15,7 @@
 #include "dtensor/parallel/comm_debug_mode.h"
 #include "dtensor/parallel/gradient_sync.h"
 #include "dtensor/parallel/loss_parallel.h"
+#include "checkpointing.h"
 #include "dtensor/tensor/dtensor.h"
 #include "llama/parallelize.h"
 
@@ -86,7 +87,10 @@ TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const C
   for (const auto& p : params) result.num_params += p.numel();
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
   const bool loss_parallel = o.loss_parallel && o.plan != "hf" && tp_mesh.size() > 1;
-  for (int64_t step = 0; step < o.steps; ++step) {
+  const int64_t start = o.resume ? resume_from_checkpoint(o, model, optimizer) : 0;
+  result.start_step = start;
+  const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
+  for (int64_t step = start; step < end; ++step) {
     StepRecord rec;
     rec.step = step;
     rec.lr = lr_at(o, step);
@@ -117,6 +121,9 @@ TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const C
     rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     result.steps.push_back(rec);
     if (hooks.after_step) hooks.after_step(rec);
+    if (o.checkpoint_every > 0 && ((step + 1) % o.checkpoint_every == 0 || step + 1 == end)) {
+      save_checkpoint(o, model, optimizer, step + 1);
+    }
   }
   return result;
 }

@@ -33,6 +33,7 @@ struct TrainHooks {
 };
 
 struct TrainResult {
+  int64_t start_step = 0;  // > 0 when resumed from a checkpoint
   std::vector<StepRecord> steps;
   int64_t param_bytes_per_rank = 0;
   int64_t num_params = 0;  // of the whole model
@@ -43,7 +44,9 @@ llama::LlamaForCausalLM make_model(const TrainOptions& options);
 // Applies options.plan on `tp_mesh` (nothing at TP 1: the plain model, no DTensors).
 void parallelize(llama::LlamaForCausalLM& model, const TrainOptions& options, const dtensor::DeviceMesh& tp_mesh);
 
-// Trains `model` (from make_model + parallelize) for options.steps steps on batches from `corpus`.
+// Trains `model` (from make_model + parallelize) for options.steps steps on batches from `corpus`. With
+// options.resume it first loads the newest checkpoint (model, optimizer, data position) and continues from
+// there; with options.checkpoint_every it saves one every N steps (checkpointing.h).
 TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& options, const Corpus& corpus,
                   const dtensor::DeviceMesh& tp_mesh, const TrainHooks& hooks = {});
 

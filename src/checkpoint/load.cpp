@@ -1,0 +1,112 @@
+// load(): read and check everything (contents.h), plan the copies (each held box intersected with each saved
+// chunk: the resharding), agree across ranks, and only then copy. Nothing is written into `state` until every
+// rank knows that every rank can load.
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "checkpoint/agreement.h"
+#include "checkpoint/chunks.h"
+#include "checkpoint/contents.h"
+#include "dtensor/checkpoint/checkpoint.h"
+#include "dtensor/error.h"
+#include "dtensor/mesh/process_group.h"
+
+namespace dtensor::checkpoint {
+namespace {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string name_list(const std::vector<std::string>& names) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < 5; ++i) s += (i ? ", " : "") + ("'" + names[i] + "'");
+  if (names.size() > 5) s += " and " + std::to_string(names.size() - 5) + " more";
+  return s;
+}
+
+// A planned copy: `dst` (a view of what this rank holds) gets `src` (a view of a memory-mapped chunk).
+struct Copy {
+  at::Tensor dst, src;
+};
+
+struct Plan {
+  detail::Contents contents;
+  std::vector<Copy> copies;
+  std::vector<at::Tensor> zero_fills;
+};
+
+Plan make_plan(const std::string& dir, const StateDict& state, const LoadOptions& options, int rank, int world) {
+  Plan plan;
+  plan.contents = detail::read_contents(dir, rank, options.verify_checksums ? world : 0);
+  const auto& entries = plan.contents.entries;
+  const std::string where = "dtensor: checkpoint: load('" + dir + "'): ";
+
+  std::vector<std::string> missing, unused;
+  for (const auto& [name, _] : state) {
+    if (!entries.count(name)) missing.push_back(name);
+  }
+  for (const auto& [name, _] : entries) {
+    if (!state.count(name)) unused.push_back(name);
+  }
+  if (!missing.empty()) throw Error(where + "not in the checkpoint: " + name_list(missing));
+  if (!unused.empty() && !options.allow_unused) {
+    throw Error(where + "in the checkpoint but not in the state: " + name_list(unused) +
+                " (LoadOptions::allow_unused ignores them)");
+  }
+
+  for (const auto& [name, t] : state) {
+    const detail::SavedEntry& e = entries.at(name);
+    if (t.sizes().vec() != e.shape) {
+      throw Error(where + "'" + name + "' has shape " + shape_str(e.shape) + " in the checkpoint, " +
+                  shape_str(t.sizes().vec()) + " in the state");
+    }
+    if (t.scalar_type() != e.dtype && !options.allow_dtype_cast) {
+      throw Error(where + "'" + name + "' is " + c10::toString(e.dtype) + " in the checkpoint, " +
+                  c10::toString(t.scalar_type()) + " in the state (LoadOptions::allow_dtype_cast converts)");
+    }
+    const auto h = detail::held(t);
+    if (!h || h->box.numel() == 0) continue;
+    if (h->zero_on_load) {
+      plan.zero_fills.push_back(h->data);
+      continue;
+    }
+    // Resharding: the saved chunks that overlap what this rank holds, and only their common parts.
+    int64_t covered = 0;
+    for (const detail::SavedChunk& chunk : e.chunks) {
+      const auto part = detail::intersect(h->box, chunk.box);
+      if (!part) continue;
+      plan.copies.push_back({detail::narrow_to(h->data, h->box, *part),
+                             detail::narrow_to(chunk.file->view(*chunk.stored), chunk.box, *part)});
+      covered += part->numel();
+    }
+    if (covered != h->box.numel()) {
+      throw Error(where + "the saved chunks of '" + name + "' cover " + std::to_string(covered) + " of the " +
+                  std::to_string(h->box.numel()) + " elements of " + h->box.to_string() + " that this rank holds");
+    }
+  }
+  return plan;
+}
+
+}  // namespace
+
+void load(const std::string& dir, StateDict& state, const LoadOptions& options) {
+  const auto group_ptr = detail::checkpoint_group();
+  ProcessGroup* group = group_ptr.get();
+  Plan plan;
+  std::string err;
+  try {
+    plan = make_plan(dir, state, options, detail::group_rank(group), detail::group_size(group));
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  detail::agree_or_throw(group, err);  // every rank checked everything: from here on nothing can be half done
+
+  at::NoGradGuard no_grad;
+  for (auto& c : plan.copies) c.dst.copy_(c.src);
+  for (auto& z : plan.zero_fills) z.zero_();
+}
+
+}  // namespace dtensor::checkpoint

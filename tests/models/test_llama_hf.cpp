@@ -1,0 +1,135 @@
+// Hugging Face weights in and out: transformers writes a tiny random LlamaForCausalLM (GQA, 2 layers) with
+// save_pretrained; we load it at TP 1 and TP 2 (both plans) and get HF's logits on a fixed batch (<= 1e-5
+// relative, fp32); sharded files with an index, bf16 files and tied embeddings load too; save_hf_llama's
+// export loads back in transformers with the same logits. tests/oracle/hf_llama_oracle.py is HF's side.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <mutex>
+
+#include "dtensor/checkpoint/safetensors.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/tensor/dtensor.h"
+#include "harness/multi_rank.h"
+#include "harness/subprocess.h"
+#include "llama/hf_weights.h"
+#include "llama/parallelize.h"
+
+namespace fs = std::filesystem;
+namespace ckpt = dtensor::checkpoint;
+using dtensor::testing::ProcessResult;
+using dtensor::testing::run_process;
+
+namespace {
+
+std::string fresh(const std::string& tag) {
+  std::string pattern = (fs::temp_directory_path() / ("dtensor_hf_" + tag + "_XXXXXX")).string();
+  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  return pattern;
+}
+
+ProcessResult oracle(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {DTENSOR_PYTHON, DTENSOR_SOURCE_DIR "/tests/oracle/hf_llama_oracle.py"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv, {{"OMP_NUM_THREADS", "1"}, {"HF_HUB_OFFLINE", "1"}, {"TRANSFORMERS_VERBOSITY", "error"}}, 300);
+}
+
+struct Reference {
+  at::Tensor tokens, logits;
+};
+Reference read_reference(const std::string& path) {
+  auto f = ckpt::SafetensorsFile::open(path);
+  return {f.view(*f.find("tokens")).clone(), f.view(*f.find("logits")).clone()};
+}
+
+double max_rel(const at::Tensor& got, const at::Tensor& want) {
+  return ((got - want).abs().max() / want.abs().max()).item<double>();
+}
+
+// Loads `dir` at TP `tp` with `plan` and returns the full logits on the reference tokens (rank 0's).
+at::Tensor logits_at(const std::string& dir, int tp, const std::string& plan, const at::Tensor& tokens) {
+  at::Tensor out;
+  std::mutex mu;
+  dtensor::testing::run_ranks(tp, [&](int rank, int world) {
+    auto mesh = dtensor::init_device_mesh("cpu", {world});
+    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, plan);
+    at::NoGradGuard no_grad;
+    at::Tensor logits = model(tokens);
+    if (dtensor::is_dtensor(logits)) logits = dtensor::full_tensor(logits);
+    if (rank == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      out = logits.clone();
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST(LlamaHF, LoadsTransformersWeightsAtTp1AndTp2WithHfLogits) {
+  const std::string root = fresh("load");
+  const std::string dir = root + "/model", ref_path = root + "/expected.safetensors";
+  const ProcessResult made = oracle({"make", dir, ref_path});
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const Reference ref = read_reference(ref_path);
+  for (const auto& [tp, plan] : std::vector<std::pair<int, std::string>>{{1, "hf"}, {2, "hf"}, {2, "torchtitan"}}) {
+    const at::Tensor logits = logits_at(dir, tp, plan, ref.tokens);
+    const double rel = max_rel(logits, ref.logits);
+    std::printf("hf logits tp=%d plan=%s max_rel=%.3e\n", tp, plan.c_str(), rel);
+    EXPECT_LE(rel, 1e-5) << "TP " << tp << " plan " << plan;
+  }
+
+  // Export at TP 2 (gathering one weight at a time) and let transformers load it.
+  const std::string exported = root + "/exported";
+  dtensor::testing::run_ranks(2, [&](int, int world) {
+    auto mesh = dtensor::init_device_mesh("cpu", {world});
+    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, "hf");
+    llama::save_hf_llama(exported, model);
+  });
+  const ProcessResult checked = oracle({"check", exported, ref_path});
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+  EXPECT_NE(checked.output.find("hf_check max_rel="), std::string::npos) << checked.output;
+}
+
+TEST(LlamaHF, ShardedIndexAndTiedEmbeddings) {
+  const std::string root = fresh("tied");
+  const std::string dir = root + "/model", ref_path = root + "/expected.safetensors";
+  const ProcessResult made = oracle({"make", dir, ref_path, "--tied", "--max-shard-size", "40KB"});
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  ASSERT_TRUE(fs::exists(dir + "/model.safetensors.index.json"));
+  const Reference ref = read_reference(ref_path);
+  // TP 1 only: the Llama plans refuse tied embeddings above TP 1 (llama/parallelize.h).
+  EXPECT_LE(max_rel(logits_at(dir, 1, "hf", ref.tokens), ref.logits), 1e-5);
+  const std::string exported = root + "/exported";
+  dtensor::testing::run_ranks(1, [&](int, int) {
+    llama::LlamaForCausalLM model = llama::from_pretrained(dir);
+    llama::save_hf_llama(exported, model);
+  });
+  auto f = ckpt::SafetensorsFile::open(exported + "/model.safetensors");
+  EXPECT_EQ(f.find("lm_head.weight"), nullptr);  // tied: stored once, as transformers does
+  const ProcessResult checked = oracle({"check", exported, ref_path});
+  EXPECT_EQ(checked.exit_code, 0) << checked.output;
+}
+
+TEST(LlamaHF, Bf16FilesLoadIntoAnFp32Model) {
+  const std::string root = fresh("bf16");
+  const std::string dir = root + "/model", ref_path = root + "/expected.safetensors";
+  const ProcessResult made = oracle({"make", dir, ref_path, "--dtype", "bfloat16"});
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  const Reference ref = read_reference(ref_path);  // HF's fp32 logits of the bf16 weights
+  for (int tp : {1, 2}) {
+    const double rel = max_rel(logits_at(dir, tp, "hf", ref.tokens), ref.logits);
+    EXPECT_LE(rel, 1e-5) << "TP " << tp;
+  }
+}
+
+TEST(LlamaHF, ConfigMismatchIsOneClearError) {
+  const std::string root = fresh("mismatch");
+  const std::string dir = root + "/model", ref_path = root + "/expected.safetensors";
+  ASSERT_EQ(oracle({"make", dir, ref_path}).exit_code, 0);
+  llama::LlamaConfig other = llama::config_from_hf_json(dir + "/config.json");
+  other.intermediate_size = 128;
+  llama::LlamaForCausalLM model(other);
+  const std::string err = dtensor::testing::error_of([&] { llama::load_hf_llama(dir, model); });
+  EXPECT_NE(err.find("intermediate_size"), std::string::npos) << err;
+}

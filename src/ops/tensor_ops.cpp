@@ -5,6 +5,7 @@
 //   alias / detach / clone / _to_copy     output spec = input spec (dtype follows the op)
 //   *_like factories                      Partial -> Replicate (new values are not terms of a sum),
 //                                         Shard / Replicate kept
+//   new_* factories                       Shard(d) kept where dim d keeps its size, else Replicate
 //   zero_                                 placements kept (0 is a valid term of every reduction)
 //   fill_(v)                              placements kept; on Partial(sum) dims one rank holds v, the
 //                                         others 0 (Replicate -> Partial of the filled value)
@@ -132,9 +133,25 @@ ShardingDecision like_factory(const OpCall& call) {
   return ShardingDecision{{std::nullopt}, {reduce_partials(call.tensors.at(0).spec->placements)}, {}, {}};
 }
 
-// new_zeros / new_ones / new_empty / new_full(self, size, ...): a replicated tensor of the given global size.
+// new_zeros / new_ones / new_empty / new_full(self, size, ...): a tensor of the given global size whose
+// value is the same at every index, so any layout of it is correct. A Shard(d) of self is kept where the
+// new tensor's dim d has self's size (each rank allocates its part along d, as self is split; a KV cache
+// new_zeros({b, heads, max_len, d}) from keys sharded by heads is sharded by heads); other dims and
+// Partial -> Replicate. PyTorch keeps self's spec only when the whole shape is equal, else Replicate: the
+// same result wherever both apply.
 ShardingDecision new_factory(const OpCall& call) {
-  return ShardingDecision{{std::nullopt}, {replicate_all(call.mesh->ndim())}, {}, {}};
+  const TensorInput& self = call.tensors.at(0);
+  Placements out = replicate_all(call.mesh->ndim());
+  if (self.spec) {
+    const std::vector<int64_t> size = call.arg(1).toIntVector();
+    for (size_t i = 0; i < out.size(); ++i) {
+      const Placement& p = self.spec->placements[i];
+      if (p.is_shard() && p.dim() < static_cast<int64_t>(size.size()) && size[p.dim()] == self.tensor.size(p.dim())) {
+        out[i] = p;
+      }
+    }
+  }
+  return ShardingDecision{{std::nullopt}, {out}, {}, {}};
 }
 
 // zero_: 0 is a valid term of every reduction, so the placements stay.

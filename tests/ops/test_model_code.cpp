@@ -209,13 +209,13 @@ TEST(ModelCode, KVCacheOnHeadShardedKeysStaysShardedWithoutComm) {
   expected.narrow(2, 3, 1).copy_(k2);
   run_ranks(2, [&](int, int) {
     auto mesh = init_device_mesh("cpu", {2});
-    CommDebugMode comm;
-    at::Tensor k = distribute_tensor(k1, mesh, {Shard(1)});
+    at::Tensor k = distribute_tensor(k1, mesh, {Shard(1)}), k_next = distribute_tensor(k2, mesh, {Shard(1)});
+    CommDebugMode comm;  // after distribute_tensor, which scatters
     at::Tensor cache = k.new_zeros({B, H, MAX, HD});
     EXPECT_EQ(placements(cache), Placements{Shard(1)});
     EXPECT_EQ(to_local(cache).sizes(), (std::vector<int64_t>{B, H / 2, MAX, HD}));
     cache.narrow(2, 0, 3).copy_(k);
-    cache.narrow(2, 3, 1).copy_(distribute_tensor(k2, mesh, {Shard(1)}));
+    cache.narrow(2, 3, 1).copy_(k_next);
     at::Tensor filled = cache.narrow(2, 0, 4);
     EXPECT_EQ(placements(filled), Placements{Shard(1)});
     EXPECT_EQ(comm.get_total_counts(), 0);

@@ -74,7 +74,7 @@ def ours(bin_dir, tp, prompts):
         sys.exit(f"llama_generate failed (tp {tp}):\n{run.stdout}\n{run.stderr}")
     rows = {}
     for line in run.stdout.splitlines():
-        m = re.match(r"\[(\d+)\] ([\d ]*)\|([\d ]*)$", line)
+        m = re.search(r"\[(\d+)\] ([\d ]*)\|([\d ]*)$", line)  # after tprun's "[rank0]: "
         if m:
             rows[int(m.group(1))] = [int(t) for t in m.group(3).split()]
     return [rows.get(i) for i in range(len(prompts))]

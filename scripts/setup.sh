@@ -33,6 +33,11 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.sta
   .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy cmake \
     2> >(grep -v '^WARNING: Location' >&2)
 fi
+# HF transformers: the greedy-generation oracle (ctest llama_generate_vs_hf) and tools/bench/generate_bench.py.
+if ! .venv/bin/python -c "import transformers" 2>/dev/null; then
+  log "installing transformers into .venv (once)"
+  .venv/bin/pip install -q --disable-pip-version-check transformers 2> >(grep -v '^WARNING: Location' >&2)
+fi
 command -v cmake >/dev/null 2>&1 || export PATH="$ROOT/.venv/bin:$PATH"
 
 # --- configure (once; cmake re-runs itself when CMakeLists change).

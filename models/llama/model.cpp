@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 
@@ -86,7 +87,8 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   k = apply_rotary(k, cos, sin);
   if (cache) std::tie(k, v) = cache->update(k, v);  // [b, kv_heads, past + s, head_dim]
   const int64_t n_rep = q.size(1) / k.size(1);  // query heads per key/value head
-  at::Tensor out = at::scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask,
+  const std::optional<at::Tensor> attn_mask = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
+  at::Tensor out = at::scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask,
                                                     /*dropout_p=*/0.0, /*is_causal=*/!mask.defined());
   return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
 }

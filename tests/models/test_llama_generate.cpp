@@ -7,6 +7,7 @@
 
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -15,6 +16,7 @@
 #include "dtensor/parallel/comm_debug_mode.h"
 #include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
+#include "harness/subprocess.h"
 #include "llama/generate.h"
 #include "llama/parallelize.h"
 #include "llama_test_util.h"
@@ -212,6 +214,56 @@ TEST(LlamaGenerate, BadPromptsRaiseOneClearError) {
   EXPECT_NE(error_of([&] { llama::generate(model, {{1}, {}}, options); }).find("prompt 1 is empty"), std::string::npos);
   options.max_new_tokens = 4096;
   EXPECT_NE(error_of([&] { llama::generate(model, {{1}}, options); }).find("max_position_embeddings"), std::string::npos);
+}
+
+// llama_generate: bad values (and weights not available yet) print one error line on rank 0 and exit 2 on
+// every rank before any communication; a run at TP 2 through tprun ends with the summary line and draws
+// the tokens TP 1 draws.
+TEST(LlamaGenerateCli, BadValuesExitTwoWithOneErrorLine) {
+  using dtensor::testing::bin_path;
+  using dtensor::testing::run_process;
+  const std::vector<std::vector<std::string>> bad = {
+      {"--random-init"},                                      // no prompt
+      {"--prompt", "a"},                                      // no weights
+      {"--random-init", "--prompt-ids", "1,x"},
+      {"--random-init", "--prompt-ids", "300"},               // outside the vocabulary
+      {"--random-init", "--prompt", "a", "--top-p", "0"},
+      {"--random-init", "--prompt", "a", "--heads", "3"},
+      {"--random-init", "--prompt", "a", "--kv-heads", "3", "--heads", "6", "--dim", "96"},  // 3 kv heads at TP 2
+      {"--random-init", "--prompt", "a", "--prompt", "b", "--batch", "4"},
+      {"--checkpoint", "/tmp", "--prompt", "a"},              // not wired yet
+      {"--random-init", "--prompt", "a", "--bogus"}};
+  for (const auto& args : bad) {
+    std::vector<std::string> argv = {bin_path("llama_generate")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = run_process(argv, {{"RANK", "0"}, {"WORLD_SIZE", "2"}}, 60);
+    EXPECT_EQ(r.exit_code, 2) << args.back() << ": " << r.output;
+    EXPECT_EQ(r.output.rfind("error: ", 0), 0u) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+    auto r1 = run_process(argv, {{"RANK", "1"}, {"WORLD_SIZE", "2"}}, 60);
+    EXPECT_EQ(r1.exit_code, 2) << args.back();
+  }
+  auto help = run_process({bin_path("llama_generate"), "--help"}, {{"RANK", "0"}, {"WORLD_SIZE", "1"}}, 60);
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.output.find("--top-p X"), std::string::npos);
+}
+
+TEST(LlamaGenerateCli, RunsUnderTprunAndEndsWithTheSummary) {
+  using dtensor::testing::bin_path;
+  using dtensor::testing::run_process;
+  auto run = [](int tp) {
+    return run_process({bin_path("tprun"), "--nproc-per-node", std::to_string(tp), "--master-port", "0",
+                        bin_path("llama_generate"), "--random-init", "--seed", "2", "--dim", "64", "--layers", "2",
+                        "--heads", "4", "--kv-heads", "2", "--ffn-dim", "128", "--prompt", "Hello", "--max-new-tokens", "6"},
+                       {{"OMP_NUM_THREADS", "1"}}, 120);
+  };
+  auto tp2 = run(2), tp1 = run(1);
+  ASSERT_EQ(tp2.exit_code, 0) << tp2.output;
+  ASSERT_EQ(tp1.exit_code, 0) << tp1.output;
+  EXPECT_NE(tp2.output.find("summary prompt_tokens=5 new_tokens=6 prefill_ms="), std::string::npos) << tp2.output;
+  EXPECT_NE(tp2.output.find("ms_per_token="), std::string::npos);
+  auto line = [](const std::string& out) { auto at = out.find("[0] Hello|"); return out.substr(at, out.find('\n', at) - at); };
+  EXPECT_EQ(line(tp2.output), line(tp1.output));
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ def ours(bin_dir, sizes, tp, batch, args):
            "--random-init", "--seed", str(SEED), *flags(sizes), "--prompt-ids", ",".join(map(str, prompt(args.prompt_len))),
            "--batch", str(batch), "--max-new-tokens", str(args.new_tokens), "--no-stream"]
     run = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=600)
-    m = re.search(r"^summary (.*)$", run.stdout, re.M)
+    m = re.search(r"summary (.*)$", run.stdout, re.M)  # after tprun's "[rank0]: "
     if run.returncode != 0 or not m:
         sys.exit(f"llama_generate failed:\n{run.stdout}\n{run.stderr}")
     return {k: float(v) for k, v in (kv.split("=") for kv in m.group(1).split())}

@@ -33,7 +33,8 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.sta
   .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy cmake \
     2> >(grep -v '^WARNING: Location' >&2)
 fi
-# The checkpoint tests' other side: safetensors (PyTorch's DCP Hugging Face storage) and transformers (HF Llama).
+# The checkpoint tests' other side: safetensors (PyTorch's DCP Hugging Face storage) and transformers (HF Llama,
+# the greedy-generation oracle, tools/bench/generate_bench.py).
 if ! .venv/bin/python -c "import safetensors, transformers" 2>/dev/null; then
   log "installing safetensors and transformers into .venv (once)"
   .venv/bin/pip install -q --disable-pip-version-check safetensors transformers 2> >(grep -v '^WARNING: Location' >&2)

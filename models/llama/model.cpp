@@ -5,8 +5,12 @@
 #include <torch/nn/modules/linear.h>
 
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <string>
+#include <tuple>
 
+#include "dtensor/error.h"
 #include "dtensor/parallel/parameter_replacement.h"
 
 namespace llama {
@@ -43,6 +47,29 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
   return x * cos + rotated * sin;
 }
 
+AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s) {
+  const int64_t b = attention_mask.size(0), t = past + s;
+  if (attention_mask.dim() != 2 || attention_mask.size(1) != t) {
+    throw dtensor::Error("llama: attention_mask must be [batch, " + std::to_string(t) + "] (cached " +
+                         std::to_string(past) + " + new " + std::to_string(s) + " positions), got " +
+                         std::to_string(attention_mask.dim()) + "-d with last size " +
+                         std::to_string(attention_mask.size(-1)));
+  }
+  at::Tensor real = attention_mask.to(at::kBool);                                        // [b, t]
+  at::Tensor pos = (real.to(at::kLong).cumsum(1) - 1).clamp_min(0).narrow(1, past, s);  // [b, s]
+  auto [cos_table, sin_table] = rotary_tables(config, t);                               // [t, d]
+  const int64_t d = cos_table.size(1);
+  AttentionInputs in;
+  in.cos = cos_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
+  in.sin = sin_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
+  at::Tensor query_pos = at::arange(past, t, at::kLong).view({s, 1});
+  at::Tensor key_pos = at::arange(t, at::kLong).view({1, t});
+  at::Tensor visible = (key_pos <= query_pos).unsqueeze(0) & (real.unsqueeze(1) | (key_pos == query_pos).unsqueeze(0));
+  in.mask = at::zeros({b, 1, s, t}, at::kFloat)
+                .masked_fill_(visible.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
+  return in;
+}
+
 AttentionImpl::AttentionImpl(const LlamaConfig& c)
     : head_dim(c.head_dim()),
       q_proj(register_module("q_proj", linear(c.hidden_size, c.num_attention_heads * c.head_dim()))),
@@ -50,16 +77,19 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c)
       v_proj(register_module("v_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim()))),
       o_proj(register_module("o_proj", linear(c.num_attention_heads * c.head_dim(), c.hidden_size))) {}
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                  const at::Tensor& mask) {
   const int64_t b = x.size(0), s = x.size(1);
   at::Tensor q = q_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);  // [b, heads, s, head_dim]
   at::Tensor k = k_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);  // [b, kv_heads, s, head_dim]
   at::Tensor v = v_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);
   q = apply_rotary(q, cos, sin);
   k = apply_rotary(k, cos, sin);
+  if (cache) std::tie(k, v) = cache->update(k, v);  // [b, kv_heads, past + s, head_dim]
   const int64_t n_rep = q.size(1) / k.size(1);  // query heads per key/value head
-  at::Tensor out = at::scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), /*attn_mask=*/{},
-                                                    /*dropout_p=*/0.0, /*is_causal=*/true);
+  const std::optional<at::Tensor> attn_mask = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
+  at::Tensor out = at::scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask,
+                                                    /*dropout_p=*/0.0, /*is_causal=*/!mask.defined());
   return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
 }
 
@@ -77,8 +107,9 @@ DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c)
       post_attention_layernorm(
           register_module("post_attention_layernorm", dtensor::nn::RMSNorm(c.hidden_size, c.rms_norm_eps))) {}
 
-at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  at::Tensor h = x + self_attn(input_layernorm(x), cos, sin);
+at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                     const at::Tensor& mask) {
+  at::Tensor h = x + self_attn(input_layernorm(x), cos, sin, mask);
   return h + mlp(post_attention_layernorm(h));
 }
 
@@ -90,11 +121,35 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c));
 }
 
-at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens) {
-  auto [cos, sin] = rotary_tables(config, tokens.size(1));
+at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask) {
+  const int64_t b = tokens.size(0), s = tokens.size(1), past = cache_length();
+  at::Tensor cos, sin, mask;  // mask undefined: causal over s (the training forward)
+  if (has_cache() || attention_mask.defined()) {
+    at::Tensor padding = attention_mask.defined() ? attention_mask : at::ones({b, past + s}, at::kLong);
+    AttentionInputs in = attention_inputs(config, padding, past, s);
+    cos = in.cos, sin = in.sin, mask = in.mask;
+  } else {
+    std::tie(cos, sin) = rotary_tables(config, s);
+  }
   at::Tensor h = embed_tokens(tokens);
-  for (const auto& layer : *layers) h = layer->as<DecoderLayerImpl>()->forward(h, cos, sin);
+  for (const auto& layer : *layers) h = layer->as<DecoderLayerImpl>()->forward(h, cos, sin, mask);
   return norm(h);
+}
+
+void LlamaModelImpl::setup_cache(int64_t max_len) {
+  for (const auto& layer : *layers) layer->as<DecoderLayerImpl>()->self_attn->cache = std::make_shared<KVCache>(max_len);
+}
+
+void LlamaModelImpl::clear_cache() {
+  for (const auto& layer : *layers) layer->as<DecoderLayerImpl>()->self_attn->cache.reset();
+}
+
+bool LlamaModelImpl::has_cache() const {
+  return !layers->is_empty() && layers->at<DecoderLayerImpl>(0).self_attn->cache != nullptr;
+}
+
+int64_t LlamaModelImpl::cache_length() const {
+  return has_cache() ? layers->at<DecoderLayerImpl>(0).self_attn->cache->length() : 0;
 }
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c)
@@ -105,7 +160,9 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c)
   if (c.tie_word_embeddings) dtensor::nn::replace_parameter(*lm_head, "weight", model->embed_tokens->weight);
 }
 
-at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens) { return lm_head(model(tokens)); }
+at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask) {
+  return lm_head(model(tokens, attention_mask));
+}
 
 void LlamaForCausalLMImpl::init_weights(uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);

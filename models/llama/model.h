@@ -8,18 +8,26 @@
 // RMSNorm), and DTENSOR_MODULE for the blocks a plan targets directly (attention and feed-forward).
 // Shapes are read from tensors (`view({b, s, -1, head_dim})`, n_rep = q heads / k heads), so the same code
 // runs on global-shaped DTensors (torchtitan's plan) and on local shards (HF's plan).
+//
+// Incremental decoding (generate.h): setup_cache(max_len) gives every attention layer a KVCache
+// (kv_cache.h); each forward then appends its tokens' keys and values and attends to all cached positions.
+// An attention_mask [b, past + s] (HF's: 1 a token, 0 left padding) gives each sequence its own positions
+// (count of tokens before it) and hides its padding. Without cache and mask the forward is the training one
+// (causal over s, positions 0..s-1).
 #pragma once
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "dtensor/parallel/hooked_module.h"
 #include "dtensor/parallel/layers.h"
 #include "llama/config.h"
+#include "llama/kv_cache.h"
 
 namespace llama {
 
@@ -29,12 +37,24 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64
 // x [b, heads, s, head_dim] rotated by position: x * cos + rotate_half(x) * sin.
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+// What the attention layers need for s new tokens after `past` cached ones, from attention_mask
+// [b, past + s] (1: a token, 0: padding): cos, sin [b, 1, s, head_dim] at each sequence's own positions
+// (HF's position_ids: tokens before it), and an additive mask [b, 1, s, past + s] (0 or -inf): a query sees
+// the tokens at or before it, and itself (so a padding row stays finite; it is never read).
+struct AttentionInputs {
+  at::Tensor cos, sin, mask;
+};
+AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s);
+
 struct AttentionImpl : torch::nn::Module {
   explicit AttentionImpl(const LlamaConfig& config);
-  // x [b, s, hidden]; cos, sin [s, head_dim]. Returns [b, s, hidden].
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  // x [b, s, hidden]; cos, sin [s, head_dim] or [b, 1, s, head_dim]; mask: undefined (causal over s) or
+  // additive [b, 1, s, past + s]. With a cache, k and v are appended to it and the attention reads all of
+  // it. Returns [b, s, hidden].
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
   int64_t head_dim;
   dtensor::nn::Linear q_proj, k_proj, v_proj, o_proj;
+  std::shared_ptr<KVCache> cache;  // null: no cache
 };
 DTENSOR_MODULE(Attention);
 
@@ -48,17 +68,23 @@ DTENSOR_MODULE(FeedForward);
 
 struct DecoderLayerImpl : torch::nn::Module {
   explicit DecoderLayerImpl(const LlamaConfig& config);
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
   Attention self_attn;
   FeedForward mlp;
   dtensor::nn::RMSNorm input_layernorm, post_attention_layernorm;
 };
 TORCH_MODULE(DecoderLayer);
 
-// HF's LlamaModel: embeddings, layers, final norm. tokens [b, s] -> hidden states [b, s, hidden].
+// HF's LlamaModel: embeddings, layers, final norm. tokens [b, s] -> hidden states [b, s, hidden];
+// attention_mask [b, past + s] or undefined (all tokens).
 struct LlamaModelImpl : torch::nn::Module {
   explicit LlamaModelImpl(const LlamaConfig& config);
-  at::Tensor forward(const at::Tensor& tokens);
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {});
+  // A fresh KVCache of max_len positions in every layer (buffers allocated at the first forward).
+  void setup_cache(int64_t max_len);
+  void clear_cache();              // back to the uncached forward
+  int64_t cache_length() const;    // positions cached (0 without a cache)
+  bool has_cache() const;
   LlamaConfig config;
   dtensor::nn::Embedding embed_tokens;
   torch::nn::ModuleList layers;
@@ -66,10 +92,10 @@ struct LlamaModelImpl : torch::nn::Module {
 };
 TORCH_MODULE(LlamaModel);
 
-// tokens [b, s] -> logits [b, s, vocab].
+// tokens [b, s] -> logits [b, s, vocab] (attention_mask as LlamaModel's).
 struct LlamaForCausalLMImpl : torch::nn::Module {
   explicit LlamaForCausalLMImpl(const LlamaConfig& config);
-  at::Tensor forward(const at::Tensor& tokens);
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {});
   // Deterministic initialization from `seed` alone (its own generator: ranks that are threads may build
   // models at once): embeddings N(0, 1), projections N(0, 0.02), o_proj/down_proj N(0, 0.02/sqrt(2(l+1)))
   // (torchtitan's depth init), lm_head N(0, hidden^-1/2), norms 1.

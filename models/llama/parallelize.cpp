@@ -9,6 +9,14 @@
 // Backward runs the conjugates: each all-gather's gradient is a reduce-scatter and vice versa.
 // Without sequence parallel the Shard(1)s become Replicate: the two all-gathers vanish and the two
 // reduce-scatters become all-reduces.
+//
+// The inference plan (decoding, one token per step: no sequence to shard) is plain Megatron TP:
+//   embed_tokens, norms  not in the plan: weights whole on every rank, activations replicated plain tensors
+//   self_attn            PrepareModuleInput: x, cos, sin, mask Replicate (no comm)
+//   q/k/v, gate/up       Colwise: output Shard(-1); k/v's heads are the KV cache's Shard(1), no comm
+//   o/down_proj          Rowwise: output Partial -> Replicate: all-reduce (b·s·h), two per layer
+//   lm_head              Colwise, output Shard(-1) -> Replicate: all-gather of the logits (b·1·vocab when
+//                        the caller feeds it the last position only, as generate does)
 #include "llama/parallelize.h"
 
 #include "dtensor/error.h"
@@ -57,9 +65,9 @@ ParallelizePlan torchtitan_plan(const LlamaConfig& c, int64_t tp, const TPOption
   head.input_layouts = act;
   head.output_layouts = o.loss_parallel ? Placement(Shard(-1)) : Placement(Replicate());
   head.use_local_output = !o.loss_parallel;
-  PrepareModuleInput attention_input;  // (x, cos, sin)
-  attention_input.input_layouts = {act, Replicate(), Replicate()};
-  attention_input.desired_input_layouts = {Replicate(), Replicate(), Replicate()};
+  PrepareModuleInput attention_input;  // (x, cos, sin, mask)
+  attention_input.input_layouts = {act, Replicate(), Replicate(), Replicate()};
+  attention_input.desired_input_layouts = {Replicate(), Replicate(), Replicate(), Replicate()};
   PrepareModuleInput mlp_input;
   mlp_input.input_layouts = {act};
   mlp_input.desired_input_layouts = {Replicate()};
@@ -93,6 +101,33 @@ ParallelizePlan torchtitan_plan(const LlamaConfig& c, int64_t tp, const TPOption
   return plan;
 }
 
+ParallelizePlan inference_plan(const LlamaConfig& c, int64_t tp) {
+  check_sizes(c, tp, /*allow_replicated_kv=*/true);
+  PrepareModuleInput attention_input;  // (x, cos, sin, mask): replicated plain tensors become Replicate DTensors
+  attention_input.input_layouts = {Replicate(), Replicate(), Replicate(), Replicate()};
+  attention_input.desired_input_layouts = {Replicate(), Replicate(), Replicate(), Replicate()};
+  ColwiseParallel colwise_dtensor;  // q: views into heads see global shapes
+  colwise_dtensor.use_local_output = false;
+  HeadReplicatedColwiseParallel kv;  // k, v: their output, and so the KV cache, is Shard(1) by heads
+  kv.num_heads = c.num_key_value_heads;
+  kv.head_dim = c.head_dim();
+  kv.tp_degree = tp;
+  ColwiseParallel gathered_logits;  // Shard(-1) -> Replicate: one all-gather of [b, 1, vocab] per step
+  gathered_logits.output_layouts = Replicate();
+  // model.embed_tokens and the norms are not in the plan: their weights stay whole on every rank.
+  return {
+      {"model.layers.*.self_attn", attention_input},
+      {"model.layers.*.self_attn.q_proj", colwise_dtensor},
+      {"model.layers.*.self_attn.k_proj", kv},
+      {"model.layers.*.self_attn.v_proj", kv},
+      {"model.layers.*.self_attn.o_proj", RowwiseParallel()},  // Partial -> Replicate: all-reduce
+      {"model.layers.*.mlp.gate_proj", ColwiseParallel()},
+      {"model.layers.*.mlp.up_proj", ColwiseParallel()},
+      {"model.layers.*.mlp.down_proj", RowwiseParallel()},  // Partial -> Replicate: all-reduce
+      {"lm_head", gathered_logits},
+  };
+}
+
 ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
   check_sizes(c, tp, /*allow_replicated_kv=*/false);
   return plan_from_strings({
@@ -109,6 +144,10 @@ ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
 
 void apply_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh, const TPOptions& options) {
   parallelize_module(*model, tp_mesh, torchtitan_plan(model->config, tp_mesh.size(), options));
+}
+
+void apply_inference_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh) {
+  parallelize_module(*model, tp_mesh, inference_plan(model->config, tp_mesh.size()));
 }
 
 void apply_hf_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh) {

@@ -25,8 +25,14 @@ dtensor::ParallelizePlan torchtitan_plan(const LlamaConfig& config, int64_t tp, 
 // The same losses as torchtitan_plan with sequence_parallel = false.
 dtensor::ParallelizePlan hf_plan(const LlamaConfig& config, int64_t tp);
 
+// Plain TP for generation (generate.h): Colwise q/k/v/gate/up, Rowwise o/down with Replicate output
+// (2 all-reduces per layer per forward), lm_head Colwise with its output gathered to Replicate; embeddings
+// and norms whole. k/v heads may be replicated as in torchtitan_plan; the KV cache follows the k/v shards.
+dtensor::ParallelizePlan inference_plan(const LlamaConfig& config, int64_t tp);
+
 // Checks the sizes (the errors above) and applies the plan: nothing moves when a check fails.
 void apply_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh, const TPOptions& options = {});
+void apply_inference_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh);
 void apply_hf_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh);
 
 }  // namespace llama

@@ -5,20 +5,22 @@
 //   alias / detach / clone / _to_copy     output spec = input spec (dtype follows the op)
 //   *_like factories                      Partial -> Replicate (new values are not terms of a sum),
 //                                         Shard / Replicate kept
+//   new_* factories                       Shard(d) kept where dim d keeps its size, else Replicate
 //   zero_                                 placements kept (0 is a valid term of every reduction)
 //   fill_(v)                              placements kept; on Partial(sum) dims one rank holds v, the
 //                                         others 0 (Replicate -> Partial of the filled value)
 //   copy_(src)                            src is redistributed to self's placements first
 //
-// Strategies: alias/detach/clone, *_like, new_*, zero_. Custom handlers (the local computation is not the
-// op on the shards): _to_copy (refuses a device move), fill_ and copy_ from a plain value (Partial terms
-// differ per rank), item() (the value of a sharded tensor needs a gather).
+// Strategies: alias/detach/clone, *_like, new_empty_strided, zero_. Custom handlers (the local computation is
+// not the op on the shards): _to_copy (refuses a device move), fill_ and copy_ from a plain value (Partial terms
+// differ per rank), new_* (the size argument is global), item() (the value of a sharded tensor needs a gather).
 #include "dtensor/error.h"
 #include <ATen/ATen.h>
 
 #include <stdexcept>
 
 #include "dtensor/redistribute/redistribute.h"
+#include "dtensor/tensor/shard_layout.h"
 #include "dtensor/tensor/dtensor.h"
 #include "ops/op_call.h"
 #include "ops/op_table.h"
@@ -111,6 +113,30 @@ void copy_(const c10::OperatorHandle& op, Stack* stack) {
   stack->back() = self;
 }
 
+// new_zeros / new_ones / new_empty / new_full(self, size, ...): a tensor of the given global size whose
+// value is the same at every index, so any layout of it is correct. A Shard(d) of self is kept where the
+// new tensor's dim d has self's size (each rank allocates its part along d, as self is split: a KV cache
+// new_zeros({b, heads, max_len, d}) from keys sharded by heads is sharded by heads); other mesh dims, and
+// Partial, give Replicate. PyTorch keeps self's spec only when the whole shape is equal, else Replicate: the
+// same result wherever both apply. A custom handler because the size argument is global and the local
+// call takes this rank's shard of it.
+void new_factory(const c10::OperatorHandle& op, Stack* stack) {
+  const at::Tensor self = input(op, stack, 0).toTensor();
+  const DTensorSpec& spec = dtensor_spec(self);
+  const std::vector<int64_t> size = input(op, stack, 1).toIntVector();
+  Placements out = replicate_all(spec.mesh.ndim());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const Placement& p = spec.placements[i];
+    if (p.is_shard() && p.dim() < static_cast<int64_t>(size.size()) && size[p.dim()] == self.size(p.dim())) out[i] = p;
+  }
+  DTensorSpec out_spec(spec.mesh, out, TensorMeta{size, contiguous_strides(size), self.scalar_type()});
+  input(op, stack, 1) = c10::IValue(local_shard(out_spec).shape);
+  call_local(op, stack);
+  at::Tensor local = stack->back().toTensor();
+  out_spec.meta.dtype = local.scalar_type();
+  stack->back() = detail::make_dtensor(local, out_spec);
+}
+
 // item(): the value is the same everywhere once the tensor is replicated.
 void local_scalar_dense(const c10::OperatorHandle& op, Stack* stack) {
   at::Tensor self = input(op, stack, 0).toTensor();
@@ -132,8 +158,8 @@ ShardingDecision like_factory(const OpCall& call) {
   return ShardingDecision{{std::nullopt}, {reduce_partials(call.tensors.at(0).spec->placements)}, {}, {}};
 }
 
-// new_zeros / new_ones / new_empty / new_full(self, size, ...): a replicated tensor of the given global size.
-ShardingDecision new_factory(const OpCall& call) {
+// new_empty_strided(self, size, stride, ...): a replicated tensor of the given global size.
+ShardingDecision new_strided_factory(const OpCall& call) {
   return ShardingDecision{{std::nullopt}, {replicate_all(call.mesh->ndim())}, {}, {}};
 }
 
@@ -143,8 +169,7 @@ ShardingDecision zero_in_place(const OpCall& call) { return same_as_input(call);
 const StrategyRegistration alias_rules({"aten::detach", "aten::alias", "aten::clone"}, &same_as_input);
 const StrategyRegistration like_factory_rules({"aten::ones_like", "aten::zeros_like", "aten::empty_like", "aten::full_like"},
                                               &like_factory);
-const StrategyRegistration new_factory_rules({"aten::new_zeros", "aten::new_ones", "aten::new_empty", "aten::new_full",
-                                              "aten::new_empty_strided"}, &new_factory);
+const StrategyRegistration new_strided_factory_rule({"aten::new_empty_strided"}, &new_strided_factory);
 const StrategyRegistration zero_rule({"aten::zero_"}, &zero_in_place);
 
 // --- custom handlers: the local computation differs from the op on the shards ------------------------------
@@ -154,6 +179,10 @@ const CustomHandlerRegistration tensor_op_handlers[] = {
     {"aten::fill_.Scalar", &fill_},
     {"aten::fill_.Tensor", &fill_},
     {"aten::copy_", &copy_},
+    {"aten::new_zeros", &new_factory},
+    {"aten::new_ones", &new_factory},
+    {"aten::new_empty", &new_factory},
+    {"aten::new_full", &new_factory},
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Model code as torchtitan writes it, run unchanged on DTensors (what a new user hit): complex rotary
 // embeddings, a reshape that splits a dim before a transpose, repeat_kv, attention with plain 4-D matmul on
 // head-sharded tensors; strides of DTensors equal those of plain tensors of the global shape; plain labels
-// under loss parallel; bad token ids under a vocab-sharded embedding.
+// under loss parallel; bad token ids under a vocab-sharded embedding; a KV cache written as plain code on
+// head-sharded keys stays sharded with no communication.
 #include <gtest/gtest.h>
 
 #include <c10/core/GradMode.h>
@@ -10,6 +11,7 @@
 
 #include "dtensor/error.h"
 #include "dtensor/ops/loss_parallel.h"
+#include "dtensor/parallel/comm_debug_mode.h"
 #include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
 
@@ -194,4 +196,33 @@ TEST(ModelCode, TokenIdOutsideTheVocabularyRaisesOnEveryRank) {
     EXPECT_NE(e.find("index out of range in self"), std::string::npos) << e;
     EXPECT_NE(e.find("token id 10"), std::string::npos) << e;
   }
+}
+
+// gpt-fast's KV cache as plain code: new_zeros at the maximum length keeps the heads' Shard(1) (the dim
+// keeps its size), narrow on the length dim and copy_ write this rank's heads in place, and nothing
+// communicates. Other dims and other shapes: Replicate, as PyTorch's new_zeros.
+TEST(ModelCode, KVCacheOnHeadShardedKeysStaysShardedWithoutComm) {
+  constexpr int64_t MAX = 10;
+  at::Tensor k1 = seeded_randn(14, {B, H, 3, HD}), k2 = seeded_randn(15, {B, H, 1, HD});
+  at::Tensor expected = at::zeros({B, H, MAX, HD});
+  expected.narrow(2, 0, 3).copy_(k1);
+  expected.narrow(2, 3, 1).copy_(k2);
+  run_ranks(2, [&](int, int) {
+    auto mesh = init_device_mesh("cpu", {2});
+    at::Tensor k = distribute_tensor(k1, mesh, {Shard(1)}), k_next = distribute_tensor(k2, mesh, {Shard(1)});
+    CommDebugMode comm;  // after distribute_tensor, which scatters
+    at::Tensor cache = k.new_zeros({B, H, MAX, HD});
+    EXPECT_EQ(placements(cache), Placements{Shard(1)});
+    EXPECT_EQ(to_local(cache).sizes(), (std::vector<int64_t>{B, H / 2, MAX, HD}));
+    cache.narrow(2, 0, 3).copy_(k);
+    cache.narrow(2, 3, 1).copy_(k_next);
+    at::Tensor filled = cache.narrow(2, 0, 4);
+    EXPECT_EQ(placements(filled), Placements{Shard(1)});
+    EXPECT_EQ(comm.get_total_counts(), 0);
+    EXPECT_TRUE(at::equal(full_tensor(cache), expected));
+    // A factory whose sharded dim changes size, or from a Partial: Replicate.
+    EXPECT_EQ(placements(k.new_zeros({B, 2 * H, 1, HD})), Placements{Replicate()});
+    EXPECT_EQ(placements(k.new_ones({4})), Placements{Replicate()});
+    EXPECT_EQ(placements(distribute_tensor(k1, mesh, {Partial()}).new_empty({B, H, MAX, HD})), Placements{Replicate()});
+  });
 }

@@ -1,0 +1,116 @@
+// llama_generate: generation from a Llama model under tensor parallelism, one process per TP rank:
+//
+//   tprun --nproc-per-node 2 llama_generate --random-init --prompt 'The ' --max-new-tokens 32
+//   tprun --nproc-per-node 2 llama_generate --help
+//
+// Every rank runs the same decode loop (llama/generate.h) under llama::inference_plan; rank 0 streams
+// the tokens of the first sequence as they are drawn, prints every sequence at the end, and, last, a
+// machine-readable `summary` line. A bad command line (or weights that do not fit the model) prints one
+// `error:` line on rank 0 and exits 2 on every rank, before any communication.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "llama/generate.h"
+#include "options.h"
+#include "weights.h"
+
+namespace {
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+// A byte token as text (control bytes other than newline and tab escaped), or an id.
+std::string show(int64_t token, bool bytes) {
+  if (!bytes) return " " + std::to_string(token);
+  if (token == '\n' || token == '\t' || (token >= 32 && token < 127) || token >= 128) return std::string(1, static_cast<char>(token));
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(token));
+  return buf;
+}
+
+std::string show_all(const std::vector<int64_t>& tokens, bool bytes) {
+  std::string s;
+  for (int64_t t : tokens) s += show(t, bytes);
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rank = env_int("RANK", 0);
+  const int world_size = env_int("WORLD_SIZE", 1);
+  llama_generate::GenerateCliOptions options;
+  llama::LlamaConfig config;
+  try {
+    bool help = false;
+    options = llama_generate::parse_options(std::vector<std::string>(argv + 1, argv + argc), help);
+    if (help) {
+      if (rank == 0) std::fputs(llama_generate::help_text().c_str(), stdout);
+      return 0;
+    }
+    llama_generate::check_options(options, world_size);
+    config = llama_generate::model_config(options, world_size);
+    for (const auto& prompt : options.prompts) {
+      for (int64_t id : prompt) {
+        if (id >= config.vocab_size) {
+          throw llama_generate::UsageError("prompt token id " + std::to_string(id) + " >= the model's vocabulary " +
+                                           std::to_string(config.vocab_size));
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    auto world = dtensor::init_process_group();
+    auto tp_mesh = dtensor::init_device_mesh("cpu", {world->size()}, {"tp"});
+    llama::LlamaForCausalLM model{nullptr};
+    try {
+      model = llama_generate::load_model(options, config, tp_mesh);
+    } catch (const llama_generate::UsageError& e) {
+      if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    }
+    const bool bytes = options.byte_prompts;
+    if (rank == 0) {
+      std::printf("llama_generate: tp=%lld batch=%zu | %s\n", static_cast<long long>(tp_mesh.size()),
+                  options.prompts.size(), config.to_string().c_str());
+      if (options.stream) std::printf("%s", show_all(options.prompts[0], bytes).c_str());
+      std::fflush(stdout);
+    }
+    llama::TokenCallback stream;
+    if (rank == 0 && options.stream) {
+      stream = [&](int64_t, const std::vector<int64_t>& tokens) {
+        if (tokens[0] < 0) return;
+        std::printf("%s", show(tokens[0], bytes).c_str());
+        std::fflush(stdout);
+      };
+    }
+    const auto result = llama::generate(model, options.prompts, options.generate, stream);
+    if (rank == 0) {
+      if (options.stream) std::printf("\n");
+      int64_t new_tokens = 0;
+      for (size_t i = 0; i < result.new_tokens.size(); ++i) {
+        new_tokens += static_cast<int64_t>(result.new_tokens[i].size());
+        std::printf("[%zu] %s|%s\n", i, show_all(options.prompts[i], bytes).c_str(), show_all(result.new_tokens[i], bytes).c_str());
+      }
+      const double ms_per_token = result.steps > 1 ? result.decode_ms / static_cast<double>(result.steps - 1) : 0.0;
+      const double tokens_per_s = result.decode_ms > 0
+                                      ? static_cast<double>(result.new_tokens.size() * (result.steps - 1)) / (result.decode_ms / 1000.0)
+                                      : 0.0;
+      std::printf("summary prompt_tokens=%lld new_tokens=%lld prefill_ms=%.3f ms_per_token=%.3f tokens_per_s=%.1f\n",
+                  static_cast<long long>(result.prompt_tokens), static_cast<long long>(new_tokens), result.prefill_ms,
+                  ms_per_token, tokens_per_s);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}

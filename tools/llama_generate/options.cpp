@@ -1,0 +1,178 @@
+#include "options.h"
+
+#include <charconv>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace llama_generate {
+namespace {
+
+template <typename T>
+T parse_number(const std::string& flag, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) throw UsageError("--" + flag + ": '" + text + "' is not a valid number");
+  return value;
+}
+
+int64_t positive(const std::string& flag, const std::string& text) {
+  auto v = parse_number<int64_t>(flag, text);
+  if (v <= 0) throw UsageError("--" + flag + " must be positive, got " + text);
+  return v;
+}
+
+// "1,2,3" -> {1, 2, 3}
+std::vector<int64_t> parse_ids(const std::string& text) {
+  std::vector<int64_t> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto id = parse_number<int64_t>("prompt-ids", item);
+    if (id < 0) throw UsageError("--prompt-ids: token id " + item + " is negative");
+    ids.push_back(id);
+  }
+  if (ids.empty()) throw UsageError("--prompt-ids: no token ids in '" + text + "'");
+  return ids;
+}
+
+std::vector<int64_t> bytes_of(const std::string& text) {
+  if (text.empty()) throw UsageError("--prompt is empty");
+  std::vector<int64_t> ids;
+  for (unsigned char c : text) ids.push_back(c);
+  return ids;
+}
+
+}  // namespace
+
+std::string help_text() {
+  GenerateCliOptions d;
+  std::ostringstream s;
+  s << "llama_generate: generates from a Llama model under tensor parallelism (plain TP, KV cache sharded by heads).\n"
+    << "  tprun --nproc-per-node 2 llama_generate --random-init --prompt 'Hello' [options]\n\n"
+    << "weights (exactly one):\n"
+    << "  --checkpoint DIR          our checkpoint (llama_train --checkpoint-dir)\n"
+    << "  --hf-dir DIR              HF Llama weights (config.json + model.safetensors)\n"
+    << "  --random-init             random weights from --seed, sizes from the model flags below\n"
+    << "prompts (one or more; several make a batch, left-padded):\n"
+    << "  --prompt TEXT             bytes as tokens (our byte-level models)\n"
+    << "  --prompt-ids 1,2,3        token ids\n"
+    << "generation:\n"
+    << "  --max-new-tokens N        per sequence (default " << d.generate.max_new_tokens << ")\n"
+    << "  --eos-id N                a sequence stops after drawing N (default: none)\n"
+    << "  --temperature X           0 = greedy (default " << d.generate.sampling.temperature << ")\n"
+    << "  --top-k N                 0 = off (default " << d.generate.sampling.top_k << ")\n"
+    << "  --top-p X                 1 = off (default " << d.generate.sampling.top_p << ")\n"
+    << "  --seed N                  sampling (and --random-init weights) (default " << d.seed << ")\n"
+    << "  --batch N                 repeat the single prompt N times (default: one sequence per prompt)\n"
+    << "  --tp N                    TP degree (default: the world size)\n"
+    << "  --no-stream               print the outputs at the end only\n"
+    << "model sizes for --random-init:\n"
+    << "  --vocab N (default " << d.model.vocab_size << ")  --dim N (" << d.model.hidden_size << ")  --layers N ("
+    << d.model.num_hidden_layers << ")  --heads N (" << d.model.num_attention_heads << ")  --kv-heads N ("
+    << d.model.num_key_value_heads << ")  --ffn-dim N (" << d.model.intermediate_size << ")\n"
+    << "  --help\n"
+    << "Rank 0 streams the tokens and ends with: summary prompt_tokens=.. new_tokens=.. prefill_ms=.. ms_per_token=.. tokens_per_s=..\n";
+  return s.str();
+}
+
+GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& help) {
+  GenerateCliOptions o;
+  help = false;
+  bool has_text = false, has_ids = false;
+  using Setter = std::function<void(const std::string&)>;
+  const std::map<std::string, Setter> valued = {
+      {"checkpoint", [&](const std::string& v) {
+         if (!std::filesystem::is_directory(v)) throw UsageError("--checkpoint: no such directory '" + v + "'");
+         o.checkpoint = v;
+       }},
+      {"hf-dir", [&](const std::string& v) {
+         if (!std::filesystem::is_directory(v)) throw UsageError("--hf-dir: no such directory '" + v + "'");
+         o.hf_dir = v;
+       }},
+      {"prompt", [&](const std::string& v) { o.prompts.push_back(bytes_of(v)); has_text = true; }},
+      {"prompt-ids", [&](const std::string& v) { o.prompts.push_back(parse_ids(v)); has_ids = true; }},
+      {"max-new-tokens", [&](const std::string& v) { o.generate.max_new_tokens = positive("max-new-tokens", v); }},
+      {"eos-id", [&](const std::string& v) {
+         o.generate.eos_token_id = parse_number<int64_t>("eos-id", v);
+         if (*o.generate.eos_token_id < 0) throw UsageError("--eos-id must not be negative, got " + v);
+       }},
+      {"temperature", [&](const std::string& v) {
+         o.generate.sampling.temperature = parse_number<double>("temperature", v);
+         if (o.generate.sampling.temperature < 0) throw UsageError("--temperature must not be negative, got " + v);
+       }},
+      {"top-k", [&](const std::string& v) {
+         o.generate.sampling.top_k = parse_number<int64_t>("top-k", v);
+         if (o.generate.sampling.top_k < 0) throw UsageError("--top-k must not be negative, got " + v);
+       }},
+      {"top-p", [&](const std::string& v) {
+         o.generate.sampling.top_p = parse_number<double>("top-p", v);
+         if (!(o.generate.sampling.top_p > 0 && o.generate.sampling.top_p <= 1)) throw UsageError("--top-p must be in (0, 1], got " + v);
+       }},
+      {"seed", [&](const std::string& v) { o.seed = parse_number<uint64_t>("seed", v); }},
+      {"batch", [&](const std::string& v) { o.batch = positive("batch", v); }},
+      {"tp", [&](const std::string& v) { o.tp = positive("tp", v); }},
+      {"vocab", [&](const std::string& v) { o.model.vocab_size = positive("vocab", v); }},
+      {"dim", [&](const std::string& v) { o.model.hidden_size = positive("dim", v); }},
+      {"layers", [&](const std::string& v) { o.model.num_hidden_layers = positive("layers", v); }},
+      {"heads", [&](const std::string& v) { o.model.num_attention_heads = positive("heads", v); }},
+      {"kv-heads", [&](const std::string& v) { o.model.num_key_value_heads = positive("kv-heads", v); }},
+      {"ffn-dim", [&](const std::string& v) { o.model.intermediate_size = positive("ffn-dim", v); }},
+  };
+  const std::map<std::string, std::function<void()>> flags = {
+      {"random-init", [&] { o.random_init = true; }},
+      {"no-stream", [&] { o.stream = false; }},
+      {"help", [&] { help = true; }},
+  };
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "' (options start with --; see --help)");
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (auto f = flags.find(name); f != flags.end()) {
+      if (has_value) throw UsageError("--" + name + " takes no value");
+      f->second();
+      continue;
+    }
+    auto v = valued.find(name);
+    if (v == valued.end()) throw UsageError("unknown option '" + a + "' (see --help)");
+    if (!has_value) {
+      if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value");
+      value = args[++i];
+    }
+    v->second(value);
+  }
+  if (help) return o;
+  const int sources = !o.checkpoint.empty() + !o.hf_dir.empty() + o.random_init;
+  if (sources != 1) throw UsageError("give exactly one of --checkpoint, --hf-dir, --random-init (got " + std::to_string(sources) + ")");
+  if (o.prompts.empty()) throw UsageError("no prompt: give --prompt TEXT or --prompt-ids 1,2,3");
+  if (has_text && has_ids) throw UsageError("--prompt and --prompt-ids cannot be mixed");
+  o.byte_prompts = has_text;
+  if (o.batch > 0) {
+    if (o.prompts.size() != 1) throw UsageError("--batch repeats a single prompt; got " + std::to_string(o.prompts.size()) + " prompts");
+    o.prompts.assign(static_cast<size_t>(o.batch), o.prompts[0]);
+  }
+  o.generate.sampling.seed = o.seed;
+  try {
+    o.model.validate();
+    o.generate.sampling.validate();
+  } catch (const std::exception& e) {
+    throw UsageError(e.what());
+  }
+  return o;
+}
+
+void check_options(const GenerateCliOptions& o, int64_t world) {
+  const int64_t tp = o.tp ? o.tp : world;
+  if (tp != world) throw UsageError("--tp " + std::to_string(tp) + " != world size " + std::to_string(world) +
+                                    " (run with --nproc-per-node " + std::to_string(tp) + ")");
+}
+
+}  // namespace llama_generate

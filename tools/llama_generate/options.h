@@ -1,0 +1,41 @@
+// llama_generate's command line: long options with built-in defaults (`--help` lists them).
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "llama/config.h"
+#include "llama/generate.h"
+
+namespace llama_generate {
+
+struct GenerateCliOptions {
+  // Weights (weights.h): exactly one source.
+  std::string checkpoint;    // our checkpoint directory (llama_train --checkpoint-dir)
+  std::string hf_dir;        // HF weights: config.json + *.safetensors
+  bool random_init = false;  // LlamaForCausalLM::init_weights(seed), sizes from the flags below
+  llama::LlamaConfig model;  // --random-init's sizes (a checkpoint carries its own)
+  // Prompts: byte-level text (our byte-token models) or token ids; several --prompt / --prompt-ids make a batch.
+  std::vector<std::vector<int64_t>> prompts;
+  bool byte_prompts = false;  // the prompts came from --prompt: stream and print the output as text
+  int64_t batch = 0;          // 0: one sequence per prompt; else a single prompt repeated `batch` times
+  llama::GenerateOptions generate;  // max_new_tokens, eos, sampling (seed: --seed)
+  uint64_t seed = 0;          // sampling, and --random-init's weights
+  int64_t tp = 0;             // 0: the world size
+  bool stream = true;         // print rank 0's tokens as they come
+};
+
+// A bad command line: main prints "error: <what>" on rank 0 and exits 2 on every rank.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Parses argv (without argv[0]). Sets `help` when --help is given. Throws UsageError.
+GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& help);
+std::string help_text();
+// Checks what needs the world size (tp == world). Throws UsageError.
+void check_options(const GenerateCliOptions& options, int64_t world_size);
+
+}  // namespace llama_generate

@@ -147,6 +147,8 @@ std::string ProcessGroup::describe() const {
   return describe_group(ranks_, rank_);
 }
 
+std::string ProcessGroup::backend_name() const { return backend_->getBackendName(); }
+
 Work ProcessGroup::start(const char* collective, int64_t bytes,
                          const std::function<c10::intrusive_ptr<c10d::Work>()>& issue, std::function<void()> finish,
                          const std::function<void()>& alone) {

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <set>
@@ -15,6 +16,7 @@
 
 using namespace dtensor;
 using namespace dtensor::testing;
+namespace kernels = dtensor::detail::shm;
 
 namespace {
 
@@ -56,7 +58,7 @@ void check_every_collective(int rank, int world, const std::vector<int64_t>& siz
   BothWorlds worlds(rank, world, "every");
   auto fast = worlds.fast->world_group();
   auto gloo = worlds.gloo->world_group();
-  ASSERT_EQ(fast->backend().getBackendName(), "dtensor_shm");
+  ASSERT_EQ(fast->backend_name(), "dtensor_shm");
   for (at::ScalarType dtype : dtypes) {
     for (int64_t n : sizes) {
       const std::string where = std::string(c10::toString(dtype)) + " numel " + std::to_string(n) + " world " +
@@ -110,17 +112,17 @@ void check_every_collective(int rank, int world, const std::vector<int64_t>& siz
 TEST(ShmReduceKernels, MatchTheReferencePath) {
   for (at::ScalarType dtype : kDtypes) {
     for (int64_t n : {0, 1, 1023, 1024, 5000}) {
-      for (auto op : {detail::shm::Reduction::SUM, detail::shm::Reduction::MAX, detail::shm::Reduction::MIN}) {
+      for (auto op : {kernels::Reduction::SUM, kernels::Reduction::MAX, kernels::Reduction::MIN}) {
         std::vector<at::Tensor> srcs;
         std::vector<const void*> ptrs;
         for (int k = 0; k < 3; ++k) srcs.push_back((seeded_randn(k, {n}) * 100).to(dtype));
         for (auto& s : srcs) ptrs.push_back(s.data_ptr());
         at::Tensor fast = at::empty({n}, srcs[0].options()), naive = at::empty({n}, srcs[0].options());
-        detail::shm::reduce_into(fast.data_ptr(), ptrs.data(), 3, n, dtype, op);
-        detail::shm::reduce_into_reference(naive.data_ptr(), ptrs.data(), 3, n, dtype, op);
+        kernels::reduce_into(fast.data_ptr(), ptrs.data(), 3, n, dtype, op);
+        kernels::reduce_into_reference(naive.data_ptr(), ptrs.data(), 3, n, dtype, op);
         EXPECT_TRUE(at::equal(fast, naive)) << c10::toString(dtype) << " " << n;
         // In place into the first source, as the large all_reduce does.
-        detail::shm::reduce_into(srcs[0].data_ptr(), ptrs.data(), 3, n, dtype, op);
+        kernels::reduce_into(srcs[0].data_ptr(), ptrs.data(), 3, n, dtype, op);
         EXPECT_TRUE(at::equal(srcs[0], naive)) << c10::toString(dtype) << " " << n << " in place";
       }
     }
@@ -163,7 +165,7 @@ TEST(ShmBackend, SubGroupsOfA2x2MeshRunConcurrently) {
     const int row = rank / 2, col = rank % 2;
     auto rows = worlds.fast->group({2 * row, 2 * row + 1});
     auto cols = worlds.fast->group({col, col + 2});
-    ASSERT_EQ(rows->backend().getBackendName(), "dtensor_shm");
+    ASSERT_EQ(rows->backend_name(), "dtensor_shm");
     for (int it = 0; it < 50; ++it) {
       const int64_t n = 1 + (it * 7919) % 70000;
       at::Tensor x = at::full({n}, double(rank + it));
@@ -261,7 +263,7 @@ TEST(ShmBackend, GlooCanBeForced) {
   run_ranks(2, [](int rank, int world) {
     InitOptions g{.timeout = std::chrono::milliseconds(20000), .gloo_hostname = "127.0.0.1", .backend = "gloo"};
     World w(c10::make_intrusive<c10d::PrefixStore>("forced", current_world()->store()), rank, world, g);
-    EXPECT_NE(w.world_group()->backend().getBackendName(), "dtensor_shm");
+    EXPECT_NE(w.world_group()->backend_name(), "dtensor_shm");
   });
   InitOptions bad{.backend = "nccl"};
   EXPECT_NE(error_of([&] { World w(c10::make_intrusive<c10d::HashStore>(), 0, 1, bad); })

@@ -90,7 +90,7 @@ std::map<std::pair<std::string, int64_t>, Result> run_backend(const Args& args, 
   std::map<std::pair<std::string, int64_t>, Result> results;
   if (world.rank() == 0) {
     std::printf("# dtensor comm_bench: world %d, backend %s (%s), float32; time is the mean over iterations, max over "
-                "ranks\n", n, label.c_str(), group->backend().getBackendName().c_str());
+                "ranks\n", n, label.c_str(), group->backend_name().c_str());
   }
   for (const auto& c : collectives) {
     if (world.rank() == 0) {

@@ -83,6 +83,7 @@ class ProcessGroup {
   void barrier();
 
   c10d::Backend& backend() const { return *backend_; }
+  std::string backend_name() const;  // "dtensor_shm" (same-host shared memory) or "gloo"
   // The shared-memory backend checks collective sizes within the collective itself (size_agreement.h).
   bool checks_sizes_in_band() const { return in_band_sizes_; }
 

@@ -16,7 +16,9 @@
 
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/launch_env.h"
+#include "mesh/host_identity.h"
 #include "mesh/rendezvous.h"
+#include "mesh/shm/shm_backend.h"
 #include "mesh/size_agreement.h"
 
 namespace dtensor {
@@ -53,6 +55,26 @@ std::string message_of(const std::exception& e) {
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::string describe_group(const std::vector<int>& ranks, int group_rank) {
+  return "group [" + join(ranks, ", ") + "] (rank " + std::to_string(group_rank) + " of " +
+         std::to_string(ranks.size()) + ")";
+}
+
+// InitOptions::backend, else DTENSOR_BACKEND, else "auto"; checked when the world is made.
+std::string resolve_backend(const std::string& requested) {
+  std::string mode = requested;
+  const char* from = "InitOptions::backend";
+  if (mode.empty()) {
+    const char* env = std::getenv("DTENSOR_BACKEND");
+    mode = env && *env ? env : "auto";
+    from = "DTENSOR_BACKEND";
+  }
+  if (mode != "auto" && mode != "gloo" && mode != "shm") {
+    throw dtensor::Error(std::string("dtensor: ") + from + "=" + mode + " is not a backend (auto, gloo or shm)");
+  }
+  return mode;
 }
 
 std::chrono::milliseconds resolve_timeout(std::chrono::milliseconds requested) {
@@ -116,13 +138,16 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, std::vecto
     if (ranks_[i] == global_rank) rank_ = static_cast<int>(i);
   }
   if (rank_ < 0) throw dtensor::Error("dtensor: rank " + std::to_string(global_rank) + " is not in " + describe());
+  in_band_sizes_ = backend_->getBackendName() == detail::shm::kBackendName;
 }
 
 ProcessGroup::~ProcessGroup() = default;
 
 std::string ProcessGroup::describe() const {
-  return "group [" + join(ranks_, ", ") + "] (rank " + std::to_string(rank_) + " of " + std::to_string(size()) + ")";
+  return describe_group(ranks_, rank_);
 }
+
+std::string ProcessGroup::backend_name() const { return backend_->getBackendName(); }
 
 Work ProcessGroup::start(const char* collective, int64_t bytes,
                          const std::function<c10::intrusive_ptr<c10d::Work>()>& issue, std::function<void()> finish,
@@ -138,6 +163,8 @@ Work ProcessGroup::start(const char* collective, int64_t bytes,
   c10::intrusive_ptr<c10d::Work> work;
   try {
     work = issue();
+  } catch (const dtensor::Error&) {
+    throw;  // ours already names the collective and the group
   } catch (const std::exception& e) {
     throw dtensor::Error("dtensor: " + what + " failed to start: " + message_of(e));
   }
@@ -224,10 +251,12 @@ World::World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOpti
     : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)),
       groups_(std::make_unique<Groups>()) {
   options_.timeout = resolve_timeout(options_.timeout);
+  options_.backend = resolve_backend(options_.backend);
   if (size < 1 || rank < 0 || rank >= size) {
     throw dtensor::Error("dtensor: rank " + std::to_string(rank) + " is outside [0, world size " +
                                 std::to_string(size) + ")");
   }
+  if (options_.backend != "gloo") detail::publish_host_identity(*store_, rank_);
 }
 
 World::~World() = default;
@@ -272,9 +301,35 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
                              join(global_ranks, ", ") + "] within " + std::to_string(options_.timeout.count()) +
                              " ms (did every member start and reach the same point?): " + message_of(e));
   }
+  if (options_.backend != "gloo" && global_ranks.size() > 1) {
+    backend = with_shared_memory(std::move(backend), *prefixed, global_ranks, group_rank);
+  }
   auto group = std::make_shared<ProcessGroup>(std::move(backend), global_ranks, rank_, options_.timeout);
   groups_->by_ranks.emplace(global_ranks, group);
   return group;
+}
+
+// The same-host backend over `gloo` when every member runs on this host (else `gloo` itself, or an error when
+// shared memory was required). Collective over the members, like Gloo's creation.
+c10::intrusive_ptr<c10d::Backend> World::with_shared_memory(c10::intrusive_ptr<c10d::Backend> gloo,
+                                                            c10d::Store& group_store,
+                                                            const std::vector<int>& global_ranks, int group_rank) {
+  const bool one_host = detail::members_share_host(*store_, global_ranks);
+  const bool fits = global_ranks.size() <= static_cast<size_t>(detail::shm::kMaxRanks);
+  if (!one_host || !fits) {
+    if (options_.backend == "shm") {
+      throw dtensor::Error("dtensor: group [" + join(global_ranks, ", ") + "] cannot use shared memory (backend shm): " +
+                           (one_host ? "more than " + std::to_string(detail::shm::kMaxRanks) + " ranks"
+                                     : std::string("its ranks run on different hosts")));
+    }
+    return gloo;
+  }
+  auto segment = detail::shm::Segment::open_for_group(group_store, group_rank, static_cast<int>(global_ranks.size()),
+                                                      join(global_ranks, "."),
+                                                      detail::shm::chunk_bytes_from_environ(), options_.timeout);
+  auto comm = std::make_unique<detail::shm::ShmComm>(std::move(segment), group_rank, global_ranks,
+                                                     describe_group(global_ranks, group_rank), options_.timeout);
+  return c10::make_intrusive<detail::shm::ShmBackend>(std::move(comm), std::move(gloo));
 }
 
 std::shared_ptr<ProcessGroup> World::world_group() {

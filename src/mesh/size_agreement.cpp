@@ -27,6 +27,7 @@ namespace {
 
 constexpr int64_t kShapeDims = 6;
 constexpr int64_t kFixed = 5 + kShapeDims;
+static_assert(kFixed == kDescriptorSplitsAt);
 enum Field : int64_t { COLLECTIVE = 0, DTYPE, IN_BYTES, OUT_BYTES, NDIM, SHAPE };
 
 const char* name_of(int64_t collective) {
@@ -36,6 +37,7 @@ const char* name_of(int64_t collective) {
     case SizedCollective::REDUCE_SCATTER: return "reduce_scatter";
     case SizedCollective::ALL_TO_ALL: return "all_to_all";
     case SizedCollective::BROADCAST: return "broadcast";
+    case SizedCollective::BARRIER: return "barrier";
   }
   return "an unknown collective";
 }
@@ -44,6 +46,7 @@ int64_t nbytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_ca
 
 std::string describe_rank(const int64_t* d, int64_t n, bool with_splits) {
   std::ostringstream os;
+  if (static_cast<SizedCollective>(d[COLLECTIVE]) == SizedCollective::BARRIER) return "barrier";
   os << name_of(d[COLLECTIVE]) << " of a " << c10::toString(static_cast<at::ScalarType>(d[DTYPE])) << " tensor [";
   for (int64_t k = 0; k < std::min(d[NDIM], kShapeDims); ++k) os << (k ? ", " : "") << d[SHAPE + k];
   if (d[NDIM] > kShapeDims) os << ", ...";
@@ -68,12 +71,16 @@ std::string disagreement(const std::vector<const int64_t*>& all, int64_t n) {
   const int64_t* first = all[0];
   for (int64_t r = 1; r < n; ++r) {
     if (all[r][COLLECTIVE] != first[COLLECTIVE]) return "ranks called different collectives";
-    if (all[r][DTYPE] != first[DTYPE]) return "ranks passed different dtypes";
+    if (all[r][DTYPE] != first[DTYPE] && static_cast<SizedCollective>(first[COLLECTIVE]) != SizedCollective::BARRIER) {
+      return "ranks passed different dtypes";
+    }
   }
   const auto kind = static_cast<SizedCollective>(first[COLLECTIVE]);
   for (int64_t r = 0; r < n; ++r) {
     const int64_t* d = all[r];
     switch (kind) {
+      case SizedCollective::BARRIER:
+        break;
       case SizedCollective::ALL_REDUCE:
       case SizedCollective::BROADCAST:
         if (d[IN_BYTES] != first[IN_BYTES]) return "ranks passed tensors of different sizes";
@@ -109,21 +116,20 @@ bool size_agreement_enabled() {
   return enabled;
 }
 
-void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::Tensor& in, const at::Tensor& out,
-                    const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits) {
-  const int64_t n = group.size();
-  if (n == 1 || !size_agreement_enabled()) return;
-  const int64_t len = kFixed + 2 * n;
-  at::Tensor mine = at::zeros({len}, at::kLong);
-  int64_t* d = mine.data_ptr<int64_t>();
+int64_t descriptor_length(int64_t group_size) { return kFixed + 2 * group_size; }
+
+std::vector<int64_t> size_descriptor(SizedCollective collective, const at::Tensor& in, const at::Tensor& out,
+                                     const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits,
+                                     int64_t n) {
+  std::vector<int64_t> d(descriptor_length(n), 0);
   d[COLLECTIVE] = static_cast<int64_t>(collective);
+  if (!in.defined()) return d;  // barrier
   d[DTYPE] = static_cast<int64_t>(in.scalar_type());
   d[IN_BYTES] = nbytes(in);
   d[OUT_BYTES] = nbytes(out);
   d[NDIM] = in.dim();
   for (int64_t k = 0; k < std::min<int64_t>(in.dim(), kShapeDims); ++k) d[SHAPE + k] = in.size(k);
-  const bool splits = collective == SizedCollective::ALL_TO_ALL;
-  if (splits) {
+  if (collective == SizedCollective::ALL_TO_ALL) {
     // Rows of dim 0; no splits means equal rows to every rank, as c10d reads them.
     int64_t rows_in = in.dim() ? in.size(0) : 1, rows_out = out.dim() ? out.size(0) : 1;
     for (int64_t j = 0; j < n; ++j) {
@@ -131,6 +137,30 @@ void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::T
       d[kFixed + n + j] = out_splits.empty() ? rows_out / n : out_splits[j];
     }
   }
+  return d;
+}
+
+void check_descriptors(const std::string& what, const std::vector<int>& global_ranks,
+                       const std::vector<const int64_t*>& rows) {
+  const int64_t n = static_cast<int64_t>(rows.size());
+  std::string wrong = disagreement(rows, n);
+  if (wrong.empty()) return;
+  const bool splits = rows[0][COLLECTIVE] == static_cast<int64_t>(SizedCollective::ALL_TO_ALL);
+  std::ostringstream os;
+  os << "dtensor: " << what << ": " << wrong << " (a distributed collective mismatch; nothing was sent):";
+  for (int64_t r = 0; r < n; ++r) {
+    os << "\n  rank " << global_ranks[r] << " (group rank " << r << "): " << describe_rank(rows[r], n, splits);
+  }
+  throw dtensor::Error(os.str());
+}
+
+void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::Tensor& in, const at::Tensor& out,
+                    const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits) {
+  const int64_t n = group.size();
+  if (n == 1 || !size_agreement_enabled() || group.checks_sizes_in_band()) return;
+  const int64_t len = descriptor_length(n);
+  std::vector<int64_t> d = size_descriptor(collective, in, out, in_splits, out_splits, n);
+  at::Tensor mine = at::from_blob(d.data(), {len}, at::kLong);
   at::Tensor all = at::empty({n * len}, at::kLong);
   c10d::AllgatherOptions opts;
   opts.timeout = group.timeout();
@@ -146,14 +176,7 @@ void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::T
   }
   std::vector<const int64_t*> rows;
   for (int64_t r = 0; r < n; ++r) rows.push_back(all.data_ptr<int64_t>() + r * len);
-  std::string wrong = disagreement(rows, n);
-  if (wrong.empty()) return;
-  std::ostringstream os;
-  os << "dtensor: " << what << ": " << wrong << " (a distributed collective mismatch; nothing was sent):";
-  for (int64_t r = 0; r < n; ++r) {
-    os << "\n  rank " << group.ranks()[r] << " (group rank " << r << "): " << describe_rank(rows[r], n, splits);
-  }
-  throw dtensor::Error(os.str());
+  check_descriptors(what, group.ranks(), rows);
 }
 
 }  // namespace dtensor::detail

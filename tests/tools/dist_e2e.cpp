@@ -4,10 +4,14 @@
 //   dist_e2e die R CODE         rank R exits with CODE before a collective the others enter
 //   dist_e2e throw R            rank R throws an uncaught exception before the collective
 //   dist_e2e hang R SECONDS     rank R sleeps instead of joining the collective
+//   dist_e2e kill_mid R         all ranks all-reduce 16 MiB tensors in a loop; rank R SIGKILLs itself
+//                               200 ms after the first, in the middle of one
 //   dist_e2e mismatch           rank r all-reduces a [4 - r, 2] tensor: the ranks disagree on its size
 //
 // Any error reaching main is printed as "error: ..." and exits 1.
 #include <ATen/ATen.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -45,6 +49,19 @@ int main(int argc, char** argv) {
     }
     if (scenario == "mismatch") {
       all_reduce(at::ones({4 - rank, 2}), ReduceOp::SUM, mesh, 0);
+      std::cout << "collective completed" << std::endl;
+      return 0;
+    }
+    if (scenario == "kill_mid") {
+      at::Tensor big = at::ones({4 << 20});
+      mesh.get_group(0).all_reduce_(big, ReduceOp::SUM);  // every group is up before the kill
+      if (rank == target) {
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+          kill(getpid(), SIGKILL);
+        }).detach();
+      }
+      for (int i = 0; i < 100000; ++i) mesh.get_group(0).all_reduce_(big, ReduceOp::SUM);
       std::cout << "collective completed" << std::endl;
       return 0;
     }

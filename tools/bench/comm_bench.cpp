@@ -1,12 +1,15 @@
 // comm_bench: time and bandwidth of all_reduce, all_gather, reduce_scatter and all_to_all over the world
-// group, for message sizes from 1 KiB to 64 MiB, in the columns nccl-tests users know.
+// group, for message sizes from 1 KiB to 64 MiB, in the columns nccl-tests users know, on the same-host
+// shared-memory backend ("fast") and on Gloo, both in one run by default, then side by side.
 //
-//   tprun --nproc-per-node 2 comm_bench [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]
+//   tprun --nproc-per-node 2 comm_bench [--backend fast|gloo|both] [--min-bytes N] [--max-bytes N]
+//                                       [--iters N] [--warmup N]
 //
 // size is the per-rank buffer in bytes as nccl-tests counts it (all_reduce: the tensor; all_gather: the
 // output; reduce_scatter: the input; all_to_all: the buffer). algbw = size / time; busbw = algbw times
 // 2(n-1)/n for all_reduce and (n-1)/n for the others: the per-link traffic a ring would need.
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +18,7 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,6 +33,7 @@ struct Args {
   int64_t max_bytes = 64 << 20;
   int iters = 0;  // 0: adaptive, fewer for big messages
   int warmup = 3;
+  std::vector<std::string> backends{"fast", "gloo"};
 };
 
 Args parse(int argc, char** argv) {
@@ -43,8 +48,15 @@ Args parse(int argc, char** argv) {
     else if (k == "--max-bytes") a.max_bytes = value();
     else if (k == "--iters") a.iters = static_cast<int>(value());
     else if (k == "--warmup") a.warmup = static_cast<int>(value());
+    else if (k == "--backend") {
+      if (i + 1 >= argc) throw std::invalid_argument("comm_bench: --backend needs a value");
+      std::string b = argv[++i];
+      if (b == "both") a.backends = {"fast", "gloo"};
+      else if (b == "fast" || b == "gloo") a.backends = {b};
+      else throw std::invalid_argument("comm_bench: --backend " + b + " (expected fast, gloo or both)");
+    }
     else throw std::invalid_argument("comm_bench: unknown option " + k +
-                                     " (options: --min-bytes, --max-bytes, --iters, --warmup)");
+                                     " (options: --backend, --min-bytes, --max-bytes, --iters, --warmup)");
   }
   if (a.min_bytes < 4 || a.max_bytes < a.min_bytes) throw std::invalid_argument("comm_bench: bad byte range");
   return a;
@@ -56,55 +68,106 @@ struct Collective {
   std::function<void(at::Tensor&, at::Tensor&)> run;  // (buffer of `size` bytes, scratch)
 };
 
+struct Result {
+  double us, busbw;
+};
+
+// One table per backend; returns (collective, size) -> result.
+std::map<std::pair<std::string, int64_t>, Result> run_backend(const Args& args, World& world, const std::string& label) {
+  auto group = world.world_group();
+  const int n = group->size();
+  std::vector<Collective> collectives{
+      {"all_reduce", 2.0 * (n - 1) / n, [&](at::Tensor& buf, at::Tensor&) { group->all_reduce_(buf, ReduceOp::SUM); }},
+      {"all_gather", double(n - 1) / n, [&](at::Tensor& buf, at::Tensor& in) { group->all_gather_into(buf, in); }},
+      {"reduce_scatter", double(n - 1) / n,
+       [&](at::Tensor& buf, at::Tensor& out) { group->reduce_scatter_into(out, buf, ReduceOp::SUM); }},
+      {"all_to_all", double(n - 1) / n,
+       [&](at::Tensor& buf, at::Tensor& out) {
+         std::vector<int64_t> splits(n, buf.numel() / n);
+         group->all_to_all_single(out, buf, splits, splits);
+       }},
+  };
+  std::map<std::pair<std::string, int64_t>, Result> results;
+  if (world.rank() == 0) {
+    std::printf("# dtensor comm_bench: world %d, backend %s (%s), float32; time is the mean over iterations, max over "
+                "ranks\n", n, label.c_str(), group->backend_name().c_str());
+  }
+  for (const auto& c : collectives) {
+    if (world.rank() == 0) {
+      std::printf("\n# %s (%s)\n%12s %10s %8s %12s %10s %10s\n", c.name, label.c_str(), "size(B)", "count", "iters",
+                  "time(us)", "algbw(GB/s)", "busbw(GB/s)");
+    }
+    for (int64_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 2) {
+      int64_t count = std::max<int64_t>(n, (bytes / 4) / n * n);  // divisible by n
+      at::Tensor buf = at::ones({count});
+      at::Tensor scratch = std::strcmp(c.name, "all_to_all") == 0 ? at::empty({count}) : at::empty({count / n});
+      int iters = args.iters > 0 ? args.iters : static_cast<int>(std::clamp<int64_t>((256LL << 20) / bytes, 5, 200));
+      for (int i = 0; i < args.warmup; ++i) c.run(buf, scratch);
+      group->barrier();
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) c.run(buf, scratch);
+      double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+      at::Tensor t = at::full({1}, us, at::kDouble);
+      group->all_reduce_(t, ReduceOp::MAX);
+      us = t.item<double>();
+      double size = double(count) * 4;
+      double algbw = size / us / 1e3;
+      results[{c.name, bytes}] = {us, algbw * c.bus_factor};
+      if (world.rank() == 0) {
+        std::printf("%12lld %10lld %8d %12.1f %10.3f %10.3f\n", (long long)size, (long long)count, iters, us, algbw,
+                    algbw * c.bus_factor);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return results;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  Args args;
   try {
-    Args args = parse(argc, argv);
-    auto world = init_process_group();
-    auto group = world->world_group();
-    const int n = group->size();
-    std::vector<Collective> collectives{
-        {"all_reduce", 2.0 * (n - 1) / n, [&](at::Tensor& buf, at::Tensor&) { group->all_reduce_(buf, ReduceOp::SUM); }},
-        {"all_gather", double(n - 1) / n,
-         [&](at::Tensor& buf, at::Tensor& in) { group->all_gather_into(buf, in); }},
-        {"reduce_scatter", double(n - 1) / n,
-         [&](at::Tensor& buf, at::Tensor& out) { group->reduce_scatter_into(out, buf, ReduceOp::SUM); }},
-        {"all_to_all", double(n - 1) / n,
-         [&](at::Tensor& buf, at::Tensor& out) {
-           std::vector<int64_t> splits(n, buf.numel() / n);
-           group->all_to_all_single(out, buf, splits, splits);
-         }},
-    };
-    if (world->rank() == 0) {
-      std::printf("# dtensor comm_bench: world %d, Gloo on CPU, float32; time is the mean over iterations, max over ranks\n", n);
+    args = parse(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << std::endl;
+    return 2;
+  }
+  try {
+    auto process_world = init_process_group();
+    std::map<std::string, std::map<std::pair<std::string, int64_t>, Result>> by_backend;
+    for (const auto& b : args.backends) {
+      // A world per backend over the job's store, so both run in one job on the same ranks.
+      InitOptions options;
+      options.timeout = process_world->timeout();
+      options.backend = b == "fast" ? "shm" : "gloo";
+      options.gloo_hostname = "127.0.0.1";
+      World world(c10::make_intrusive<c10d::PrefixStore>("comm_bench/" + b, process_world->store()),
+                  process_world->rank(), process_world->size(), options);
+      by_backend[b] = run_backend(args, world, b);
+      if (process_world->rank() == 0) std::printf("\n");
     }
-    for (const auto& c : collectives) {
-      if (world->rank() == 0) {
-        std::printf("\n# %s\n%12s %10s %8s %12s %10s %10s\n", c.name, "size(B)", "count", "iters", "time(us)",
-                    "algbw(GB/s)", "busbw(GB/s)");
+    if (process_world->rank() == 0 && by_backend.size() == 2) {
+      auto& fast = by_backend["fast"];
+      auto& gloo = by_backend["gloo"];
+      std::printf("# side by side: time(us) and busbw(GB/s), fast vs gloo\n%-15s %12s %12s %12s %10s %10s %9s\n",
+                  "collective", "size(B)", "fast(us)", "gloo(us)", "fast bw", "gloo bw", "speedup");
+      for (auto& [key, f] : fast) {
+        const Result& g = gloo[key];
+        std::printf("%-15s %12lld %12.1f %12.1f %10.3f %10.3f %8.1fx\n", key.first.c_str(), (long long)key.second,
+                    f.us, g.us, f.busbw, g.busbw, g.us / f.us);
       }
-      for (int64_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 2) {
-        int64_t count = std::max<int64_t>(n, (bytes / 4) / n * n);  // divisible by n
-        at::Tensor buf = at::ones({count});
-        at::Tensor scratch = std::strcmp(c.name, "all_to_all") == 0 ? at::empty({count}) : at::empty({count / n});
-        int iters = args.iters > 0 ? args.iters : static_cast<int>(std::clamp<int64_t>((256LL << 20) / bytes, 5, 100));
-        for (int i = 0; i < args.warmup; ++i) c.run(buf, scratch);
-        group->barrier();
-        auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) c.run(buf, scratch);
-        double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-        at::Tensor t = at::full({1}, us, at::kDouble);
-        group->all_reduce_(t, ReduceOp::MAX);
-        us = t.item<double>();
-        double size = double(count) * 4;
-        double algbw = size / us / 1e3;
-        if (world->rank() == 0) {
-          std::printf("%12lld %10lld %8d %12.1f %10.3f %10.3f\n", (long long)size, (long long)count, iters, us, algbw,
-                      algbw * c.bus_factor);
-          std::fflush(stdout);
-        }
+      auto pick = [&](auto& m, const char* c, int64_t b) { auto it = m.find({c, b}); return it == m.end() ? Result{0, 0} : it->second; };
+      const int64_t big = [&] { int64_t b = args.min_bytes; while (b * 2 <= args.max_bytes) b *= 2; return b; }();
+      std::printf("summary world=%d small_bytes=%lld big_bytes=%lld all_reduce_small_fast_us=%.1f "
+                  "all_reduce_small_gloo_us=%.1f",
+                  process_world->size(), (long long)args.min_bytes, (long long)big,
+                  pick(fast, "all_reduce", args.min_bytes).us, pick(gloo, "all_reduce", args.min_bytes).us);
+      for (const char* c : {"all_reduce", "all_gather", "reduce_scatter", "all_to_all"}) {
+        std::printf(" %s_big_fast_busbw=%.2f %s_big_gloo_busbw=%.2f", c, pick(fast, c, big).busbw, c,
+                    pick(gloo, c, big).busbw);
       }
+      std::printf("\n");
     }
     return 0;
   } catch (const std::exception& e) {

@@ -1,4 +1,7 @@
-// A group of ranks with a c10d backend (Gloo on CPU), and the world that creates and caches them.
+// A group of ranks with a c10d backend, and the world that creates and caches them. A group whose ranks all
+// run on one host (hostname and boot id, compared through the store) talks through shared memory
+// (src/mesh/shm/: a c10d backend that keeps Gloo for what it does not cover); any other group uses Gloo.
+// DTENSOR_BACKEND=gloo, or InitOptions::backend = "gloo", forces Gloo everywhere.
 //
 // Our ProcessGroup wraps c10d's so that every collective is bounded by the group's timeout, fails with an
 // error naming the collective, the group and the rank, and passes through the comm hooks (comm_hooks.h).
@@ -80,6 +83,9 @@ class ProcessGroup {
   void barrier();
 
   c10d::Backend& backend() const { return *backend_; }
+  std::string backend_name() const;  // "dtensor_shm" (same-host shared memory) or "gloo"
+  // The shared-memory backend checks collective sizes within the collective itself (size_agreement.h).
+  bool checks_sizes_in_band() const { return in_band_sizes_; }
 
  private:
   // Runs the comm hooks, then `issue` (which starts the c10d collective), and wraps the result so that
@@ -93,6 +99,7 @@ class ProcessGroup {
   std::vector<int> ranks_;
   int rank_;
   std::chrono::milliseconds timeout_;
+  bool in_band_sizes_ = false;
 };
 
 struct InitOptions {
@@ -101,6 +108,9 @@ struct InitOptions {
   // Host name / address the Gloo transport binds. Empty: 127.0.0.1 when MASTER_ADDR is a loopback address,
   // else the interface named by GLOO_SOCKET_IFNAME, else the machine's hostname.
   std::string gloo_hostname;
+  // "auto": shared memory for groups on one host, Gloo otherwise; "gloo": Gloo for every group; "shm":
+  // shared memory, and an error for a group that spans hosts. Empty: DTENSOR_BACKEND, else "auto".
+  std::string backend;
 };
 
 // The job as seen from one rank: its store, rank and size, and the process groups created so far (one per
@@ -122,6 +132,9 @@ class World {
 
  private:
   struct Groups;
+  c10::intrusive_ptr<c10d::Backend> with_shared_memory(c10::intrusive_ptr<c10d::Backend> gloo,
+                                                       c10d::Store& group_store, const std::vector<int>& global_ranks,
+                                                       int group_rank);
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_;
   int size_;

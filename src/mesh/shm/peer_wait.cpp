@@ -1,0 +1,91 @@
+#include "mesh/shm/peer_wait.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <string>
+
+namespace dtensor::detail::shm {
+namespace {
+
+constexpr int kSpins = 2000;                                     // ~ a few µs of pause
+constexpr auto kYieldFor = std::chrono::microseconds(200);       // then yield the core for this long
+constexpr auto kSleepSlice = std::chrono::milliseconds(2);       // futex sleeps, re-checking in between
+constexpr auto kLivenessEvery = std::chrono::milliseconds(20);   // how often to look for a dead peer
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+inline bool reached(const RankControl& peer, uint32_t value) {
+  return static_cast<int32_t>(peer.arrived.load(std::memory_order_acquire) - value) >= 0;
+}
+
+void futex_wait(const std::atomic<uint32_t>& word, uint32_t seen, std::chrono::nanoseconds slice) {
+  timespec ts{static_cast<time_t>(slice.count() / 1000000000), static_cast<long>(slice.count() % 1000000000)};
+  // Not FUTEX_PRIVATE: the word is shared between processes.
+  syscall(SYS_futex, reinterpret_cast<const uint32_t*>(&word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+}  // namespace
+
+bool process_alive(int pid) {
+  if (pid <= 0) return true;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;  // no /proc: trust kill()
+  auto close_paren = line.rfind(')');
+  return close_paren == std::string::npos || close_paren + 2 >= line.size() || line[close_paren + 2] != 'Z';
+}
+
+void publish_arrival(RankControl& mine, uint32_t value) {
+  mine.arrived.store(value, std::memory_order_seq_cst);
+  if (mine.sleepers.load(std::memory_order_seq_cst) != 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&mine.arrived), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+  }
+}
+
+WaitFailure wait_for_arrival(const RankControl& peer, uint32_t value,
+                             std::chrono::steady_clock::time_point deadline) {
+  for (int i = 0; i < kSpins; ++i) {
+    if (reached(peer, value)) return WaitFailure::NONE;
+    cpu_relax();
+  }
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  auto next_check = start + kLivenessEvery;
+  auto& sleepers = const_cast<RankControl&>(peer).sleepers;
+  while (true) {
+    if (reached(peer, value)) return WaitFailure::NONE;
+    auto now = clock::now();
+    if (now - start < kYieldFor) {
+      sched_yield();
+      continue;
+    }
+    if (now >= next_check) {
+      if (peer.failed.load() != 0) return WaitFailure::PEER_FAILED;
+      if (!process_alive(peer.pid.load())) return WaitFailure::PEER_EXITED;
+      if (now >= deadline) return WaitFailure::TIMED_OUT;
+      next_check = now + kLivenessEvery;
+    }
+    uint32_t seen = peer.arrived.load(std::memory_order_seq_cst);
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (static_cast<int32_t>(peer.arrived.load(std::memory_order_seq_cst) - value) < 0 &&
+        peer.arrived.load(std::memory_order_seq_cst) == seen) {
+      futex_wait(peer.arrived, seen, kSleepSlice);
+    }
+    sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace dtensor::detail::shm

@@ -4,6 +4,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
 
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/state_dict.h"
@@ -50,6 +53,15 @@ void save_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torc
   const at::Tensor step = at::scalar_tensor(steps_done, at::kLong);
   const at::Tensor seed = at::scalar_tensor(static_cast<int64_t>(o.seed), at::kLong);
   ckpt::save(checkpoint_path(o.checkpoint_dir, steps_done), training_state(model, optimizer, step, seed));
+  // The model's sizes beside the checkpoints, in HF's config.json (llama_generate reads it). Every rank
+  // writes the same bytes to its own temporary file and renames it into place (atomic, race-free).
+  const fs::path tmp = fs::path(o.checkpoint_dir) / (".config.json." + std::to_string(::getpid()));
+  {
+    std::ofstream out(tmp);
+    out << llama::config_to_hf_json(o.model);
+    if (!out) throw dtensor::Error("dtensor: llama_train: cannot write " + tmp.string());
+  }
+  fs::rename(tmp, fs::path(o.checkpoint_dir) / "config.json");
 }
 
 int64_t resume_from_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torch::optim::AdamW& optimizer) {

@@ -17,4 +17,4 @@ if [[ "${1:-}" == "generate" ]]; then
   exec build/bin/tprun --nproc-per-node 2 llama_generate --checkpoint runs/llama \
     --prompt "Everyone is permitted to copy" --max-new-tokens 120 --temperature 0.8 --top-k 20 --seed 1 "$@"
 fi
-exec build/bin/tprun --nproc-per-node 2 llama_train --checkpoint-dir runs/llama "$@"
+exec build/bin/tprun --nproc-per-node 2 llama_train --checkpoint-dir runs/llama --checkpoint-every 100 "$@"

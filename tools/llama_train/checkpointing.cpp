@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <unistd.h>
 
@@ -54,8 +55,9 @@ void save_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torc
   const at::Tensor seed = at::scalar_tensor(static_cast<int64_t>(o.seed), at::kLong);
   ckpt::save(checkpoint_path(o.checkpoint_dir, steps_done), training_state(model, optimizer, step, seed));
   // The model's sizes beside the checkpoints, in HF's config.json (llama_generate reads it). Every rank
-  // writes the same bytes to its own temporary file and renames it into place (atomic, race-free).
-  const fs::path tmp = fs::path(o.checkpoint_dir) / (".config.json." + std::to_string(::getpid()));
+  // (process or thread) writes the same bytes to its own temporary file and renames it into place (atomic, race-free).
+  const fs::path tmp = fs::path(o.checkpoint_dir) / (".config.json." + std::to_string(::getpid()) + "." +
+                                                      std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
   {
     std::ofstream out(tmp);
     out << llama::config_to_hf_json(o.model);

@@ -121,8 +121,7 @@ TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const C
     rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     result.steps.push_back(rec);
     if (hooks.after_step) hooks.after_step(rec);
-    // Every --checkpoint-every steps, and after the last step whenever --checkpoint-dir is given.
-    if (!o.checkpoint_dir.empty() && ((o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0) || step + 1 == end)) {
+    if (o.checkpoint_every > 0 && ((step + 1) % o.checkpoint_every == 0 || step + 1 == end)) {
       save_checkpoint(o, model, optimizer, step + 1);
     }
   }

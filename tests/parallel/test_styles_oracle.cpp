@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dtensor/parallel/comm_debug_mode.h"
+#include "dtensor/parallel/gradient_sync.h"
 #include "dtensor/parallel/parallelize.h"
 #include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
@@ -139,6 +140,10 @@ void replay(const json& c, int rank, std::mutex& build_mutex) {
   } else {
     parallelize_module(*model.module, mesh, plan);
   }
+  // The styles against PyTorch's: gradients as backward leaves them (Partial where PyTorch's are), so the
+  // gradient placements and backward collectives compare one to one. Reducing them once is
+  // parallel/test_gradient_sync.cpp's subject.
+  disable_gradient_sync(*model.module);
   params = model.module->named_parameters();
   for (const auto& p : params) {
     const json& expected = c["param_placements"];

@@ -82,8 +82,7 @@ GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& hel
   GenerateCliOptions o;
   help = false;
   bool has_text = false, has_ids = false;
-  using Setter = std::function<void(const std::string&)>;
-  const std::map<std::string, Setter> valued = {
+  const tools_cli::ValuedOptions valued = {
       {"checkpoint", [&](const std::string& v) {
          if (!std::filesystem::is_directory(v)) throw UsageError("--checkpoint: no such directory '" + v + "'");
          o.checkpoint = v;
@@ -121,34 +120,12 @@ GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& hel
       {"kv-heads", [&](const std::string& v) { o.model.num_key_value_heads = positive("kv-heads", v); }},
       {"ffn-dim", [&](const std::string& v) { o.model.intermediate_size = positive("ffn-dim", v); }},
   };
-  const std::map<std::string, std::function<void()>> flags = {
+  const tools_cli::FlagOptions flags = {
       {"random-init", [&] { o.random_init = true; }},
       {"no-stream", [&] { o.stream = false; }},
       {"help", [&] { help = true; }},
   };
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "' (options start with --; see --help)");
-    std::string name = a.substr(2), value;
-    bool has_value = false;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    if (auto f = flags.find(name); f != flags.end()) {
-      if (has_value) throw UsageError("--" + name + " takes no value");
-      f->second();
-      continue;
-    }
-    auto v = valued.find(name);
-    if (v == valued.end()) throw UsageError("unknown option '" + a + "' (see --help)");
-    if (!has_value) {
-      if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value");
-      value = args[++i];
-    }
-    v->second(value);
-  }
+  tools_cli::parse_args(args, valued, flags);
   if (help) return o;
   const int sources = !o.checkpoint.empty() + !o.hf_dir.empty() + o.random_init;
   if (sources != 1) throw UsageError("give exactly one of --checkpoint, --hf-dir, --random-init (got " + std::to_string(sources) + ")");

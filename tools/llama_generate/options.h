@@ -1,6 +1,8 @@
 // llama_generate's command line: long options with built-in defaults (`--help` lists them).
 #pragma once
 
+#include "../common/cli.h"
+
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -28,9 +30,7 @@ struct GenerateCliOptions {
 };
 
 // A bad command line: main prints "error: <what>" on rank 0 and exits 2 on every rank.
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using UsageError = tools_cli::UsageError;  // bad flags: one `error:` line, exit 2
 
 // Parses argv (without argv[0]). Sets `help` when --help is given. Throws UsageError.
 GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& help);

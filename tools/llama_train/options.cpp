@@ -65,8 +65,7 @@ std::string help_text() {
 TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
   TrainOptions o;
   help = false;
-  using Setter = std::function<void(const std::string&)>;
-  const std::map<std::string, Setter> valued = {
+  const tools_cli::ValuedOptions valued = {
       {"tp", [&](const std::string& v) { o.tp = positive("tp", v); }},
       {"dim", [&](const std::string& v) { o.model.hidden_size = positive("dim", v); }},
       {"layers", [&](const std::string& v) { o.model.num_hidden_layers = positive("layers", v); }},
@@ -106,7 +105,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
       {"checkpoint-every", [&](const std::string& v) { o.checkpoint_every = positive("checkpoint-every", v); }},
       {"stop-after", [&](const std::string& v) { o.stop_after = positive("stop-after", v); }},
   };
-  const std::map<std::string, std::function<void()>> flags = {
+  const tools_cli::FlagOptions flags = {
       {"sequence-parallel", [&] { o.sequence_parallel = true; }},
       {"no-sequence-parallel", [&] { o.sequence_parallel = false; }},
       {"loss-parallel", [&] { o.loss_parallel = true; }},
@@ -117,29 +116,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
       {"resume", [&] { o.resume = true; }},
       {"help", [&] { help = true; }},
   };
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "' (options start with --; see --help)");
-    std::string name = a.substr(2), value;
-    bool has_value = false;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
-    }
-    if (auto f = flags.find(name); f != flags.end()) {
-      if (has_value) throw UsageError("--" + name + " takes no value");
-      f->second();
-      continue;
-    }
-    auto v = valued.find(name);
-    if (v == valued.end()) throw UsageError("unknown option '" + a + "' (see --help)");
-    if (!has_value) {
-      if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value");
-      value = args[++i];
-    }
-    v->second(value);
-  }
+  tools_cli::parse_args(args, valued, flags);
   if (o.plan == "hf") o.sequence_parallel = o.loss_parallel = false;
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
     throw UsageError(std::string(o.resume ? "--resume" : "--checkpoint-every") + " needs --checkpoint-dir");

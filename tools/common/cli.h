@@ -2,6 +2,8 @@
 // bare `--flag`; anything else is a UsageError (the tools print it as one `error:` line and exit 2).
 #pragma once
 
+#include <charconv>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <stdexcept>
@@ -17,6 +19,22 @@ struct UsageError : std::runtime_error {
 using Setter = std::function<void(const std::string&)>;
 using ValuedOptions = std::map<std::string, Setter>;                // --name VALUE / --name=VALUE
 using FlagOptions = std::map<std::string, std::function<void()>>;  // --name
+
+// The number `text` is, whole (no trailing characters), for option --flag.
+template <typename T>
+T parse_number(const std::string& flag, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) throw UsageError("--" + flag + ": '" + text + "' is not a valid number");
+  return value;
+}
+
+inline int64_t positive(const std::string& flag, const std::string& text) {
+  auto v = parse_number<int64_t>(flag, text);
+  if (v <= 0) throw UsageError("--" + flag + " must be positive, got " + text);
+  return v;
+}
 
 // Runs the setter of every option in `args` (argv without argv[0]), in order.
 inline void parse_args(const std::vector<std::string>& args, const ValuedOptions& valued, const FlagOptions& flags) {

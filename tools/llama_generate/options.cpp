@@ -9,20 +9,8 @@
 namespace llama_generate {
 namespace {
 
-template <typename T>
-T parse_number(const std::string& flag, const std::string& text) {
-  T value{};
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) throw UsageError("--" + flag + ": '" + text + "' is not a valid number");
-  return value;
-}
-
-int64_t positive(const std::string& flag, const std::string& text) {
-  auto v = parse_number<int64_t>(flag, text);
-  if (v <= 0) throw UsageError("--" + flag + " must be positive, got " + text);
-  return v;
-}
+using tools_cli::parse_number;
+using tools_cli::positive;
 
 // "1,2,3" -> {1, 2, 3}
 std::vector<int64_t> parse_ids(const std::string& text) {

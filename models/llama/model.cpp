@@ -131,6 +131,11 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
   } else {
     std::tie(cos, sin) = rotary_tables(config, s);
   }
+  // The tables follow the tokens' device (a meta-device model, for a plan dry run, reads meta tokens).
+  if (tokens.device() != cos.device()) {
+    cos = cos.to(tokens.device()), sin = sin.to(tokens.device());
+    if (mask.defined()) mask = mask.to(tokens.device());
+  }
   at::Tensor h = embed_tokens(tokens);
   for (const auto& layer : *layers) h = layer->as<DecoderLayerImpl>()->forward(h, cos, sin, mask);
   return norm(h);

@@ -16,6 +16,7 @@
 
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/launch_env.h"
+#include "mesh/fake_backend.h"
 #include "mesh/host_identity.h"
 #include "mesh/rendezvous.h"
 #include "mesh/shm/shm_backend.h"
@@ -71,6 +72,7 @@ std::string resolve_backend(const std::string& requested) {
     mode = env && *env ? env : "auto";
     from = "DTENSOR_BACKEND";
   }
+  if (mode == "fake" && from == std::string("InitOptions::backend")) return mode;  // fake_world's, never the env's
   if (mode != "auto" && mode != "gloo" && mode != "shm") {
     throw dtensor::Error(std::string("dtensor: ") + from + "=" + mode + " is not a backend (auto, gloo or shm)");
   }
@@ -138,7 +140,9 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, std::vecto
     if (ranks_[i] == global_rank) rank_ = static_cast<int>(i);
   }
   if (rank_ < 0) throw dtensor::Error("dtensor: rank " + std::to_string(global_rank) + " is not in " + describe());
-  in_band_sizes_ = backend_->getBackendName() == detail::shm::kBackendName;
+  // Shared memory checks sizes within the collective; a fake group has no peers to disagree with.
+  in_band_sizes_ = backend_->getBackendName() == detail::shm::kBackendName ||
+                   backend_->getBackendName() == detail::kFakeBackendName;
 }
 
 ProcessGroup::~ProcessGroup() = default;
@@ -256,7 +260,7 @@ World::World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOpti
     throw dtensor::Error("dtensor: rank " + std::to_string(rank) + " is outside [0, world size " +
                                 std::to_string(size) + ")");
   }
-  if (options_.backend != "gloo") detail::publish_host_identity(*store_, rank_);
+  if (options_.backend != "gloo" && options_.backend != "fake") detail::publish_host_identity(*store_, rank_);
 }
 
 World::~World() = default;
@@ -279,6 +283,12 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
   if (group_rank < 0) {
     throw dtensor::Error("dtensor: rank " + std::to_string(rank_) + " is not a member of group [" +
                                 join(global_ranks, ", ") + "]");
+  }
+  if (options_.backend == "fake") {
+    auto group = std::make_shared<ProcessGroup>(detail::make_fake_backend(group_rank, static_cast<int>(global_ranks.size())),
+                                                global_ranks, rank_, options_.timeout);
+    groups_->by_ranks.emplace(global_ranks, group);
+    return group;
   }
   // Each member builds its own backend under a prefix derived from the rank list alone, so all members
   // agree on it without talking (C++ has no new_group).

@@ -257,7 +257,8 @@ void embedding(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // Each rank sees only its rows, so an id outside the vocabulary would silently look up zeros: check it
   // as the plain lookup does (the ids are whole on every rank here, so every rank raises the same error).
   const int64_t vocab = wspec.meta.shape[0];
-  if (id_local.numel() > 0) {
+  // (Meta ids, in a plan dry run, have no values to check.)
+  if (id_local.numel() > 0 && !id_local.is_meta()) {
     const int64_t lo = id_local.min().item<int64_t>(), hi = id_local.max().item<int64_t>();
     if (lo < 0 || hi >= vocab) {
       call.fail("index out of range in self: token id " + std::to_string(lo < 0 ? lo : hi) +

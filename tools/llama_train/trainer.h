@@ -39,6 +39,11 @@ struct TrainResult {
   int64_t num_params = 0;  // of the whole model
 };
 
+// Mean next-token cross-entropy of logits [b, s, vocab] against labels [b, s]. With loss parallel the logits
+// are Shard(-1) (vocab) and a LossParallelGuard makes log_softmax / nll_loss reduce across ranks instead of
+// gathering the logits.
+at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& labels);
+
 // The model for `options`, initialized from options.seed (the same on every rank), not yet parallelized.
 llama::LlamaForCausalLM make_model(const TrainOptions& options);
 // Applies options.plan on `tp_mesh` (nothing at TP 1: the plain model, no DTensors).

@@ -99,8 +99,23 @@ ShardingDecision sdpa(const OpCall& call, size_t num_outputs, int num_activation
 ShardingDecision sdpa_forward(const OpCall& c) { return sdpa(c, 2, 3); }
 ShardingDecision sdpa_backward(const OpCall& c) { return sdpa(c, 3, 6); }
 
-// _fused_sdp_choice returns an int: run it on the locals, nothing to wrap.
-void fused_sdp_choice(const c10::OperatorHandle& op, torch::jit::Stack* stack) { call_local(op, stack); }
+// _fused_sdp_choice returns an int: run it on the locals, nothing to wrap. Meta locals (a plan dry run)
+// would get the meta device's answer (the math path); they ask the CPU instead, with CPU stand-ins of the
+// same shapes (allocated, never written), so that the dry run takes the kernels a real CPU run takes.
+void fused_sdp_choice(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  std::vector<at::Tensor> locals;
+  auto on_cpu = [](const at::Tensor& t) {
+    return t.is_meta() ? at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU)) : t;
+  };
+  for (size_t i = stack->size() - n; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (!v.isTensor()) continue;
+    if (is_dtensor(v.toTensor())) locals.push_back(on_cpu(detail::local_tensor(v.toTensor())));
+    else v = on_cpu(v.toTensor());  // a plain mask
+  }
+  call_local(op, stack, &locals);
+}
 
 // --- nll loss ----------------------------------------------------------------------------------------
 

@@ -1,0 +1,53 @@
+// Meta kernels for ops LibTorch's C++ build lacks them for (PyTorch registers them in Python, in
+// torch/_meta_registrations.py), so that a plan dry run (dtensor/parallel/dry_run.h) can run the kernels a
+// real CPU run runs on meta tensors. Shapes and layouts are the CPU kernels' outputs:
+//   _scaled_dot_product_flash_attention_for_cpu(q [b, h, s, d], k, v [b, h_kv, s_kv, d_v], ...)
+//       -> out [b, h, s, d_v] laid out as [b, s, h, d_v]; logsumexp [b, h, s] (float) laid out as [b, s, h]
+//   ..._backward(grad_out, q, k, v, out, logsumexp, ...) -> grad_q, grad_k, grad_v shaped as q, k, v, laid
+//       out as [b, s, h, d]
+// The dispatch's global shape inference (ops/output_meta.h) does not use them: for these ops it keeps
+// learning global shapes from the local outputs, as it did before they existed, so real runs are unchanged.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <tuple>
+
+#include "ops/output_meta.h"
+
+namespace dtensor::ops {
+namespace {
+
+void refuse_shape_inference(const char* op) {
+  TORCH_CHECK(!in_shape_inference(), op, ": no meta kernel for global shape inference (learnt from the locals)");
+}
+
+// An uninitialized meta tensor of `shape` [b, h, s, d] whose memory runs in [b, s, h, d] order.
+at::Tensor heads_inner(at::IntArrayRef shape, const at::TensorOptions& options) {
+  return at::empty({shape[0], shape[2], shape[1], shape[3]}, options).transpose(1, 2);
+}
+
+std::tuple<at::Tensor, at::Tensor> flash_attention_cpu_meta(const at::Tensor& q, const at::Tensor&, const at::Tensor& v,
+                                                            double, bool, const std::optional<at::Tensor>&,
+                                                            std::optional<double>) {
+  refuse_shape_inference("_scaled_dot_product_flash_attention_for_cpu");
+  at::Tensor out = heads_inner({q.size(0), q.size(1), q.size(2), v.size(3)}, q.options());
+  at::Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat)).transpose(1, 2);
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_cpu_backward_meta(
+    const at::Tensor&, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor&,
+    const at::Tensor&, double, bool, const std::optional<at::Tensor>&, std::optional<double>) {
+  refuse_shape_inference("_scaled_dot_product_flash_attention_for_cpu_backward");
+  return {heads_inner(q.sizes(), q.options()), heads_inner(k.sizes(), k.options()), heads_inner(v.sizes(), v.options())};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("_scaled_dot_product_flash_attention_for_cpu", TORCH_FN(flash_attention_cpu_meta));
+  m.impl("_scaled_dot_product_flash_attention_for_cpu_backward", TORCH_FN(flash_attention_cpu_backward_meta));
+}
+
+}  // namespace dtensor::ops

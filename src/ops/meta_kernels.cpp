@@ -43,9 +43,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_cpu_backward_meta
   return {heads_inner(q.sizes(), q.options()), heads_inner(k.sizes(), k.options()), heads_inner(v.sizes(), v.options())};
 }
 
+// index_select(self, dim, index): self's shape with dim's size index.numel() (the embedding lookup).
+at::Tensor index_select_meta(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  auto shape = self.sizes().vec();
+  if (!shape.empty()) shape[c10::maybe_wrap_dim(dim, self.dim())] = index.numel();
+  return at::empty(shape, self.options());
+}
+
+// embedding_dense_backward(grad_output [..., d], indices, num_weights, ...) -> [num_weights, d]
+at::Tensor embedding_dense_backward_meta(const at::Tensor& grad, const at::Tensor&, c10::SymInt num_weights, c10::SymInt,
+                                         bool) {
+  return at::empty({num_weights.expect_int(), grad.size(-1)}, grad.options());
+}
+
+// where.self(condition, self, other): the broadcast shape, the promoted dtype.
+at::Tensor where_meta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+  auto shape = at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes());
+  return at::empty(shape, self.options().dtype(at::result_type(self, other)));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("where.self", TORCH_FN(where_meta));
+  m.impl("index_select", TORCH_FN(index_select_meta));
+  m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward_meta));
   m.impl("_scaled_dot_product_flash_attention_for_cpu", TORCH_FN(flash_attention_cpu_meta));
   m.impl("_scaled_dot_product_flash_attention_for_cpu_backward", TORCH_FN(flash_attention_cpu_backward_meta));
 }

@@ -282,7 +282,7 @@ void embedding(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   LocalShard shard = local_shard(wspec.meta.shape, wspec.mesh, w_target, *wspec.mesh.get_coordinate());
   const int64_t start = shard.offset[0], rows = shard.shape[0];
-  at::Tensor mask = (id_local < start).logical_or(id_local >= start + rows);  // ids this rank does not own
+  at::Tensor mask = (id_local < start).bitwise_or(id_local >= start + rows);  // (bitwise: a C++ meta kernel)  // ids this rank does not own
   at::Tensor shifted = (id_local - start).masked_fill(mask, 0);
   at::Tensor out;
   {

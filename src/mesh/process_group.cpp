@@ -16,7 +16,9 @@
 
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/launch_env.h"
+#include "mesh/cuda_support.h"
 #include "mesh/host_identity.h"
+#include "mesh/host_staged_backend.h"
 #include "mesh/rendezvous.h"
 #include "mesh/shm/shm_backend.h"
 #include "mesh/size_agreement.h"
@@ -73,6 +75,21 @@ std::string resolve_backend(const std::string& requested) {
   }
   if (mode != "auto" && mode != "gloo" && mode != "shm") {
     throw dtensor::Error(std::string("dtensor: ") + from + "=" + mode + " is not a backend (auto, gloo or shm)");
+  }
+  return mode;
+}
+
+// InitOptions::cuda_backend, else DTENSOR_CUDA_BACKEND, else "nccl"; checked when the world is made.
+std::string resolve_cuda_backend(const std::string& requested) {
+  std::string mode = requested;
+  const char* from = "InitOptions::cuda_backend";
+  if (mode.empty()) {
+    const char* env = std::getenv("DTENSOR_CUDA_BACKEND");
+    mode = env && *env ? env : "nccl";
+    from = "DTENSOR_CUDA_BACKEND";
+  }
+  if (mode != "nccl" && mode != "gloo") {
+    throw dtensor::Error(std::string("dtensor: ") + from + "=" + mode + " is not a CUDA backend (nccl or gloo)");
   }
   return mode;
 }
@@ -149,6 +166,15 @@ std::string ProcessGroup::describe() const {
 
 std::string ProcessGroup::backend_name() const { return backend_->getBackendName(); }
 
+c10d::Backend& ProcessGroup::backend_for(const at::Tensor& t) {
+  if (!t.is_cuda()) return *backend_;
+  std::call_once(cuda_backend_once_, [&] {
+    if (!make_cuda_backend_) throw dtensor::Error("dtensor: " + describe() + " has no backend for CUDA tensors");
+    cuda_backend_ = make_cuda_backend_();
+  });
+  return *cuda_backend_;
+}
+
 Work ProcessGroup::start(const char* collective, int64_t bytes,
                          const std::function<c10::intrusive_ptr<c10d::Work>()>& issue, std::function<void()> finish,
                          const std::function<void()>& alone) {
@@ -182,7 +208,7 @@ Work ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
   std::function<void()> finish;
   if (op == ReduceOp::AVG) finish = [tensor, n = size()]() mutable { tensor.div_(n); };
   detail::agree_on_sizes(*this, detail::SizedCollective::ALL_REDUCE, tensor, {});
-  return start("all_reduce", nbytes(tensor), [&] { return backend_->allreduce(tensors, opts); }, std::move(finish));
+  return start("all_reduce", nbytes(tensor), [&] { return backend_for(tensor).allreduce(tensors, opts); }, std::move(finish));
 }
 
 Work ProcessGroup::all_gather_into_async(at::Tensor& out, at::Tensor& in) {
@@ -191,7 +217,7 @@ Work ProcessGroup::all_gather_into_async(at::Tensor& out, at::Tensor& in) {
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
   detail::agree_on_sizes(*this, detail::SizedCollective::ALL_GATHER, in, out);
-  return start("all_gather", nbytes(in), [&] { return backend_->_allgather_base(out, in, opts); }, {},
+  return start("all_gather", nbytes(in), [&] { return backend_for(in)._allgather_base(out, in, opts); }, {},
                [&] { out.copy_(in.view(out.sizes())); });
 }
 
@@ -204,7 +230,7 @@ Work ProcessGroup::reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, Re
   std::function<void()> finish;
   if (op == ReduceOp::AVG) finish = [out, n = size()]() mutable { out.div_(n); };
   detail::agree_on_sizes(*this, detail::SizedCollective::REDUCE_SCATTER, in, out);
-  return start("reduce_scatter", nbytes(in), [&] { return backend_->_reduce_scatter_base(out, in, opts); },
+  return start("reduce_scatter", nbytes(in), [&] { return backend_for(in)._reduce_scatter_base(out, in, opts); },
                std::move(finish), [&] { out.copy_(in.view(out.sizes())); });
 }
 
@@ -215,7 +241,7 @@ Work ProcessGroup::all_to_all_single_async(at::Tensor& out, at::Tensor& in, std:
   c10d::AllToAllOptions opts;
   opts.timeout = timeout_;
   detail::agree_on_sizes(*this, detail::SizedCollective::ALL_TO_ALL, in, out, in_splits, out_splits);
-  return start("all_to_all", nbytes(in), [&] { return backend_->alltoall_base(out, in, out_splits, in_splits, opts); },
+  return start("all_to_all", nbytes(in), [&] { return backend_for(in).alltoall_base(out, in, out_splits, in_splits, opts); },
                {}, [&] { out.copy_(in.view(out.sizes())); });
 }
 
@@ -231,7 +257,7 @@ Work ProcessGroup::broadcast_async(at::Tensor& tensor, int src_group_rank) {
   opts.timeout = timeout_;
   int64_t bytes = rank_ == src_group_rank ? nbytes(tensor) : 0;
   detail::agree_on_sizes(*this, detail::SizedCollective::BROADCAST, tensor, {});
-  return start("broadcast", bytes, [&] { return backend_->broadcast(tensors, opts); });
+  return start("broadcast", bytes, [&] { return backend_for(tensor).broadcast(tensors, opts); });
 }
 
 void ProcessGroup::barrier() {
@@ -252,6 +278,7 @@ World::World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOpti
       groups_(std::make_unique<Groups>()) {
   options_.timeout = resolve_timeout(options_.timeout);
   options_.backend = resolve_backend(options_.backend);
+  options_.cuda_backend = resolve_cuda_backend(options_.cuda_backend);
   if (size < 1 || rank < 0 || rank >= size) {
     throw dtensor::Error("dtensor: rank " + std::to_string(rank) + " is outside [0, world size " +
                                 std::to_string(size) + ")");
@@ -304,7 +331,8 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
   if (options_.backend != "gloo" && global_ranks.size() > 1) {
     backend = with_shared_memory(std::move(backend), *prefixed, global_ranks, group_rank);
   }
-  auto group = std::make_shared<ProcessGroup>(std::move(backend), global_ranks, rank_, options_.timeout);
+  auto group = std::make_shared<ProcessGroup>(backend, global_ranks, rank_, options_.timeout);
+  group->set_cuda_backend_factory(cuda_backend_factory(backend, global_ranks, group_rank));
   groups_->by_ranks.emplace(global_ranks, group);
   return group;
 }
@@ -330,6 +358,27 @@ c10::intrusive_ptr<c10d::Backend> World::with_shared_memory(c10::intrusive_ptr<c
   auto comm = std::make_unique<detail::shm::ShmComm>(std::move(segment), group_rank, global_ranks,
                                                      describe_group(global_ranks, group_rank), options_.timeout);
   return c10::make_intrusive<detail::shm::ShmBackend>(std::move(comm), std::move(gloo));
+}
+
+// What a group gives its CUDA tensors (InitOptions::cuda_backend): NCCL over a store prefix of its own, or
+// host staging over the group's CPU backend.
+ProcessGroup::BackendFactory World::cuda_backend_factory(c10::intrusive_ptr<c10d::Backend> cpu,
+                                                          const std::vector<int>& global_ranks, int group_rank) {
+  // By value: a group may outlive its world.
+  return [cpu = std::move(cpu), global_ranks, group_rank, store = store_, rank = rank_,
+          mode = options_.cuda_backend, timeout = options_.timeout]() -> c10::intrusive_ptr<c10d::Backend> {
+    if (mode == "gloo") return c10::make_intrusive<detail::HostStagedBackend>(cpu, timeout);
+    std::string why;
+    const detail::CudaSupport* cuda = detail::cuda_support(&why);
+    if (!cuda) throw dtensor::Error("dtensor: CUDA tensors in group [" + join(global_ranks, ", ") + "]: " + why);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("dtensor/nccl/" + join(global_ranks, ","), store);
+    try {
+      return cuda->make_nccl_backend(prefixed, group_rank, static_cast<int>(global_ranks.size()), timeout);
+    } catch (const std::exception& e) {
+      throw dtensor::Error("dtensor: rank " + std::to_string(rank) + " could not create the NCCL group [" +
+                           join(global_ranks, ", ") + "]: " + message_of(e));
+    }
+  };
 }
 
 std::shared_ptr<ProcessGroup> World::world_group() {

@@ -157,7 +157,9 @@ void check_descriptors(const std::string& what, const std::vector<int>& global_r
 void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::Tensor& in, const at::Tensor& out,
                     const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits) {
   const int64_t n = group.size();
-  if (n == 1 || !size_agreement_enabled() || group.checks_sizes_in_band()) return;
+  // The shared-memory backend checks CPU tensors' sizes inside the collective itself; CUDA tensors go elsewhere.
+  const bool in_band = group.checks_sizes_in_band() && (!in.defined() || in.is_cpu());
+  if (n == 1 || !size_agreement_enabled() || in_band) return;
   const int64_t len = descriptor_length(n);
   std::vector<int64_t> d = size_descriptor(collective, in, out, in_splits, out_splits, n);
   at::Tensor mine = at::from_blob(d.data(), {len}, at::kLong);

@@ -33,6 +33,12 @@ bool autograd_zeros(const c10::OperatorHandle& op, const at::Tensor& t) {
   const auto& name = op.operator_name().name;
   if (name != "aten::cat" && name != "aten::stack" && name.rfind("aten::scatter", 0) != 0) return false;
   at::AutoDispatchBelowADInplaceOrView guard;
+  if (t.is_meta()) return true;  // no values to check
+  if (!t.is_cpu()) {
+    // No host synchronisation on a device: the check runs there and fails the stream if the tensor is not zeros.
+    at::_assert_async(t.count_nonzero() == 0, "dtensor: " + name + ": a plain tensor mixed with DTensors must be zeros");
+    return true;
+  }
   return t.count_nonzero().item<int64_t>() == 0;
 }
 // Arguments that are taken as replicated when plain, as PyTorch's loss_parallel takes plain labels: the class

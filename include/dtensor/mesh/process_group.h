@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -82,7 +83,11 @@ class ProcessGroup {
   void broadcast_(at::Tensor& tensor, int src_group_rank) { broadcast_async(tensor, src_group_rank).wait(); }
   void barrier();
 
-  c10d::Backend& backend() const { return *backend_; }
+  c10d::Backend& backend() const { return *backend_; }  // the CPU tensors' backend
+  // CUDA tensors go to a second backend (NCCL, or host staging over the CPU backend: InitOptions::cuda_backend),
+  // made by `factory` at the group's first CUDA collective, which every member reaches in the same order.
+  using BackendFactory = std::function<c10::intrusive_ptr<c10d::Backend>()>;
+  void set_cuda_backend_factory(BackendFactory factory) { make_cuda_backend_ = std::move(factory); }
   std::string backend_name() const;  // "dtensor_shm" (same-host shared memory) or "gloo"
   // The shared-memory backend checks collective sizes within the collective itself (size_agreement.h).
   bool checks_sizes_in_band() const { return in_band_sizes_; }
@@ -95,7 +100,13 @@ class ProcessGroup {
   Work start(const char* collective, int64_t bytes, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue,
              std::function<void()> finish = nullptr, const std::function<void()>& alone = nullptr);
 
+  // The backend for `t`'s device.
+  c10d::Backend& backend_for(const at::Tensor& t);
+
   c10::intrusive_ptr<c10d::Backend> backend_;
+  BackendFactory make_cuda_backend_;
+  std::once_flag cuda_backend_once_;
+  c10::intrusive_ptr<c10d::Backend> cuda_backend_;
   std::vector<int> ranks_;
   int rank_;
   std::chrono::milliseconds timeout_;
@@ -111,6 +122,10 @@ struct InitOptions {
   // "auto": shared memory for groups on one host, Gloo otherwise; "gloo": Gloo for every group; "shm":
   // shared memory, and an error for a group that spans hosts. Empty: DTENSOR_BACKEND, else "auto".
   std::string backend;
+  // CUDA tensors: "nccl" (ProcessGroupNCCL, one GPU per rank) or "gloo" (copied to the host and back through
+  // the group's CPU backend: for ranks that share one GPU, which NCCL refuses). Empty: DTENSOR_CUDA_BACKEND,
+  // else "nccl". Only consulted when a collective meets a CUDA tensor.
+  std::string cuda_backend;
 };
 
 // The job as seen from one rank: its store, rank and size, and the process groups created so far (one per
@@ -135,6 +150,8 @@ class World {
   c10::intrusive_ptr<c10d::Backend> with_shared_memory(c10::intrusive_ptr<c10d::Backend> gloo,
                                                        c10d::Store& group_store, const std::vector<int>& global_ranks,
                                                        int group_rank);
+  ProcessGroup::BackendFactory cuda_backend_factory(c10::intrusive_ptr<c10d::Backend> cpu,
+                                                   const std::vector<int>& global_ranks, int group_rank);
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_;
   int size_;

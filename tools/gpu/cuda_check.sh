@@ -18,6 +18,6 @@ for cfg in "--dim 256 --layers 4 --heads 8 --kv-heads 4 --ffn-dim 768 --seq-len 
   left 480 || break
   echo "=== Llama step TP1 on cuda: $cfg"
   timeout 40 $B/tprun --nproc-per-node 1 $B/llama_train --device cuda $cfg --steps 20 --log-every 100 2>&1 | grep summary
-  timeout 40 python3 tools/bench/llama_step_bench.py --device cuda $cfg --steps 20 2>&1 | grep summary
+  timeout 40 python3 tools/bench/llama_gpu_step_bench.py --device cuda $cfg --steps 20 2>&1 | grep summary
 done
 echo "total ${SECONDS}s"

@@ -3,7 +3,7 @@ transformers' LlamaForCausalLM, which our model matches weight for weight), Adam
 clipping at 1, one process (TP 1), timed like llama_train (median step over the run after 3 warm-up steps;
 the loss's .item() ends each step, as llama_train's does).
 
-    .venv/bin/python tools/bench/llama_step_bench.py --device cuda --dim 512 --layers 4 ... --steps 30
+    .venv/bin/python tools/bench/llama_gpu_step_bench.py --device cuda --dim 512 --layers 4 ... --steps 30
 Prints progress and a `summary` line with median_step_ms and tokens_per_s.
 """
 import argparse

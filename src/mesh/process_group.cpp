@@ -136,6 +136,8 @@ void Work::wait() {
   bool completed = false;
   try {
     completed = state->work->wait(state->timeout);
+  } catch (const dtensor::Error&) {
+    throw;  // the shared-memory backend's, which already names the collective, the group and the peer
   } catch (const std::exception& e) {
     throw dtensor::Error("dtensor: " + state->what + " failed: " + message_of(e));
   }
@@ -199,34 +201,37 @@ Work ProcessGroup::start(const char* collective, int64_t bytes,
   return w;
 }
 
-Work ProcessGroup::all_reduce_async(at::Tensor& tensor, ReduceOp op) {
+Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
   check_contiguous(tensor, "all_reduce");
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
   opts.reduceOp = to_c10d(op);
   opts.timeout = timeout_;
+  opts.asyncOp = async_op;
   std::function<void()> finish;
   if (op == ReduceOp::AVG) finish = [tensor, n = size()]() mutable { tensor.div_(n); };
   detail::agree_on_sizes(*this, detail::SizedCollective::ALL_REDUCE, tensor, {});
   return start("all_reduce", nbytes(tensor), [&] { return backend_for(tensor).allreduce(tensors, opts); }, std::move(finish));
 }
 
-Work ProcessGroup::all_gather_into_async(at::Tensor& out, at::Tensor& in) {
+Work ProcessGroup::all_gather(at::Tensor& out, at::Tensor& in, bool async_op) {
   check_contiguous(out, "all_gather");
   check_contiguous(in, "all_gather");
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
+  opts.asyncOp = async_op;
   detail::agree_on_sizes(*this, detail::SizedCollective::ALL_GATHER, in, out);
   return start("all_gather", nbytes(in), [&] { return backend_for(in)._allgather_base(out, in, opts); }, {},
                [&] { out.copy_(in.view(out.sizes())); });
 }
 
-Work ProcessGroup::reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, ReduceOp op) {
+Work ProcessGroup::reduce_scatter(at::Tensor& out, at::Tensor& in, ReduceOp op, bool async_op) {
   check_contiguous(out, "reduce_scatter");
   check_contiguous(in, "reduce_scatter");
   c10d::ReduceScatterOptions opts;
   opts.reduceOp = to_c10d(op);
   opts.timeout = timeout_;
+  opts.asyncOp = async_op;
   std::function<void()> finish;
   if (op == ReduceOp::AVG) finish = [out, n = size()]() mutable { out.div_(n); };
   detail::agree_on_sizes(*this, detail::SizedCollective::REDUCE_SCATTER, in, out);
@@ -234,18 +239,19 @@ Work ProcessGroup::reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, Re
                std::move(finish), [&] { out.copy_(in.view(out.sizes())); });
 }
 
-Work ProcessGroup::all_to_all_single_async(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
-                                           std::vector<int64_t> in_splits) {
+Work ProcessGroup::all_to_all(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
+                              std::vector<int64_t> in_splits, bool async_op) {
   check_contiguous(out, "all_to_all");
   check_contiguous(in, "all_to_all");
   c10d::AllToAllOptions opts;
   opts.timeout = timeout_;
+  opts.asyncOp = async_op;
   detail::agree_on_sizes(*this, detail::SizedCollective::ALL_TO_ALL, in, out, in_splits, out_splits);
   return start("all_to_all", nbytes(in), [&] { return backend_for(in).alltoall_base(out, in, out_splits, in_splits, opts); },
                {}, [&] { out.copy_(in.view(out.sizes())); });
 }
 
-Work ProcessGroup::broadcast_async(at::Tensor& tensor, int src_group_rank) {
+Work ProcessGroup::broadcast(at::Tensor& tensor, int src_group_rank, bool async_op) {
   check_contiguous(tensor, "broadcast");
   if (src_group_rank < 0 || src_group_rank >= size()) {
     throw dtensor::Error("dtensor: broadcast source " + std::to_string(src_group_rank) + " is not a rank of " +
@@ -255,6 +261,7 @@ Work ProcessGroup::broadcast_async(at::Tensor& tensor, int src_group_rank) {
   c10d::BroadcastOptions opts;
   opts.rootRank = src_group_rank;
   opts.timeout = timeout_;
+  opts.asyncOp = async_op;
   int64_t bytes = rank_ == src_group_rank ? nbytes(tensor) : 0;
   detail::agree_on_sizes(*this, detail::SizedCollective::BROADCAST, tensor, {});
   return start("broadcast", bytes, [&] { return backend_for(tensor).broadcast(tensors, opts); });
@@ -263,6 +270,7 @@ Work ProcessGroup::broadcast_async(at::Tensor& tensor, int src_group_rank) {
 void ProcessGroup::barrier() {
   c10d::BarrierOptions opts;
   opts.timeout = timeout_;
+  opts.asyncOp = false;
   start("barrier", 0, [&] { return backend_->barrier(opts); }).wait();
 }
 

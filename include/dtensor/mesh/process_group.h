@@ -60,27 +60,31 @@ class ProcessGroup {
   std::string describe() const;                           // "group [0, 1] (rank 0 of 2)"
 
   // Raw collectives. They work in place / into caller-provided buffers of equal per-rank size, as c10d's.
-  // Each *_async returns a Work; the blocking forms wait on it. Tensors must be contiguous.
-  Work all_reduce_async(at::Tensor& tensor, ReduceOp op);
+  // Each *_async returns a Work to wait on later (on the same-host backend the collective then runs on the
+  // group's worker thread, in issue order); the blocking forms run it and wait (c10d's asyncOp = false,
+  // which lets that backend run it inline). Tensors must be contiguous.
+  Work all_reduce_async(at::Tensor& tensor, ReduceOp op) { return all_reduce(tensor, op, true); }
   // out = cat([in from group rank 0, in from rank 1, ...], dim 0); out.numel() == size() * in.numel().
-  Work all_gather_into_async(at::Tensor& out, at::Tensor& in);
+  Work all_gather_into_async(at::Tensor& out, at::Tensor& in) { return all_gather(out, in, true); }
   // out = reduce over ranks of in.chunk(size())[rank()] (dim 0, equal chunks).
-  Work reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, ReduceOp op);
+  Work reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, ReduceOp op) {
+    return reduce_scatter(out, in, op, true);
+  }
   // Rows of `in` (dim 0) go to ranks by in_splits; rows of `out` come from ranks by out_splits.
   Work all_to_all_single_async(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
-                               std::vector<int64_t> in_splits);
-  Work broadcast_async(at::Tensor& tensor, int src_group_rank);
-
-  void all_reduce_(at::Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op).wait(); }
-  void all_gather_into(at::Tensor& out, at::Tensor& in) { all_gather_into_async(out, in).wait(); }
-  void reduce_scatter_into(at::Tensor& out, at::Tensor& in, ReduceOp op) {
-    reduce_scatter_into_async(out, in, op).wait();
+                               std::vector<int64_t> in_splits) {
+    return all_to_all(out, in, std::move(out_splits), std::move(in_splits), true);
   }
+  Work broadcast_async(at::Tensor& tensor, int src_group_rank) { return broadcast(tensor, src_group_rank, true); }
+
+  void all_reduce_(at::Tensor& tensor, ReduceOp op) { all_reduce(tensor, op, false).wait(); }
+  void all_gather_into(at::Tensor& out, at::Tensor& in) { all_gather(out, in, false).wait(); }
+  void reduce_scatter_into(at::Tensor& out, at::Tensor& in, ReduceOp op) { reduce_scatter(out, in, op, false).wait(); }
   void all_to_all_single(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
                          std::vector<int64_t> in_splits) {
-    all_to_all_single_async(out, in, std::move(out_splits), std::move(in_splits)).wait();
+    all_to_all(out, in, std::move(out_splits), std::move(in_splits), false).wait();
   }
-  void broadcast_(at::Tensor& tensor, int src_group_rank) { broadcast_async(tensor, src_group_rank).wait(); }
+  void broadcast_(at::Tensor& tensor, int src_group_rank) { broadcast(tensor, src_group_rank, false).wait(); }
   void barrier();
 
   c10d::Backend& backend() const { return *backend_; }  // the CPU tensors' backend
@@ -93,6 +97,13 @@ class ProcessGroup {
   bool checks_sizes_in_band() const { return in_band_sizes_; }
 
  private:
+  // The collectives; `async_op` becomes c10d's asyncOp (false: the caller waits at once).
+  Work all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op);
+  Work all_gather(at::Tensor& out, at::Tensor& in, bool async_op);
+  Work reduce_scatter(at::Tensor& out, at::Tensor& in, ReduceOp op, bool async_op);
+  Work all_to_all(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits, std::vector<int64_t> in_splits,
+                  bool async_op);
+  Work broadcast(at::Tensor& tensor, int src_group_rank, bool async_op);
   // Runs the comm hooks, then `issue` (which starts the c10d collective), and wraps the result so that
   // wait() is bounded and errors carry context; `finish` runs after a successful wait.
   // Issues a collective through the backend; in a group of one rank runs `alone` (the local result)

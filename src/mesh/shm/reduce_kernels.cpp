@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "dtensor/error.h"
+#include "mesh/shm/stream_copy.h"
 
 namespace dtensor::detail::shm {
 namespace {
@@ -25,13 +26,13 @@ inline void combine(Acc* acc, const Acc* v, int64_t m, Reduction op) {
 
 // T is stored and accumulated as itself (float, double, int64).
 template <typename T>
-void reduce_native(T* dst, const void* const* srcs, int n, int64_t numel, Reduction op) {
+void reduce_native(T* dst, const void* const* srcs, int n, int64_t numel, Reduction op, bool streaming) {
   T acc[kBlock];
   for (int64_t lo = 0; lo < numel; lo += kBlock) {
     const int64_t m = std::min(kBlock, numel - lo);
     std::memcpy(acc, static_cast<const T*>(srcs[0]) + lo, m * sizeof(T));
     for (int k = 1; k < n; ++k) combine(acc, static_cast<const T*>(srcs[k]) + lo, m, op);
-    std::memcpy(dst + lo, acc, m * sizeof(T));
+    copy_bytes(dst + lo, acc, m * static_cast<int64_t>(sizeof(T)), streaming);
   }
 }
 
@@ -61,11 +62,12 @@ bool reducible(c10::ScalarType dtype) {
   }
 }
 
-void reduce_into(void* dst, const void* const* srcs, int n, int64_t numel, c10::ScalarType dtype, Reduction op) {
+void reduce_into(void* dst, const void* const* srcs, int n, int64_t numel, c10::ScalarType dtype, Reduction op,
+                 bool streaming) {
   switch (dtype) {
-    case c10::kFloat: return reduce_native(static_cast<float*>(dst), srcs, n, numel, op);
-    case c10::kDouble: return reduce_native(static_cast<double*>(dst), srcs, n, numel, op);
-    case c10::kLong: return reduce_native(static_cast<int64_t*>(dst), srcs, n, numel, op);
+    case c10::kFloat: return reduce_native(static_cast<float*>(dst), srcs, n, numel, op, streaming);
+    case c10::kDouble: return reduce_native(static_cast<double*>(dst), srcs, n, numel, op, streaming);
+    case c10::kLong: return reduce_native(static_cast<int64_t*>(dst), srcs, n, numel, op, streaming);
     case c10::kBFloat16: return reduce_widened(static_cast<c10::BFloat16*>(dst), srcs, n, numel, op);
     case c10::kHalf: return reduce_widened(static_cast<c10::Half*>(dst), srcs, n, numel, op);
     default: throw dtensor::Error(std::string("dtensor: shared-memory reduction of ") + c10::toString(dtype));

@@ -166,6 +166,7 @@ int main(int argc, char** argv) {
       report.add(r);
       ++done;
       bool bad = !r.setup_error.empty();
+      for (const auto& s : r.survivors) bad |= !r.injected && s.ending != Ending::OK;  // failed with no fault
       for (const auto& s : r.survivors) bad |= s.ending == Ending::HANG || s.ending == Ending::UNCLEAR_ERROR || s.ending == Ending::CRASH;
       if (bad || o.verbose) std::cout << describe(r) << std::endl;
       if (done % 10 == 0 || done == o.trials) {

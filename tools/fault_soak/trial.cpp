@@ -154,7 +154,7 @@ TrialResult run_trial(const TrialSpec& spec, const Settings& settings) {
     if (!spec.under_tprun) return procs[spec.victim].exited;
     return procs[0].exited || (pid_of.count(spec.victim) && kill(pid_of[spec.victim], 0) != 0);
   };
-  bool hung = false;
+  bool hung = false, frozen_victim_killed = false;
   while (true) {
     pump(watched, milliseconds(5));
     for (auto& c : procs) {
@@ -179,6 +179,15 @@ TrialResult run_trial(const TrialSpec& spec, const Settings& settings) {
       }
     }
     if (!survivors_running()) break;
+    // Under tprun, a frozen victim whose peers all ended (they finished, or failed and were stopped) keeps
+    // tprun waiting as it would any slow rank: the soak then kills it, as an operator would, and counts
+    // tprun's exit from there on.
+    if (spec.under_tprun && result.injected && spec.signal == SIGSTOP && !frozen_victim_killed &&
+        static_cast<int>(pid_of.size()) == spec.world) {
+      bool peers_gone = true;
+      for (auto& [rank, pid] : pid_of) peers_gone &= rank == spec.victim || kill(pid, 0) != 0;
+      if (peers_gone) kill(pid_of[spec.victim], SIGKILL), frozen_victim_killed = true;
+    }
     const auto limit = result.injected ? fault + timeout + slack : start + 3 * timeout + 2 * slack + std::chrono::seconds(10);
     if (now >= limit) {
       hung = true;

@@ -19,7 +19,9 @@ class Backend;
 namespace dtensor::detail {
 
 // Runs `fn` and returns true when it finished (rethrowing what it threw) within `limit`; false when it did
-// not, in which case `fn` goes on running on an abandoned thread (so it must own what it uses).
+// not, in which case `fn` goes on running on an abandoned thread (so it must own what it uses). A process
+// that exits while an abandoned helper is still blocked ends with _Exit(1) after saying so on stderr, before
+// any static destructor runs.
 bool finish_within(std::chrono::milliseconds limit, std::function<void()> fn);
 
 // Keeps `backend` alive until the process ends, so that its destructor (which joins worker threads that may

@@ -363,22 +363,36 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
   // agree on it without talking (C++ has no new_group). Every step waits on the other members (through the
   // store, or Gloo's TCP pairs) and is bounded by the timeout; a failure names the step and who is absent.
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("dtensor/pg/" + join(global_ranks, ","), store_);
-  c10::intrusive_ptr<c10d::Backend> backend;
-  const char* step = "announcing itself on the store";
+  // The steps also run under a deadline of their own (timeout + 2 s) on a helper thread: c10d's store server
+  // serves its clients from one loop, so a member frozen in the middle of a store request can stall every
+  // store op of every rank with no timeout firing. Past the deadline the helper is abandoned (deadline.h).
+  auto slot = std::make_shared<c10::intrusive_ptr<c10d::Backend>>();
+  auto step = std::make_shared<std::atomic<const char*>>("announcing itself on the store");
+  const auto bound = options_.timeout + std::chrono::milliseconds(2000);
+  const std::string what = "dtensor: rank " + std::to_string(rank_) + " could not connect process group [" +
+                           join(global_ranks, ", ") + "] within ";
+  bool finished = false;
   try {
-    prefixed->set(joined_key(group_rank), std::vector<uint8_t>{1});
-    step = "connecting Gloo (addresses through the store, then a TCP pair to each member)";
-    backend = connect_gloo(prefixed, group_rank, static_cast<int>(global_ranks.size()));
-    if (options_.backend != "gloo" && global_ranks.size() > 1) {
-      step = "setting up shared memory (comparing hosts, mapping the segment)";
-      backend = with_shared_memory(std::move(backend), *prefixed, global_ranks, group_rank);
-    }
+    finished = detail::finish_within(bound, [this, slot, step, prefixed, global_ranks, group_rank] {
+      prefixed->set(joined_key(group_rank), std::vector<uint8_t>{1});
+      *step = "connecting Gloo (addresses through the store, then a TCP pair to each member)";
+      auto made = connect_gloo(prefixed, group_rank, static_cast<int>(global_ranks.size()));
+      if (options_.backend != "gloo" && global_ranks.size() > 1) {
+        *step = "setting up shared memory (comparing hosts, mapping the segment)";
+        made = with_shared_memory(std::move(made), *prefixed, global_ranks, group_rank);
+      }
+      *slot = std::move(made);
+    });
   } catch (const std::exception& e) {
-    throw dtensor::Error("dtensor: rank " + std::to_string(rank_) + " could not connect process group [" +
-                         join(global_ranks, ", ") + "] within " + std::to_string(options_.timeout.count()) +
-                         " ms while " + step + ": " + absent_members(prefixed, global_ranks, options_.timeout) +
-                         ": " + message_of(e));
+    throw dtensor::Error(what + std::to_string(options_.timeout.count()) + " ms while " + step->load() + ": " +
+                         absent_members(prefixed, global_ranks, options_.timeout) + ": " + message_of(e));
   }
+  if (!finished) {
+    throw dtensor::Error(what + std::to_string(bound.count()) + " ms: still blocked while " + step->load() +
+                         " (a member, or the store's server rank 0, froze): " +
+                         absent_members(prefixed, global_ranks, options_.timeout));
+  }
+  c10::intrusive_ptr<c10d::Backend> backend = std::move(*slot);
   auto group = std::make_shared<ProcessGroup>(std::move(backend), global_ranks, rank_, options_.timeout);
   groups_->by_ranks.emplace(global_ranks, group);
   return group;
@@ -484,8 +498,18 @@ std::shared_ptr<World> init_process_group(InitOptions options) {
   options.timeout = resolve_timeout(options.timeout);
   if (options.gloo_hostname.empty() && is_loopback(env.master_addr)) options.gloo_hostname = "127.0.0.1";
   auto store = detail::connect_store(env, options.timeout);
-  detail::wait_for_all_ranks(*store, env.rank, env.world_size, options.timeout,
-                             env.master_addr + ":" + std::to_string(env.master_port));
+  // Bounded again from outside: a rank frozen in the middle of a store request can stall c10d's store
+  // server for everyone, and store ops then block without their timeout firing (see World::group).
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const auto bound = options.timeout + std::chrono::milliseconds(2000);
+  if (!detail::finish_within(bound, [store, env, timeout = options.timeout, where] {
+        detail::wait_for_all_ranks(*store, env.rank, env.world_size, timeout, where);
+      })) {
+    throw dtensor::Error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+                         " could not rendezvous at " + where + " within " + std::to_string(bound.count()) +
+                         " ms: the store (served by rank 0) stopped answering (rank 0, or a rank in the middle of "
+                         "a store request, froze?)");
+  }
   return install(std::make_shared<World>(std::move(store), env.rank, env.world_size, std::move(options)));
 }
 

@@ -121,7 +121,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, milliseconds
     if (!finish_within(bound, [made, addr, options] { *made = c10::make_intrusive<c10d::TCPStore>(addr, options); })) {
       throw dtensor::Error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
                            " could not rendezvous at " + where + " within " + std::to_string(bound.count()) +
-                           " ms: the store accepted the connection but never answered (rank 0 frozen or overloaded?)");
+                           " ms: the store served by rank 0 did not answer (rank 0 not started yet, frozen or overloaded?)");
     }
     return *made;
   } catch (const dtensor::Error&) {

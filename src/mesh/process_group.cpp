@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <atomic>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -17,6 +18,7 @@
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/launch_env.h"
 #include "mesh/cuda_support.h"
+#include "mesh/deadline.h"
 #include "mesh/host_identity.h"
 #include "mesh/host_staged_backend.h"
 #include "mesh/rendezvous.h"
@@ -57,6 +59,30 @@ std::string message_of(const std::exception& e) {
 
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::string joined_key(int group_rank) { return "joined/" + std::to_string(group_rank); }
+
+// For an error while building a group: which members never announced themselves on the group's store. The
+// store may be what failed (its server, rank 0, dead or frozen), so the question gets at most 2 s.
+std::string absent_members(const c10::intrusive_ptr<c10d::Store>& group_store, const std::vector<int>& global_ranks,
+                           std::chrono::milliseconds timeout) {
+  auto answer = std::make_shared<std::string>();
+  bool answered = false;
+  try {
+    answered = detail::finish_within(std::min(timeout, std::chrono::milliseconds(2000)), [=] {
+      std::vector<int> absent, present;
+      for (size_t i = 0; i < global_ranks.size(); ++i) {
+        (group_store->check({joined_key(static_cast<int>(i))}) ? present : absent).push_back(global_ranks[i]);
+      }
+      *answer = absent.empty() ? "every member arrived (" + join(present, ", ") + "), so one died or froze since"
+                               : "members [" + join(absent, ", ") + "] never arrived (arrived: [" +
+                                     join(present, ", ") + "])";
+    });
+  } catch (const std::exception& e) {
+    return "the store (served by rank 0) failed too: " + message_of(e);
+  }
+  return answered ? *answer : "the store (served by rank 0) did not answer within 2 s: rank 0 died or froze";
 }
 
 std::string describe_group(const std::vector<int>& ranks, int group_rank) {
@@ -101,6 +127,21 @@ std::chrono::milliseconds resolve_timeout(std::chrono::milliseconds requested) {
 
 }  // namespace
 
+// Whether a group is still usable: the first failure of one of its collectives, once there is one.
+struct detail::GroupHealth {
+  std::mutex mutex;
+  std::string first_failure;
+  std::atomic<bool> failed{false};
+  void fail(const std::string& why) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!failed.exchange(true)) first_failure = why;
+  }
+  std::string why() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return first_failure;
+  }
+};
+
 // ---------------------------------------------------------------------------------------------------- Work
 
 struct Work::State {
@@ -108,6 +149,7 @@ struct Work::State {
   std::string what;  // "all_reduce on group [0, 1] (rank 0 of 2)"
   std::chrono::milliseconds timeout;
   std::function<void()> finish;
+  std::shared_ptr<detail::GroupHealth> health;
 };
 
 Work& Work::operator=(Work&& other) noexcept {
@@ -133,17 +175,26 @@ Work::~Work() {
 void Work::wait() {
   if (!state_) return;
   auto state = std::move(state_);
+  // A group that already failed has a peer that will not answer: do not wait another timeout for it.
+  if (state->health->failed && !state->work->isCompleted()) {
+    throw dtensor::Error("dtensor: " + state->what + " was not waited for: the group failed earlier (" +
+                         state->health->why() + ")");
+  }
   bool completed = false;
   try {
     completed = state->work->wait(state->timeout);
   } catch (const dtensor::Error&) {
     throw;  // the shared-memory backend's, which already names the collective, the group and the peer
   } catch (const std::exception& e) {
-    throw dtensor::Error("dtensor: " + state->what + " failed: " + message_of(e));
+    std::string why = state->what + " failed: " + message_of(e);
+    state->health->fail(why);
+    throw dtensor::Error("dtensor: " + why);
   }
   if (!completed) {
-    throw dtensor::Error("dtensor: " + state->what + " did not complete within " +
-                             std::to_string(state->timeout.count()) + " ms");
+    std::string why = state->what + " did not complete within " + std::to_string(state->timeout.count()) +
+                      " ms (a peer of the group died, froze or never called it)";
+    state->health->fail(why);
+    throw dtensor::Error("dtensor: " + why);
   }
   if (state->finish) state->finish();
 }
@@ -152,7 +203,8 @@ void Work::wait() {
 
 ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, std::vector<int> global_ranks,
                            int global_rank, std::chrono::milliseconds timeout)
-    : backend_(std::move(backend)), ranks_(std::move(global_ranks)), rank_(-1), timeout_(timeout) {
+    : backend_(std::move(backend)), health_(std::make_shared<detail::GroupHealth>()), ranks_(std::move(global_ranks)),
+      rank_(-1), timeout_(timeout) {
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (ranks_[i] == global_rank) rank_ = static_cast<int>(i);
   }
@@ -160,7 +212,14 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, std::vecto
   in_band_sizes_ = backend_->getBackendName() == detail::shm::kBackendName;
 }
 
-ProcessGroup::~ProcessGroup() = default;
+ProcessGroup::~ProcessGroup() {
+  // Gloo's destructor waits for its queue to drain and joins its workers, which may still wait on the
+  // peer that failed us (up to a timeout per queued collective): leak the backend instead.
+  if (health_->failed) detail::leak_deliberately(std::move(backend_));
+}
+
+void ProcessGroup::mark_failed(const std::string& why) { health_->fail(why); }
+bool ProcessGroup::failed() const { return health_->failed; }
 
 std::string ProcessGroup::describe() const {
   return describe_group(ranks_, rank_);
@@ -186,18 +245,30 @@ Work ProcessGroup::start(const char* collective, int64_t bytes,
     if (alone) alone();
     return Work();
   }
-  detail::notify_comm_observers(CommEvent{collective, bytes, size(), &ranks_});
   std::string what = std::string(collective) + " on " + describe();
+  if (health_->failed) {
+    throw dtensor::Error("dtensor: " + what + " cannot start: the group failed earlier (" + health_->why() +
+                         "); a failed group cannot be used again");
+  }
+  detail::notify_comm_observers(CommEvent{collective, bytes, size(), &ranks_});
   c10::intrusive_ptr<c10d::Work> work;
   try {
     work = issue();
-  } catch (const dtensor::Error&) {
+  } catch (const dtensor::Error& e) {
+    // The shm backend runs the collective at issue: a peer that failed it fails the group (a size mismatch
+    // does not: every rank saw it, and the group is still whole).
+    if (in_band_sizes_ && static_cast<detail::shm::ShmBackend&>(*backend_).comm_broken()) {
+      std::string why = e.what();
+      health_->fail(why.rfind("dtensor: ", 0) == 0 ? why.substr(9) : why);
+    }
     throw;  // ours already names the collective and the group
   } catch (const std::exception& e) {
+    health_->fail(what + " failed to start: " + message_of(e));
     throw dtensor::Error("dtensor: " + what + " failed to start: " + message_of(e));
   }
   Work w;
-  w.state_ = std::make_unique<Work::State>(Work::State{std::move(work), std::move(what), timeout_, std::move(finish)});
+  w.state_ = std::make_unique<Work::State>(
+      Work::State{std::move(work), std::move(what), timeout_, std::move(finish), health_});
   return w;
 }
 
@@ -291,7 +362,15 @@ World::World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOpti
     throw dtensor::Error("dtensor: rank " + std::to_string(rank) + " is outside [0, world size " +
                                 std::to_string(size) + ")");
   }
-  if (options_.backend != "gloo") detail::publish_host_identity(*store_, rank_);
+  if (options_.backend != "gloo") {
+    try {
+      detail::publish_host_identity(*store_, rank_);  // one store op: bounded by the store's timeout
+    } catch (const std::exception& e) {
+      throw dtensor::Error("dtensor: rank " + std::to_string(rank_) + " could not publish its host on the store "
+                           "(served by rank 0) within " + std::to_string(options_.timeout.count()) + " ms: " +
+                           message_of(e));
+    }
+  }
 }
 
 World::~World() = default;
@@ -316,33 +395,57 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
                                 join(global_ranks, ", ") + "]");
   }
   // Each member builds its own backend under a prefix derived from the rank list alone, so all members
-  // agree on it without talking (C++ has no new_group).
+  // agree on it without talking (C++ has no new_group). Every step waits on the other members (through the
+  // store, or Gloo's TCP pairs) and is bounded by the timeout; a failure names the step and who is absent.
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("dtensor/pg/" + join(global_ranks, ","), store_);
-  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
-  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-  c10::intrusive_ptr<c10d::Backend> backend;
+  // The steps also run under a deadline of their own (timeout + 2 s) on a helper thread: c10d's store server
+  // serves its clients from one loop, so a member frozen in the middle of a store request can stall every
+  // store op of every rank with no timeout firing. Past the deadline the helper is abandoned (deadline.h).
+  auto slot = std::make_shared<c10::intrusive_ptr<c10d::Backend>>();
+  auto step = std::make_shared<std::atomic<const char*>>("announcing itself on the store");
+  const auto bound = options_.timeout + std::chrono::milliseconds(2000);
+  const std::string what = "dtensor: rank " + std::to_string(rank_) + " could not connect process group [" +
+                           join(global_ranks, ", ") + "] within ";
+  bool finished = false;
   try {
-    if (!options_.gloo_hostname.empty()) {
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options_.gloo_hostname));
-    } else if (ifname != nullptr && *ifname != '\0') {
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    } else {
-      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    }
-    backend = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, group_rank,
-                                                          static_cast<int>(global_ranks.size()), gloo_options);
+    finished = detail::finish_within(bound, [this, slot, step, prefixed, global_ranks, group_rank] {
+      prefixed->set(joined_key(group_rank), std::vector<uint8_t>{1});
+      *step = "connecting Gloo (addresses through the store, then a TCP pair to each member)";
+      auto made = connect_gloo(prefixed, group_rank, static_cast<int>(global_ranks.size()));
+      if (options_.backend != "gloo" && global_ranks.size() > 1) {
+        *step = "setting up shared memory (comparing hosts, mapping the segment)";
+        made = with_shared_memory(std::move(made), *prefixed, global_ranks, group_rank);
+      }
+      *slot = std::move(made);
+    });
   } catch (const std::exception& e) {
-    throw dtensor::Error("dtensor: rank " + std::to_string(rank_) + " could not connect process group [" +
-                             join(global_ranks, ", ") + "] within " + std::to_string(options_.timeout.count()) +
-                             " ms (did every member start and reach the same point?): " + message_of(e));
+    throw dtensor::Error(what + std::to_string(options_.timeout.count()) + " ms while " + step->load() + ": " +
+                         absent_members(prefixed, global_ranks, options_.timeout) + ": " + message_of(e));
   }
-  if (options_.backend != "gloo" && global_ranks.size() > 1) {
-    backend = with_shared_memory(std::move(backend), *prefixed, global_ranks, group_rank);
+  if (!finished) {
+    throw dtensor::Error(what + std::to_string(bound.count()) + " ms: still blocked while " + step->load() +
+                         " (a member, or the store's server rank 0, froze): " +
+                         absent_members(prefixed, global_ranks, options_.timeout));
   }
+  c10::intrusive_ptr<c10d::Backend> backend = std::move(*slot);
   auto group = std::make_shared<ProcessGroup>(backend, global_ranks, rank_, options_.timeout);
   group->set_cuda_backend_factory(cuda_backend_factory(backend, global_ranks, group_rank));
   groups_->by_ranks.emplace(global_ranks, group);
   return group;
+}
+
+c10::intrusive_ptr<c10d::Backend> World::connect_gloo(const c10::intrusive_ptr<c10d::Store>& group_store, int group_rank,
+                                                     int group_size) {
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);  // connect and every op
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (!options_.gloo_hostname.empty()) {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options_.gloo_hostname));
+  } else if (ifname != nullptr && *ifname != '\0') {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  } else {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, group_rank, group_size, gloo_options);
 }
 
 // The same-host backend over `gloo` when every member runs on this host (else `gloo` itself, or an error when
@@ -398,15 +501,51 @@ std::shared_ptr<ProcessGroup> World::world_group() {
 // ------------------------------------------------------------------------------------- init_process_group
 
 namespace {
-thread_local std::shared_ptr<World> thread_world;
+
+// Drops `world`. When that is its last reference, the teardown (each backend's destructor: Gloo joins its
+// worker threads) runs on a helper thread bounded by the world's timeout; past it the teardown is abandoned
+// to the OS with a message, and false returned. Backends of failed groups are leaked, not joined (see
+// ~ProcessGroup), so this bound is a safety net for what we did not foresee.
+bool release_within_timeout(std::shared_ptr<World>& world) {
+  if (!world) return true;
+  if (world.use_count() > 1) {
+    world.reset();
+    return true;
+  }
+  const auto limit = world->timeout();
+  const int rank = world->rank();
+  if (detail::finish_within(limit, [last = std::move(world)]() mutable { last.reset(); })) return true;
+  std::cerr << "dtensor: rank " << rank << ": shutting down its process groups did not finish within "
+            << limit.count() << " ms (a peer is not answering); leaving them to the OS" << std::endl;
+  return false;
+}
+
+// Holds a thread's or the process's world; the process's is torn down at exit, where an overrun ends the
+// process at once (static destructors of LibTorch must not run under a thread still inside Gloo).
+struct WorldSlot {
+  std::shared_ptr<World> world;
+  bool at_exit = false;
+  ~WorldSlot() {
+    try {
+      if (!release_within_timeout(world) && at_exit) {
+        std::cerr << "dtensor: exiting with status 1 without finishing the shutdown" << std::endl;
+        std::_Exit(1);
+      }
+    } catch (const std::exception& e) {
+      std::cerr << "dtensor: shutting down the process groups failed: " << e.what() << std::endl;
+    }
+  }
+};
+
+thread_local WorldSlot thread_world;
 std::mutex process_world_mutex;
-std::shared_ptr<World> process_world;
+WorldSlot process_world{nullptr, true};
 
 std::shared_ptr<World> install(std::shared_ptr<World> world) {
   world->world_group();  // connects every rank: a barrier that proves the job is whole
-  thread_world = world;
+  thread_world.world = world;
   std::lock_guard<std::mutex> lock(process_world_mutex);
-  if (!process_world) process_world = world;
+  if (!process_world.world) process_world.world = world;
   return world;
 }
 }  // namespace
@@ -416,8 +555,18 @@ std::shared_ptr<World> init_process_group(InitOptions options) {
   options.timeout = resolve_timeout(options.timeout);
   if (options.gloo_hostname.empty() && is_loopback(env.master_addr)) options.gloo_hostname = "127.0.0.1";
   auto store = detail::connect_store(env, options.timeout);
-  detail::wait_for_all_ranks(*store, env.rank, env.world_size, options.timeout,
-                             env.master_addr + ":" + std::to_string(env.master_port));
+  // Bounded again from outside: a rank frozen in the middle of a store request can stall c10d's store
+  // server for everyone, and store ops then block without their timeout firing (see World::group).
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const auto bound = options.timeout + std::chrono::milliseconds(2000);
+  if (!detail::finish_within(bound, [store, env, timeout = options.timeout, where] {
+        detail::wait_for_all_ranks(*store, env.rank, env.world_size, timeout, where);
+      })) {
+    throw dtensor::Error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+                         " could not rendezvous at " + where + " within " + std::to_string(bound.count()) +
+                         " ms: the store (served by rank 0) stopped answering (rank 0, or a rank in the middle of "
+                         "a store request, froze?)");
+  }
   return install(std::make_shared<World>(std::move(store), env.rank, env.world_size, std::move(options)));
 }
 
@@ -431,22 +580,27 @@ std::shared_ptr<World> init_process_group(c10::intrusive_ptr<c10d::Store> store,
 }
 
 std::shared_ptr<World> current_world() {
-  if (thread_world) return thread_world;
+  if (thread_world.world) return thread_world.world;
   std::lock_guard<std::mutex> lock(process_world_mutex);
-  if (process_world) return process_world;
+  if (process_world.world) return process_world.world;
   throw dtensor::Error("dtensor: no process group; call dtensor::init_process_group() first");
 }
 
 bool is_initialized() {
-  if (thread_world) return true;
+  if (thread_world.world) return true;
   std::lock_guard<std::mutex> lock(process_world_mutex);
-  return process_world != nullptr;
+  return process_world.world != nullptr;
 }
 
 void destroy_process_group() {
-  std::shared_ptr<World> mine = std::move(thread_world);
-  std::lock_guard<std::mutex> lock(process_world_mutex);
-  if (!mine || process_world == mine) process_world.reset();
+  std::shared_ptr<World> mine = std::move(thread_world.world), process;
+  {
+    std::lock_guard<std::mutex> lock(process_world_mutex);
+    if (!mine || process_world.world == mine) process = std::move(process_world.world);
+  }
+  if (process == mine) process.reset();  // one reference between the two slots
+  release_within_timeout(mine);
+  release_within_timeout(process);
 }
 
 }  // namespace dtensor

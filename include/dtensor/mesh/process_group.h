@@ -29,9 +29,13 @@ class Work;
 namespace dtensor {
 
 class ProcessGroup;
+namespace detail {
+struct GroupHealth;
+}
 
 // A handle on a collective in flight. wait() blocks at most the group's timeout and rethrows the peer's
-// error with context. Destroying an unwaited Work waits for it (a collective cannot be abandoned).
+// error with context. Destroying an unwaited Work waits for it (a collective cannot be abandoned), except
+// once its group has failed: then it fails at once instead of waiting another timeout.
 class Work {
  public:
   Work() = default;
@@ -92,6 +96,12 @@ class ProcessGroup {
   // made by `factory` at the group's first CUDA collective, which every member reaches in the same order.
   using BackendFactory = std::function<c10::intrusive_ptr<c10d::Backend>()>;
   void set_cuda_backend_factory(BackendFactory factory) { make_cuda_backend_ = std::move(factory); }
+  // A collective of this group failed or timed out (a peer died, froze or gave up): the ranks no longer
+  // agree on where the group stands, so every later collective fails at once naming `why`, and destroying
+  // the group leaks its backend on purpose instead of joining worker threads that may wait on the peer
+  // (docs/design/fault_tolerance.md). The library calls it; users need not.
+  void mark_failed(const std::string& why);
+  bool failed() const;
   std::string backend_name() const;  // "dtensor_shm" (same-host shared memory) or "gloo"
   // The shared-memory backend checks collective sizes within the collective itself (size_agreement.h).
   bool checks_sizes_in_band() const { return in_band_sizes_; }
@@ -118,6 +128,7 @@ class ProcessGroup {
   BackendFactory make_cuda_backend_;
   std::once_flag cuda_backend_once_;
   c10::intrusive_ptr<c10d::Backend> cuda_backend_;
+  std::shared_ptr<detail::GroupHealth> health_;  // shared with the Works in flight
   std::vector<int> ranks_;
   int rank_;
   std::chrono::milliseconds timeout_;
@@ -158,6 +169,8 @@ class World {
 
  private:
   struct Groups;
+  c10::intrusive_ptr<c10d::Backend> connect_gloo(const c10::intrusive_ptr<c10d::Store>& group_store, int group_rank,
+                                                 int group_size);
   c10::intrusive_ptr<c10d::Backend> with_shared_memory(c10::intrusive_ptr<c10d::Backend> gloo,
                                                        c10d::Store& group_store, const std::vector<int>& global_ranks,
                                                        int group_rank);
@@ -180,7 +193,10 @@ std::shared_ptr<World> init_process_group(c10::intrusive_ptr<c10d::Store> store,
 // The calling thread's world, else the process's; throws if init_process_group was not called.
 std::shared_ptr<World> current_world();
 bool is_initialized();
-// Forgets the calling thread's world (and the process's if it is the same).
+// Forgets the calling thread's world (and the process's if it is the same). Tearing down the last reference
+// to a world is bounded by its timeout: past it, the teardown is abandoned (left to the OS) with a message.
+// The same bounded teardown runs at exit for a world never destroyed; if it overruns there, the process
+// ends at once with _exit(1) after saying why.
 void destroy_process_group();
 
 }  // namespace dtensor

@@ -46,6 +46,7 @@ class ShmBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   c10d::Backend& fallback() { return *fallback_; }
+  bool comm_broken() const { return comm_->broken(); }  // a collective failed on a peer: see ShmComm::broken
 
  private:
   // For a call the fast path does not carry: the size check in shared memory (after what is queued), then

@@ -59,6 +59,8 @@ class ShmComm {
   void broadcast(const at::Tensor& tensor, int root, const std::vector<int64_t>& descriptor);
   // Only the descriptor epoch: barrier, and the size check before a call that another backend carries.
   void agree(const char* collective, const std::vector<int64_t>& descriptor);
+  // True once a collective failed on a peer (not on a size mismatch, after which the group is still whole).
+  bool broken() const { return !broken_.empty(); }
 
  private:
   struct Call;  // one collective in progress: its name, deadline, first-epoch flag

@@ -65,7 +65,8 @@ void FsdpParamGroup::unshard() {
       const at::Tensor& local = local_tensor(p.sharded);
       shard.narrow(0, p.flat_offset, local.numel()).copy_(local.reshape({-1}));
     }
-    const at::Tensor all = dp_ > 1 ? all_gather(shard, 0, dp_mesh_, 0) : shard;  // [dp * S], rank-major
+    // [dp * S], rank-major (the sizes are known: no size exchange)
+    const at::Tensor all = dp_ > 1 ? all_gather(shard, 0, dp_mesh_, 0, std::vector<int64_t>(dp_, shard_numel_)) : shard;
     // Copy-out: rank i's piece of p is rows [offset_i, offset_i + rows_i) of p's TP-local tensor.
     for (const FsdpParam& p : params_) {
       for (int64_t i = 0; i < dp_; ++i) {

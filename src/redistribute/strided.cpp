@@ -57,7 +57,7 @@ at::Tensor gather_full_value(const at::Tensor& local, const DTensorSpec& spec) {
   // Innermost mesh dim first: after gathering dims k..ndim-1 the rows are indexed row-major by those dims'
   // coordinates, so at the end row r is mesh index r's shard.
   for (int64_t i = mesh.ndim() - 1; i >= 0; --i) {
-    if (mesh.size(i) > 1) stack = all_gather(stack, 0, mesh, i);
+    if (mesh.size(i) > 1) stack = all_gather(stack, 0, mesh, i, std::vector<int64_t>(mesh.size(i), stack.size(0)));
   }
   at::Tensor full = at::empty(spec.meta.shape, x.options());
   for (int64_t r = 0; r < mesh.size(); ++r) {

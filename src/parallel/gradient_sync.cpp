@@ -48,9 +48,10 @@ bool all_reduce_only(const Placements& from, const Placements& to) {
 
 at::Tensor local_of(const at::Tensor& t) { return is_dtensor(t) ? detail::local_tensor(t) : t; }
 
-// `grad` with its local data replaced by `local` (same shape).
+// `grad` with its local data replaced by `local` (same shape). A plain gradient gets its own storage: a view
+// of the bucket as .grad cannot be detached in place (zero_grad).
 at::Tensor with_local(const at::Tensor& grad, const at::Tensor& local) {
-  if (!is_dtensor(grad)) return local;
+  if (!is_dtensor(grad)) return local.clone();
   return detail::make_dtensor(local, dtensor_spec(grad));
 }
 

@@ -7,6 +7,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <atomic>
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -90,34 +91,35 @@ std::string describe_group(const std::vector<int>& ranks, int group_rank) {
          std::to_string(ranks.size()) + ")";
 }
 
-// InitOptions::backend, else DTENSOR_BACKEND, else "auto"; checked when the world is made.
-std::string resolve_backend(const std::string& requested) {
+// An InitOptions choice: `requested`, else the environment variable, else `fallback`; one of `allowed` (the
+// error names where the value came from and what is allowed). Checked when the world is made.
+std::string resolve_choice(const std::string& requested, const char* option, const char* env_name,
+                           const char* fallback, const std::vector<std::string>& allowed, const char* what) {
   std::string mode = requested;
-  const char* from = "InitOptions::backend";
+  std::string from = option;
   if (mode.empty()) {
-    const char* env = std::getenv("DTENSOR_BACKEND");
-    mode = env && *env ? env : "auto";
-    from = "DTENSOR_BACKEND";
+    const char* env = std::getenv(env_name);
+    mode = env && *env ? env : fallback;
+    from = env_name;
   }
-  if (mode != "auto" && mode != "gloo" && mode != "shm") {
-    throw dtensor::Error(std::string("dtensor: ") + from + "=" + mode + " is not a backend (auto, gloo or shm)");
+  if (std::find(allowed.begin(), allowed.end(), mode) == allowed.end()) {
+    std::string list;
+    for (size_t i = 0; i < allowed.size(); ++i) {
+      list += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i];
+    }
+    throw dtensor::Error("dtensor: " + from + "=" + mode + " is not " + what + " (" + list + ")");
   }
   return mode;
 }
 
-// InitOptions::cuda_backend, else DTENSOR_CUDA_BACKEND, else "nccl"; checked when the world is made.
+std::string resolve_backend(const std::string& requested) {
+  return resolve_choice(requested, "InitOptions::backend", "DTENSOR_BACKEND", "auto", {"auto", "gloo", "shm"},
+                        "a backend");
+}
+
 std::string resolve_cuda_backend(const std::string& requested) {
-  std::string mode = requested;
-  const char* from = "InitOptions::cuda_backend";
-  if (mode.empty()) {
-    const char* env = std::getenv("DTENSOR_CUDA_BACKEND");
-    mode = env && *env ? env : "nccl";
-    from = "DTENSOR_CUDA_BACKEND";
-  }
-  if (mode != "nccl" && mode != "gloo") {
-    throw dtensor::Error(std::string("dtensor: ") + from + "=" + mode + " is not a CUDA backend (nccl or gloo)");
-  }
-  return mode;
+  return resolve_choice(requested, "InitOptions::cuda_backend", "DTENSOR_CUDA_BACKEND", "nccl", {"nccl", "gloo"},
+                        "a CUDA backend");
 }
 
 std::chrono::milliseconds resolve_timeout(std::chrono::milliseconds requested) {

@@ -83,18 +83,24 @@ void ShmComm::all_reduce(const at::Tensor& tensor, Reduction op, const std::vect
   const auto dtype = tensor.scalar_type();
   char* data = bytes_of(tensor);
   std::vector<const void*> srcs(size_);
-  if (numel * es <= kOneShotBytes) {
-    // One shot: every rank reduces the whole message from all buffers (same order, same bits everywhere).
-    std::memcpy(mine(), data, numel * es);
-    sync(call);
-    for (int r = 0; r < size_; ++r) srcs[r] = theirs(r);
-    reduce_into(data, srcs.data(), size_, numel, dtype, op);
-    next_epoch();
+  const int64_t per_epoch = segment_.chunk_bytes() / es;
+  const bool streaming = numel * es >= streaming_bytes();
+  if (numel * es <= kOneShotBytes || size_ == 2) {
+    // One shot per chunk: every rank reduces the whole chunk from all buffers straight into its tensor (same
+    // order, same bits everywhere). For two ranks this is also the large-message path: against the two-shot
+    // split below it reads each chunk twice instead of three times and needs one barrier, not two, and the
+    // extra arithmetic (a whole chunk, not half) is cheaper than that pass (comm_bench, 2026-11-23).
+    for (int64_t off = 0; call.first || off < numel; off += per_epoch) {
+      const int64_t m = std::min(per_epoch, numel - off);
+      std::memcpy(mine(), data + off * es, m * es);
+      sync(call);
+      for (int r = 0; r < size_; ++r) srcs[r] = theirs(r);
+      reduce_into(data + off * es, srcs.data(), size_, m, dtype, op, streaming);
+      next_epoch();
+    }
     return;
   }
   // Two shots per chunk: reduce-scatter (rank r reduces slice r into its own buffer), then all-gather.
-  const int64_t per_epoch = segment_.chunk_bytes() / es;
-  const bool streaming = numel * es >= streaming_bytes();
   for (int64_t off = 0; off < numel; off += per_epoch) {
     const int64_t m = std::min(per_epoch, numel - off);
     std::memcpy(mine(), data + off * es, m * es);

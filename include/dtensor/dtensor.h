@@ -15,6 +15,7 @@
 #include "dtensor/error.h"
 #include "dtensor/mesh/autograd_collectives.h"
 #include "dtensor/mesh/comm_hooks.h"
+#include "dtensor/mesh/cuda.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/mesh/launch_env.h"

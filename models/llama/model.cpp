@@ -33,10 +33,11 @@ bool ends_with(const std::string& s, const std::string& tail) {
 
 }  // namespace
 
-std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64_t seq_len) {
+std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64_t seq_len, c10::Device device) {
   const int64_t d = config.head_dim();
-  at::Tensor inv_freq = 1.0 / at::pow(config.rope_theta, at::arange(0, d, 2, at::kLong).to(at::kFloat) / d);
-  at::Tensor freqs = at::outer(at::arange(seq_len, at::kFloat), inv_freq);  // [s, d/2]
+  const auto on = at::TensorOptions().device(device);
+  at::Tensor inv_freq = 1.0 / at::pow(config.rope_theta, at::arange(0, d, 2, on.dtype(at::kLong)).to(at::kFloat) / d);
+  at::Tensor freqs = at::outer(at::arange(seq_len, on.dtype(at::kFloat)), inv_freq);  // [s, d/2]
   at::Tensor angles = at::cat({freqs, freqs}, -1);                          // [s, d]
   return {angles.cos(), angles.sin()};
 }
@@ -57,15 +58,16 @@ AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& at
   }
   at::Tensor real = attention_mask.to(at::kBool);                                        // [b, t]
   at::Tensor pos = (real.to(at::kLong).cumsum(1) - 1).clamp_min(0).narrow(1, past, s);  // [b, s]
-  auto [cos_table, sin_table] = rotary_tables(config, t);                               // [t, d]
+  auto [cos_table, sin_table] = rotary_tables(config, t, attention_mask.device());      // [t, d]
   const int64_t d = cos_table.size(1);
   AttentionInputs in;
   in.cos = cos_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
   in.sin = sin_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
-  at::Tensor query_pos = at::arange(past, t, at::kLong).view({s, 1});
-  at::Tensor key_pos = at::arange(t, at::kLong).view({1, t});
+  const auto longs = attention_mask.options().dtype(at::kLong);
+  at::Tensor query_pos = at::arange(past, t, longs).view({s, 1});
+  at::Tensor key_pos = at::arange(t, longs).view({1, t});
   at::Tensor visible = (key_pos <= query_pos).unsqueeze(0) & (real.unsqueeze(1) | (key_pos == query_pos).unsqueeze(0));
-  in.mask = at::zeros({b, 1, s, t}, at::kFloat)
+  in.mask = at::zeros({b, 1, s, t}, attention_mask.options().dtype(at::kFloat))
                 .masked_fill_(visible.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
   return in;
 }
@@ -125,11 +127,12 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
   const int64_t b = tokens.size(0), s = tokens.size(1), past = cache_length();
   at::Tensor cos, sin, mask;  // mask undefined: causal over s (the training forward)
   if (has_cache() || attention_mask.defined()) {
-    at::Tensor padding = attention_mask.defined() ? attention_mask : at::ones({b, past + s}, at::kLong);
+    at::Tensor padding =
+        attention_mask.defined() ? attention_mask : at::ones({b, past + s}, tokens.options().dtype(at::kLong));
     AttentionInputs in = attention_inputs(config, padding, past, s);
     cos = in.cos, sin = in.sin, mask = in.mask;
   } else {
-    std::tie(cos, sin) = rotary_tables(config, s);
+    std::tie(cos, sin) = rotary_tables(config, s, tokens.device());
   }
   // The tables follow the tokens' device (a meta-device model, for a plan dry run, reads meta tokens).
   if (tokens.device() != cos.device()) {

@@ -32,7 +32,8 @@
 namespace llama {
 
 // cos and sin tables [seq_len, head_dim] for positions 0..seq_len-1 (HF's LlamaRotaryEmbedding, no scaling).
-std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64_t seq_len);
+std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64_t seq_len,
+                                                 c10::Device device = c10::kCPU);
 
 // x [b, heads, s, head_dim] rotated by position: x * cos + rotate_half(x) * sin.
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);

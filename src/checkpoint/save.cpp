@@ -124,7 +124,7 @@ void save(const std::string& dir, const StateDict& state, const SaveOptions& opt
                                {{detail::kShardingInfoKey, sharding.dump()}, {detail::kDcpVersionKey, detail::kDcpVersion}, {"format", "pt"}});
       int64_t bytes = 0;
       for (size_t i = 0; i < data.size(); ++i) {
-        writer.write(data[i]);
+        writer.write(data[i].cpu());  // a no-op for CPU tensors; CUDA chunks are copied to the host
         bytes += layout[i].nbytes();
       }
       const auto result = writer.finish(options.sync);

@@ -1,5 +1,6 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/error.h"
+#include "dtensor/mesh/cuda.h"
 
 #include <algorithm>
 #include <functional>
@@ -12,6 +13,7 @@ namespace dtensor {
 
 struct DeviceMesh::Impl {
   std::string device_type;
+  c10::Device device{c10::kCPU};  // this process's device of that type
   std::vector<int64_t> shape;
   std::vector<int> ranks;  // row-major
   std::vector<std::string> names;
@@ -51,9 +53,14 @@ std::string quoted_names(const std::vector<std::string>& names) {
 DeviceMesh::DeviceMesh(std::string device_type, std::vector<int64_t> shape, std::vector<int> ranks,
                        std::vector<std::string> dim_names, std::shared_ptr<World> world) {
   auto impl = std::make_shared<Impl>();
-  if (device_type != "cpu") {
-    throw dtensor::Error("dtensor: DeviceMesh device_type '" + device_type +
-                                "' is not supported by this build (Gloo backend: use \"cpu\")");
+  if (device_type == "cuda") {
+    // As PyTorch's init_device_mesh: this process works on cuda:LOCAL_RANK (modulo the GPUs it sees).
+    if (!cuda_available()) {
+      throw dtensor::Error("dtensor: DeviceMesh device_type 'cuda': " + cuda_unavailable_reason());
+    }
+    impl->device = select_cuda_device();
+  } else if (device_type != "cpu") {
+    throw dtensor::Error("dtensor: DeviceMesh device_type '" + device_type + "' is not supported (\"cpu\" or \"cuda\")");
   }
   if (!world) world = current_world();
   if (shape.empty()) throw dtensor::Error("dtensor: DeviceMesh needs at least one dim");
@@ -100,6 +107,7 @@ DeviceMesh::DeviceMesh(std::string device_type, std::vector<int64_t> shape, std:
 }
 
 const std::string& DeviceMesh::device_type() const { return impl_->device_type; }
+c10::Device DeviceMesh::device() const { return impl_->device; }
 int64_t DeviceMesh::ndim() const { return static_cast<int64_t>(impl_->shape.size()); }
 const std::vector<int64_t>& DeviceMesh::shape() const { return impl_->shape; }
 int64_t DeviceMesh::size() const { return static_cast<int64_t>(impl_->ranks.size()); }
@@ -151,6 +159,7 @@ DeviceMesh DeviceMesh::slice(const std::vector<std::string>& dim_names) const {
   }
   auto sub = std::make_shared<Impl>();
   sub->device_type = impl_->device_type;
+  sub->device = impl_->device;
   sub->world = impl_->world;
   sub->names = dim_names;
   const auto& own = *impl_->coordinate;

@@ -18,6 +18,7 @@
 
 #include "dtensor/error.h"
 #include "dtensor/mesh/launch_env.h"
+#include "mesh/deadline.h"
 
 namespace dtensor::detail {
 namespace {
@@ -109,7 +110,22 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, milliseconds
                seconds(waited) + " of " + seconds(timeout) + ")";
       });
     }
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    if (env.rank == 0) return c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    // c10d retries connecting until `timeout`, but its first query after connecting (validate, ping) reads
+    // the reply with no deadline of its own: a rank 0 frozen after binding (SIGSTOP: the kernel still
+    // accepts connections) would hold us forever. So the connection is made under a deadline; past it the
+    // helper is abandoned with its half-made client.
+    auto made = std::make_shared<c10::intrusive_ptr<c10d::Store>>();
+    const std::string addr = env.master_addr;
+    const auto bound = timeout + std::chrono::milliseconds(1000);
+    if (!finish_within(bound, [made, addr, options] { *made = c10::make_intrusive<c10d::TCPStore>(addr, options); })) {
+      throw dtensor::Error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+                           " could not rendezvous at " + where + " within " + std::to_string(bound.count()) +
+                           " ms: the store served by rank 0 did not answer (rank 0 not started yet, frozen or overloaded?)");
+    }
+    return *made;
+  } catch (const dtensor::Error&) {
+    throw;
   } catch (const std::exception& e) {
     std::string msg = message_of(e);
     if (env.rank == 0 && (msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos)) {

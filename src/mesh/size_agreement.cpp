@@ -157,7 +157,10 @@ void check_descriptors(const std::string& what, const std::vector<int>& global_r
 void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::Tensor& in, const at::Tensor& out,
                     const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits) {
   const int64_t n = group.size();
-  if (n == 1 || !size_agreement_enabled() || group.checks_sizes_in_band()) return;
+  // The shared-memory backend checks CPU tensors' sizes inside the collective itself; CUDA tensors go elsewhere.
+  // A failed group: the collective itself will refuse to start, naming the first failure.
+  const bool in_band = group.checks_sizes_in_band() && (!in.defined() || in.is_cpu());
+  if (n == 1 || !size_agreement_enabled() || in_band || group.failed()) return;
   const int64_t len = descriptor_length(n);
   std::vector<int64_t> d = size_descriptor(collective, in, out, in_splits, out_splits, n);
   at::Tensor mine = at::from_blob(d.data(), {len}, at::kLong);
@@ -171,8 +174,10 @@ void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::T
   } catch (const std::exception& e) {
     std::string msg = e.what();
     if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) msg = c10_error->what_without_backtrace();
-    throw dtensor::Error("dtensor: " + what + " failed while the ranks compared sizes (within " +
-                         std::to_string(group.timeout().count()) + " ms): " + msg);
+    std::string why = what + " failed while the ranks compared sizes (within " +
+                      std::to_string(group.timeout().count()) + " ms): " + msg;
+    group.mark_failed(why);
+    throw dtensor::Error("dtensor: " + why);
   }
   std::vector<const int64_t*> rows;
   for (int64_t r = 0; r < n; ++r) rows.push_back(all.data_ptr<int64_t>() + r * len);

@@ -83,8 +83,14 @@ ShardingDecision layer_norm_backward(const OpCall& call) {
 
 // _scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal, *, attn_mask, scale)
 //   -> (output, logsumexp); backward(grad_out, query, key, value, out, logsumexp, ...) -> (dq, dk, dv)
-ShardingDecision sdpa(const OpCall& call, size_t num_outputs, int num_activation_args) {
-  const TensorInput& q = call.tensors.at(call.op.schema().arguments()[0].name() == "grad_out" ? 1 : 0);
+// CUDA's fp32 kernel: _scaled_dot_product_efficient_attention(query, key, value, attn_bias, compute_log_sumexp,
+//   dropout_p, is_causal, *, scale) -> (output, log_sumexp, philox_seed, philox_offset); its backward(grad_out_,
+//   query, key, value, attn_bias, out, logsumexp, philox_seed, philox_offset, ...) -> (dq, dk, dv, d_bias).
+// Attention is independent per (batch, head): the activations keep Shard(0) / Shard(1) and every output of
+// their shape follows; sequence and head_dim shards are gathered. The RNG state outputs are Replicate.
+ShardingDecision sdpa(const OpCall& call, size_t num_outputs, int num_activation_args, size_t num_replicated_outputs = 0) {
+  const bool backward = call.op.schema().arguments()[0].name().rfind("grad_out", 0) == 0;
+  const TensorInput& q = call.tensors.at(backward ? 1 : 0);
   Placements p = reduce_partials(q.spec ? q.spec->placements : replicate_all(call.mesh->ndim()));
   for (auto& x : p) {
     if (x.is_shard() && x.dim() >= 2) x = Replicate();  // sequence / head_dim: whole
@@ -94,10 +100,14 @@ ShardingDecision sdpa(const OpCall& call, size_t num_outputs, int num_activation
     bool activation = t.arg < num_activation_args;
     inputs.push_back(placements_or_null(t, activation ? p : replicate_all(call.mesh->ndim())));
   }
-  return make_decision(call, inputs, std::vector<Placements>(num_outputs, p));
+  std::vector<Placements> outputs(num_outputs - num_replicated_outputs, p);
+  outputs.resize(num_outputs, replicate_all(call.mesh->ndim()));
+  return make_decision(call, inputs, outputs);
 }
 ShardingDecision sdpa_forward(const OpCall& c) { return sdpa(c, 2, 3); }
 ShardingDecision sdpa_backward(const OpCall& c) { return sdpa(c, 3, 6); }
+ShardingDecision efficient_attention(const OpCall& c) { return sdpa(c, 4, 4, 2); }
+ShardingDecision efficient_attention_backward(const OpCall& c) { return sdpa(c, 4, 7); }
 
 // _fused_sdp_choice returns an int: run it on the locals, nothing to wrap. Meta locals (a plan dry run)
 // would get the meta device's answer (the math path); they ask the CPU instead, with CPU stand-ins of the
@@ -272,8 +282,13 @@ void embedding(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // Each rank sees only its rows, so an id outside the vocabulary would silently look up zeros: check it
   // as the plain lookup does (the ids are whole on every rank here, so every rank raises the same error).
   const int64_t vocab = wspec.meta.shape[0];
-  // (Meta ids, in a plan dry run, have no values to check.)
-  if (id_local.numel() > 0 && !id_local.is_meta()) {
+  if (id_local.numel() > 0 && !id_local.is_cpu()) {
+    // On a device, without a host synchronisation: the check fails the stream (as the plain CUDA lookup does).
+    if (!id_local.is_meta()) {
+      at::_assert_async(id_local.ge(0).logical_and(id_local.lt(vocab)).all(),
+                        "dtensor: embedding: a token id is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  } else if (id_local.numel() > 0) {
     const int64_t lo = id_local.min().item<int64_t>(), hi = id_local.max().item<int64_t>();
     if (lo < 0 || hi >= vocab) {
       call.fail("index out of range in self: token id " + std::to_string(lo < 0 ? lo : hi) +
@@ -323,6 +338,10 @@ const StrategyRegistration layer_norm_rule({"aten::native_layer_norm"}, &layer_n
 const StrategyRegistration layer_norm_backward_rule({"aten::native_layer_norm_backward"}, &layer_norm_backward);
 const StrategyRegistration sdpa_rule({"aten::_scaled_dot_product_flash_attention_for_cpu"}, &sdpa_forward);
 const StrategyRegistration sdpa_backward_rule({"aten::_scaled_dot_product_flash_attention_for_cpu_backward"}, &sdpa_backward);
+const StrategyRegistration efficient_attention_rule({"aten::_scaled_dot_product_efficient_attention"},
+                                                    &efficient_attention);
+const StrategyRegistration efficient_attention_backward_rule({"aten::_scaled_dot_product_efficient_attention_backward"},
+                                                             &efficient_attention_backward);
 void nll_loss_backward_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpCall call(op, stack);
   const TensorInput* self = call.tensor_arg(1);

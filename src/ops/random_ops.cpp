@@ -8,6 +8,7 @@
 // come). Partial tensors are refused: a random value is not a term of a sum.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 
 #include "dtensor/ops/dispatch_options.h"
 #include "dtensor/redistribute/redistribute.h"
@@ -42,8 +43,13 @@ void random_in_place(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (v.isTensor() && is_dtensor(v.toTensor())) fail(op, *stack, "with DTensor probabilities is not supported");
   }
   // Draw the global tensor from the shared stream.
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(rng_seed * 1000003ULL + rng_counter++);
-  at::Tensor global = at::empty(spec.meta.shape, self.options().device(at::kCPU));
+  // On the local tensor's device: a CUDA draw runs on the GPU from a CUDA generator seeded the same way (its
+  // values differ from the CPU stream's, as PyTorch's do, but agree across the ranks of one device type).
+  const uint64_t seed = rng_seed * 1000003ULL + rng_counter++;
+  at::Generator gen = self.is_cuda() ? at::detail::getCUDAHooks().getNewGenerator(self.device().index())
+                                     : at::make_generator<at::CPUGeneratorImpl>(seed);
+  gen.set_current_seed(seed);
+  at::Tensor global = at::empty(spec.meta.shape, self.options().device(self.is_cuda() ? self.device() : at::Device(at::kCPU)));
   torch::jit::Stack draw;
   draw.emplace_back(global);
   for (size_t i = 1; i < n; ++i) {
@@ -61,7 +67,39 @@ void random_in_place(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   stack->push_back(self_v);
 }
 
+// native_dropout(input, p, train) -> (output, mask): CUDA's fused dropout (CPU decomposes dropout into
+// bernoulli_ and mul). On DTensors it is that decomposition: the keep mask is drawn from the one stream above
+// in the input's placements, output = input * keep / (1 - p). Partial inputs are refused by bernoulli_.
+void native_dropout(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  const at::Tensor input = (*stack)[stack->size() - 3].toTensor();
+  const double p = (*stack)[stack->size() - 2].toDouble();
+  const c10::IValue train = (*stack)[stack->size() - 1];
+  torch::jit::drop(*stack, 3);
+  at::Tensor output, mask;
+  if (!train.isNone() && !train.toBool()) {
+    output = input.clone();
+    mask = at::ones_like(input, input.options().dtype(at::kBool));
+  } else {
+    at::Tensor keep = at::empty_like(input).bernoulli_(1.0 - p);
+    output = p >= 1.0 ? input * 0.0 : input * keep * (1.0 / (1.0 - p));
+    mask = keep.to(at::kBool);
+  }
+  stack->emplace_back(output);
+  stack->emplace_back(mask);
+}
+
+// native_dropout_backward(grad_output, mask, scale) = grad_output * mask * scale: pointwise DTensor ops.
+void native_dropout_backward(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  const at::Tensor grad = (*stack)[stack->size() - 3].toTensor();
+  const at::Tensor mask = (*stack)[stack->size() - 2].toTensor();
+  const double scale = (*stack)[stack->size() - 1].toDouble();
+  torch::jit::drop(*stack, 3);
+  stack->emplace_back(grad * mask.to(grad.scalar_type()) * scale);
+}
+
 const CustomHandlerRegistration random_op_rules[] = {
+    {"aten::native_dropout", &native_dropout},
+    {"aten::native_dropout_backward", &native_dropout_backward},
     {"aten::bernoulli_.float", &random_in_place},
     {"aten::uniform_", &random_in_place},
     {"aten::normal_", &random_in_place},

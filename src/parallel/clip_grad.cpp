@@ -54,14 +54,27 @@ double combine(Combine c, double a, double b) {
   return a;
 }
 
-// The contribution of one local tensor, as a double: sum |x|^p, count_nonzero, or max/min |x|.
-double local_contribution(const at::Tensor& local, double p) {
-  Combine c = combine_of(p);
-  if (local.numel() == 0) return identity_of(c);
-  double norm = at::linalg_vector_norm(local.detach(), p, /*dim=*/std::nullopt, /*keepdim=*/false, at::kDouble)
-                    .item<double>();
-  if (c != Combine::SUM || p == 0) return norm;
+// The norm of one local tensor, as a 0-dim double tensor on its device (no host synchronisation): its p-norm,
+// count_nonzero (p = 0) or max/min |x|; empty tensors give the combination's identity.
+at::Tensor local_norm(const at::Tensor& local, double p) {
+  if (local.numel() == 0) return at::scalar_tensor(identity_of(combine_of(p)), local.options().dtype(at::kDouble));
+  return at::linalg_vector_norm(local.detach(), p, /*dim=*/std::nullopt, /*keepdim=*/false, at::kDouble);
+}
+
+// A norm as a contribution to the total: sum |x|^p for p-norms, the norm itself otherwise.
+double contribution(double norm, double p) {
+  if (combine_of(p) != Combine::SUM || p == 0) return norm;
   return std::pow(norm, p);
+}
+
+// The norms on the host, with one synchronisation for all of them (on a GPU, one copy of one small tensor).
+std::vector<double> to_host(const std::vector<at::Tensor>& norms) {
+  if (norms.empty()) return {};
+  const c10::Device device = norms.front().device();
+  std::vector<at::Tensor> same;
+  for (const auto& n : norms) same.push_back(n.to(device));
+  at::Tensor host = at::stack(same).cpu().contiguous();
+  return std::vector<double>(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
 }
 
 double finish(double combined, double p) {
@@ -85,13 +98,20 @@ struct MeshContributions {
 double get_total_norm(const std::vector<at::Tensor>& tensors, double norm_type, bool error_if_nonfinite) {
   const double p = norm_type;
   const Combine c = combine_of(p);
-  double plain = identity_of(c);
+  // First every local norm (kept on its device), then one transfer, then the reductions over meshes.
+  std::vector<at::Tensor> norms;
+  struct Slot {
+    const void* mesh = nullptr;  // nullptr: a plain tensor
+    double replicas = 1.0;       // R: ranks holding each distinct shard (sums divide by it)
+  };
+  std::vector<Slot> slots;
   std::map<const void*, MeshContributions> by_mesh;  // by mesh identity
   std::vector<const void*> mesh_order;                // first-seen: the same reduction order on every rank
   for (const at::Tensor& t : tensors) {
     if (!t.defined()) continue;
     if (!is_dtensor(t)) {
-      plain = combine(c, plain, local_contribution(t, p));
+      norms.push_back(local_norm(t, p));
+      slots.push_back({});
       continue;
     }
     at::Tensor g = t;
@@ -105,15 +125,25 @@ double get_total_norm(const std::vector<at::Tensor>& tensors, double norm_type, 
       }
     }
     if (partial) g = redistribute(g.detach(), mesh, placements);  // Partial -> Replicate: all-reduce
-    double replicas = 1.0;  // R: ranks holding each distinct shard
+    double replicas = 1.0;
     for (int64_t d = 0; d < mesh.ndim(); ++d) {
       if (!placements[d].is_shard()) replicas *= static_cast<double>(mesh.size(d));
     }
-    double v = local_contribution(detail::local_tensor(g), p);
-    if (c == Combine::SUM) v /= replicas;
+    norms.push_back(local_norm(detail::local_tensor(g), p));
+    slots.push_back({mesh.id(), replicas});
     auto [it, inserted] = by_mesh.try_emplace(mesh.id(), MeshContributions{&device_mesh(t), {}});
     if (inserted) mesh_order.push_back(mesh.id());
-    it->second.values.push_back(v);
+  }
+  double plain = identity_of(c);
+  const std::vector<double> host = to_host(norms);
+  for (size_t i = 0; i < host.size(); ++i) {
+    double v = contribution(host[i], p);
+    if (slots[i].mesh == nullptr) {
+      plain = combine(c, plain, v);
+      continue;
+    }
+    if (c == Combine::SUM) v /= slots[i].replicas;
+    by_mesh.at(slots[i].mesh).values.push_back(v);
   }
   double total = plain;
   for (const void* key : mesh_order) {

@@ -62,7 +62,7 @@ std::vector<int64_t> packed_indices(int64_t size, const std::vector<int64_t>& pa
 at::Tensor packed_slice(const at::Tensor& full, int64_t dim, const std::vector<int64_t>& parts, const DeviceMesh& mesh,
                         const std::string& what) {
   auto idx = packed_indices(full.size(dim), parts, mesh.size(0), mesh.get_local_rank(0), what);
-  return full.index_select(dim, at::tensor(idx, at::kLong));
+  return full.index_select(dim, at::tensor(idx, at::kLong).to(full.device()));
 }
 
 }  // namespace dtensor::detail

@@ -114,6 +114,13 @@ at::Tensor gather_local_info(const at::Tensor& local, const DeviceMesh& mesh) {
   return table;
 }
 
+// As PyTorch's distribute_tensor / from_local: a CPU tensor given to a mesh of another device type moves to the
+// mesh's device (differentiably); tensors already on a device, and meta tensors, stay where they are.
+at::Tensor on_mesh_device(const at::Tensor& t, const DeviceMesh& mesh) {
+  if (t.is_cpu() && !mesh.device().is_cpu()) return t.to(mesh.device());
+  return t;
+}
+
 std::vector<int64_t> unravel(int64_t flat, const std::vector<int64_t>& shape) {
   std::vector<int64_t> coord(shape.size());
   for (int64_t d = static_cast<int64_t>(shape.size()) - 1; d >= 0; --d) {
@@ -217,7 +224,7 @@ at::Tensor distribute_tensor(const at::Tensor& tensor, const DeviceMesh& mesh, P
   // source (or cuts locally without one), Replicate and Partial broadcast, Partial then splits the value.
   // src_data_rank is the source's index along each mesh dim, so the data of the rank at coordinate
   // (s, s, ...) ends up distributed.
-  at::Tensor local = tensor.detach();
+  at::Tensor local = on_mesh_device(tensor.detach(), mesh);
   for (int64_t i = 0; i < mesh.ndim(); ++i) {
     ProcessGroup& group = mesh.get_group(i);
     const int64_t n = mesh.size(i);
@@ -265,9 +272,10 @@ at::Tensor full_tensor(const at::Tensor& dtensor, std::optional<Placements> grad
   return to_local(replicated, std::move(grad_placements));
 }
 
-at::Tensor DTensor::from_local(const at::Tensor& local, const DeviceMesh& mesh, Placements placements, bool run_check,
+at::Tensor DTensor::from_local(const at::Tensor& given, const DeviceMesh& mesh, Placements placements, bool run_check,
                                std::optional<std::vector<int64_t>> shape, std::optional<std::vector<int64_t>> stride) {
-  if (is_dtensor(local)) throw dtensor::Error("dtensor: from_local expects a plain local tensor, got a DTensor");
+  if (is_dtensor(given)) throw dtensor::Error("dtensor: from_local expects a plain local tensor, got a DTensor");
+  const at::Tensor local = on_mesh_device(given, mesh);
   // Validate placements against the local tensor's rank before any communication.
   DTensorSpec probe(mesh, placements, TensorMeta{local.sizes().vec(), {}, local.scalar_type()});
   placements = probe.placements;

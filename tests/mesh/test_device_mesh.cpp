@@ -101,7 +101,7 @@ TEST(DeviceMesh, BadInputGivesClearErrors) {
       }
     };
     expect_error([] { init_device_mesh("cpu", {3}); }, "holds 3 ranks but the world has 2");
-    expect_error([] { init_device_mesh("cuda", {2}); }, "device_type 'cuda' is not supported");
+    expect_error([] { init_device_mesh("xpu", {2}); }, "device_type 'xpu' is not supported");
     expect_error([] { init_device_mesh("cpu", {2, 1}, {"dp"}); }, "has 2 dims but 1 names");
     expect_error([] { init_device_mesh("cpu", {2, 1}, {"x", "x"}); }, "must be unique");
     expect_error([] { DeviceMesh("cpu", {2}, {0, 0}); }, "distinct");

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "dtensor/error.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "harness/multi_rank.h"
@@ -118,4 +119,30 @@ TEST(Failures, PeerThatNeverArrivesTimesOut) {
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.output, "dtensor: rank 0 of 2 could not rendezvous at 127.0.0.1:")) << r.output;
+}
+
+// After a collective of a group failed (here: the peer left, so it timed out), the group is failed: the
+// next collective fails at once naming the first failure, instead of waiting another timeout for a peer
+// that will not come, and destroying the group does not join Gloo workers that may still wait on it.
+TEST(Failures, AFailedGroupFailsAtOnceAfterwards) {
+  for (const char* backend : {"gloo", "shm"}) {
+    const char* before = std::getenv("DTENSOR_BACKEND");
+    std::string saved = before ? before : "";
+    setenv("DTENSOR_BACKEND", backend, 1);
+    RunOptions options;
+    options.collective_timeout = std::chrono::milliseconds(1000);
+    options.expect_all_succeed = false;
+    auto errors = run_ranks(2, [&](int rank, int) {
+      auto pg = current_world()->world_group();
+      EXPECT_EQ(pg->backend_name(), std::string(backend) == "shm" ? "dtensor_shm" : "gloo");
+      if (rank == 1) throw std::runtime_error("rank 1 leaves");
+      auto t = at::ones({4});
+      EXPECT_THROW(pg->all_reduce_(t, ReduceOp::SUM), dtensor::Error);
+      EXPECT_TRUE(pg->failed());
+      pg->all_reduce_(t, ReduceOp::SUM);
+    }, options);
+    if (before) setenv("DTENSOR_BACKEND", saved.c_str(), 1); else unsetenv("DTENSOR_BACKEND");
+    EXPECT_TRUE(contains(errors[0], "dtensor: all_reduce on group [0, 1] (rank 0 of 2) cannot start: the group failed "
+                                    "earlier (all_reduce on group [0, 1] (rank 0 of 2)")) << backend << ": " << errors[0];
+  }
 }

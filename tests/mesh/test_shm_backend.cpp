@@ -7,12 +7,19 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <iterator>
 #include <set>
+#include <thread>
 
 #include "dtensor/mesh/process_group.h"
 #include "harness/multi_rank.h"
 #include "harness/subprocess.h"
 #include "mesh/shm/reduce_kernels.h"
+#include "mesh/shm/stream_copy.h"
 
 using namespace dtensor;
 using namespace dtensor::testing;
@@ -121,9 +128,29 @@ TEST(ShmReduceKernels, MatchTheReferencePath) {
         kernels::reduce_into(fast.data_ptr(), ptrs.data(), 3, n, dtype, op);
         kernels::reduce_into_reference(naive.data_ptr(), ptrs.data(), 3, n, dtype, op);
         EXPECT_TRUE(at::equal(fast, naive)) << c10::toString(dtype) << " " << n;
+        // With streaming stores, as reduce_scatter writes a large output.
+        at::Tensor streamed = at::empty({n}, srcs[0].options());
+        kernels::reduce_into(streamed.data_ptr(), ptrs.data(), 3, n, dtype, op, /*streaming=*/true);
+        EXPECT_TRUE(at::equal(streamed, naive)) << c10::toString(dtype) << " " << n << " streaming";
         // In place into the first source, as the large all_reduce does.
         kernels::reduce_into(srcs[0].data_ptr(), ptrs.data(), 3, n, dtype, op);
         EXPECT_TRUE(at::equal(srcs[0], naive)) << c10::toString(dtype) << " " << n << " in place";
+      }
+    }
+  }
+}
+
+TEST(ShmStreamCopy, MatchesMemcpyAtAnyAlignmentAndLength) {
+  std::vector<char> src(70000), fast(70100), naive(70100);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 131 + 7);
+  for (int64_t dst_off : {0, 1, 8, 15, 16, 63}) {
+    for (int64_t src_off : {0, 3, 64}) {
+      for (int64_t n : {0, 1, 255, 256, 257, 4096, 65536 + 17}) {
+        std::fill(fast.begin(), fast.end(), 0);
+        std::fill(naive.begin(), naive.end(), 0);
+        kernels::copy_bytes(fast.data() + dst_off, src.data() + src_off, n, /*streaming=*/true);
+        kernels::copy_bytes_reference(naive.data() + dst_off, src.data() + src_off, n);
+        EXPECT_EQ(fast, naive) << "dst+" << dst_off << " src+" << src_off << " n " << n;
       }
     }
   }
@@ -255,6 +282,40 @@ TEST(ShmBackend, KilledRankMakesPeersFailAndLeavesNothingInDevShm) {
     EXPECT_NE(res.output.find("error: dtensor: all_reduce on group [0, 1, 2] (rank " + std::to_string(r) + " of 3)"),
               std::string::npos) << res.output;
     if (shm) EXPECT_NE(res.output.find("rank 1 (group rank 1, pid"), std::string::npos) << res.output;
+  }
+  for (const auto& name : dtensor_segments()) EXPECT_TRUE(before.count(name)) << "left behind: /dev/shm/" << name;
+}
+
+TEST(ShmBackend, JobKilledDuringGroupCreationLeavesNothingInDevShm) {
+  // Rank 1 never joins the new group; rank 0 creates its segment and waits for rank 1 to map it; then the
+  // whole job is SIGKILLed (as a launcher or a scheduler would). Nothing may stay in /dev/shm.
+  auto before = dtensor_segments();
+  const int world = 2, port = free_port();
+  const std::string out = "/tmp/dtensor_shm_group_kill_" + std::to_string(getpid());
+  std::vector<int> pids;
+  for (int r = 0; r < world; ++r) {
+    std::map<std::string, std::string> env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(world)},
+                                           {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", "2"},
+                                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
+                                           {"DTENSOR_TIMEOUT_SEC", "60"}, {"DTENSOR_BACKEND", ""}};
+    pids.push_back(start_process({bin_path("dist_e2e"), "hang_in_group", "1"}, env, out + std::to_string(r)));
+  }
+  // Wait (bounded) until rank 0 is inside the group creation, then give it time to create the segment.
+  bool creating = false;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+       !creating && std::chrono::steady_clock::now() < deadline;) {
+    std::ifstream f(out + "0");
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    creating = text.find("creating group") != std::string::npos;
+    if (!creating) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(creating);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  for (int pid : pids) kill(pid, SIGKILL);
+  for (int r = 0; r < world; ++r) {
+    auto res = wait_process(pids[r], out + std::to_string(r), 30);
+    EXPECT_EQ(res.exit_code, 128 + 9) << res.output;
+    EXPECT_EQ(res.output.find("group created"), std::string::npos) << res.output;
   }
   for (const auto& name : dtensor_segments()) EXPECT_TRUE(before.count(name)) << "left behind: /dev/shm/" << name;
 }

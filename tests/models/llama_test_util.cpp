@@ -41,8 +41,9 @@ RunResult run_tp(const llama_train::TrainOptions& options, int tp, bool capture_
   run_options.run_timeout = std::chrono::milliseconds(300000);
   run_options.expect_all_succeed = false;  // rank errors are thrown below (the tests skip known library gaps)
   const auto errors = dtensor::testing::run_ranks(tp, [&](int rank, int world) {
-    auto mesh = dtensor::init_device_mesh("cpu", {world});
+    auto mesh = dtensor::init_device_mesh(options.device, {world});
     llama::LlamaForCausalLM model = llama_train::make_model(options);
+    model->to(mesh.device());
     llama_train::parallelize(model, options, mesh);
     llama_train::TrainHooks hooks;
     std::map<std::string, at::Tensor> grads;
@@ -51,7 +52,7 @@ RunResult run_tp(const llama_train::TrainOptions& options, int tp, bool capture_
         if (step != 0) return;
         for (const auto& item : m->named_parameters()) {
           const at::Tensor& g = item.value().grad();
-          grads[item.key()] = dtensor::is_dtensor(g) ? dtensor::full_tensor(g).clone() : g.clone();
+          grads[item.key()] = (dtensor::is_dtensor(g) ? dtensor::full_tensor(g) : g).cpu().clone();
         }
       };
     }

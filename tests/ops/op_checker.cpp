@@ -87,16 +87,17 @@ CheckResult check_op(const OpSample& sample, const DeviceMesh& mesh, int max_com
         continue;
       }
       at::Tensor full = full_tensor(out);
-      if (!at::allclose(full, ref_out.detach(), sample.tolerance, sample.tolerance)) {
+      const at::Tensor full_host = full.cpu();  // the reference ran on the CPU (the mesh may be a CUDA one)
+      if (!at::allclose(full_host, ref_out.detach(), sample.tolerance, sample.tolerance)) {
         std::ostringstream os;
         os << where << ": forward differs (result placements " << to_string(placements(out)) << ", max error "
-           << (full - ref_out.detach()).abs().max().item<double>() << ")";
+           << (full_host - ref_out.detach()).abs().max().item<double>() << ")";
         result.failures.push_back(os.str());
         continue;
       }
       ++result.forward_ok;
       if (any_grad) {
-        (full * weight).sum().backward();
+        (full * weight.to(full.device())).sum().backward();
         bool ok = true;
         for (size_t k = 0; k < n && ok; ++k) {
           if (!sample.differentiable[k]) continue;
@@ -104,10 +105,10 @@ CheckResult check_op(const OpSample& sample, const DeviceMesh& mesh, int max_com
           if (!g.defined() || !is_dtensor(g)) {
             result.failures.push_back(where + ": input " + std::to_string(k) + " has no DTensor gradient");
             ok = false;
-          } else if (!at::allclose(full_tensor(g), ref_in[k].grad(), sample.tolerance, sample.tolerance)) {
+          } else if (!at::allclose(full_tensor(g).cpu(), ref_in[k].grad(), sample.tolerance, sample.tolerance)) {
             std::ostringstream os;
             os << where << ": gradient of input " << k << " differs (grad placements " << to_string(placements(g))
-               << ", max error " << (full_tensor(g) - ref_in[k].grad()).abs().max().item<double>() << ")";
+               << ", max error " << (full_tensor(g).cpu() - ref_in[k].grad()).abs().max().item<double>() << ")";
             result.failures.push_back(os.str());
             ok = false;
           }
@@ -127,13 +128,16 @@ CheckResult check_op(const OpSample& sample, const DeviceMesh& mesh, int max_com
   return result;
 }
 
-std::vector<CheckResult> check_all_ops(const std::vector<OpSample>& samples) {
+std::vector<CheckResult> check_all_ops(const std::vector<OpSample>& samples, const std::string& device_type) {
   std::vector<CheckResult> results;
   RunOptions options;
   options.run_timeout = std::chrono::milliseconds(900000);
+  // A GPU shared by four rank threads loads each kernel on first use (CUDA's lazy loading): give the first
+  // collectives after such a stall room.
+  if (device_type == "cuda") options.collective_timeout = std::chrono::milliseconds(120000);
   run_ranks(4, [&](int rank, int) {
-    auto mesh_1d = init_device_mesh("cpu", {4});
-    auto mesh_2d = init_device_mesh("cpu", {2, 2});
+    auto mesh_1d = init_device_mesh(device_type, {4});
+    auto mesh_2d = init_device_mesh(device_type, {2, 2});
     for (size_t k = 0; k < samples.size(); ++k) {
       auto r1 = check_op(samples[k], mesh_1d, 64, 1000 + k);
       auto r2 = check_op(samples[k], mesh_2d, 12, 2000 + k);

@@ -27,7 +27,8 @@ struct CheckResult {
 CheckResult check_op(const OpSample& sample, const DeviceMesh& mesh, int max_combinations, uint64_t seed);
 
 // Every sample on a 1-D mesh of 4 ranks (all combinations up to 64) and a 2x2 mesh (12 sampled), world 4
-// as threads; rank 0's results, two rows per sample.
-std::vector<CheckResult> check_all_ops(const std::vector<OpSample>& samples);
+// as threads; rank 0's results, two rows per sample. On a "cuda" mesh the inputs move to the GPU and the
+// results are compared with the same CPU reference.
+std::vector<CheckResult> check_all_ops(const std::vector<OpSample>& samples, const std::string& device_type = "cpu");
 
 }  // namespace dtensor::testing

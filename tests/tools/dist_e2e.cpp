@@ -7,6 +7,8 @@
 //   dist_e2e kill_mid R         all ranks all-reduce 16 MiB tensors in a loop; rank R SIGKILLs itself
 //                               200 ms after the first, in the middle of one
 //   dist_e2e mismatch           rank r all-reduces a [4 - r, 2] tensor: the ranks disagree on its size
+//   dist_e2e hang_in_group R    the ranks create a new same-host group, but rank R sleeps instead; the
+//                               others print "creating group" first (rank 0 then waits inside the creation)
 //
 // Any error reaching main is printed as "error: ..." and exits 1.
 #include <ATen/ATen.h>
@@ -19,6 +21,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
@@ -50,6 +54,16 @@ int main(int argc, char** argv) {
     if (scenario == "mismatch") {
       all_reduce(at::ones({4 - rank, 2}), ReduceOp::SUM, mesh, 0);
       std::cout << "collective completed" << std::endl;
+      return 0;
+    }
+    if (scenario == "hang_in_group") {
+      if (rank == target) std::this_thread::sleep_for(std::chrono::seconds(120));
+      std::cout << "creating group" << std::endl;
+      InitOptions options;
+      options.backend = "shm";
+      World late(c10::make_intrusive<c10d::PrefixStore>("late", world->store()), rank, world->size(), options);
+      late.world_group();
+      std::cout << "group created" << std::endl;
       return 0;
     }
     if (scenario == "kill_mid") {

@@ -2,7 +2,10 @@
 // the op on DTensors minus the same op on their local tensors. tools/bench/dispatch_bench.py measures
 // PyTorch's Python DTensor the same way.
 //
-//   tprun --nproc-per-node 2 dispatch_bench [--iters N]
+//   tprun --nproc-per-node 2 dispatch_bench [--iters N] [--device cpu|cuda]
+//
+// With --device cuda the tensors live on the GPU and the time is the host's: dispatch plus the kernel
+// launch (nothing waits for the GPU), as it is for PyTorch's twin.
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -17,10 +20,16 @@ using namespace dtensor;
 
 int main(int argc, char** argv) {
   try {
-    const int iters = bench::parse_iters(argc, argv, 2000, "dispatch_bench");
+    std::string device = "cpu";
+    std::vector<char*> rest{argv[0]};
+    for (int i = 1; i < argc; ++i) {
+      if (std::string(argv[i]) == "--device" && i + 1 < argc) device = argv[++i];
+      else rest.push_back(argv[i]);
+    }
+    const int iters = bench::parse_iters(static_cast<int>(rest.size()), rest.data(), 2000, "dispatch_bench");
     auto world = init_process_group();
     const int n = world->size();
-    auto mesh = init_device_mesh("cpu", {n});
+    auto mesh = init_device_mesh(device, {n});
     at::Tensor a = distribute_tensor(at::randn({64 * n}), mesh, {Shard(0)});
     at::Tensor b = distribute_tensor(at::randn({64 * n}), mesh, {Shard(0)});
     at::Tensor m = distribute_tensor(at::randn({8 * n, 8}), mesh, {Shard(0)});
@@ -41,7 +50,7 @@ int main(int argc, char** argv) {
         {"detach", [&] { a.detach(); }, [&] { la.detach(); }},
     };
     if (world->rank() == 0) {
-      std::printf("# dtensor dispatch overhead: world %d, median of 15 batches of %d calls (us per call)\n", n, iters);
+      std::printf("# dtensor dispatch overhead on %s: world %d, median of 15 batches of %d calls (us per call)\n", mesh.device().str().c_str(), n, iters);
       std::printf("%-42s %10s %10s %10s\n", "op", "DTensor", "local", "overhead");
     }
     for (const auto& c : cases) {

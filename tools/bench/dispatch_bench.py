@@ -14,10 +14,11 @@ from bench_util import batched_median_us
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--iters", type=int, default=500)
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    dist.init_process_group("gloo")
+    dist.init_process_group("cpu:gloo,cuda:nccl" if args.device == "cuda" else "gloo")
     n = dist.get_world_size()
-    mesh = init_device_mesh("cpu", (n,))
+    mesh = init_device_mesh(args.device, (n,))
     a = distribute_tensor(torch.randn(64 * n), mesh, [Shard(0)])
     b = distribute_tensor(torch.randn(64 * n), mesh, [Shard(0)])
     m = distribute_tensor(torch.randn(8 * n, 8), mesh, [Shard(0)])
@@ -34,7 +35,7 @@ def main():
         ("detach", lambda: a.detach(), lambda: la.detach()),
     ]
     if dist.get_rank() == 0:
-        print(f"# PyTorch {torch.__version__} DTensor dispatch overhead: world {n}, median of 15 batches of "
+        print(f"# PyTorch {torch.__version__} DTensor dispatch overhead on {args.device}: world {n}, median of 15 batches of "
               f"{args.iters} calls (us per call)")
         print(f"{'op':<42} {'DTensor':>10} {'local':>10} {'overhead':>10}")
     for name, dt, local in cases:

@@ -87,14 +87,15 @@ int main(int argc, char** argv) {
   }
   try {
     auto world = dtensor::init_process_group();
-    auto tp_mesh = dtensor::init_device_mesh("cpu", {world->size()}, {"tp"});
+    auto tp_mesh = dtensor::init_device_mesh(options.device, {world->size()}, {"tp"});
     llama::LlamaForCausalLM model = llama_train::make_model(options);
+    model->to(tp_mesh.device());  // initialised on the CPU (the same weights on every device), then moved
     if (!options.dump.empty() && rank == 0) llama_train::write_dump(model, options, corpus);
     llama_train::parallelize(model, options, tp_mesh);
     const int64_t tokens_per_step = options.batch * options.seq_len;
     if (rank == 0) {
-      std::printf("llama_train: tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d | %s | corpus %s, %lld tokens\n",
-                  static_cast<long long>(tp_mesh.size()), options.plan.c_str(), options.sequence_parallel,
+      std::printf("llama_train: device=%s tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d | %s | corpus %s, %lld tokens\n",
+                  tp_mesh.device().str().c_str(), static_cast<long long>(tp_mesh.size()), options.plan.c_str(), options.sequence_parallel,
                   options.loss_parallel, options.model.to_string().c_str(), corpus.source.c_str(),
                   static_cast<long long>(corpus.tokens.numel()));
     }

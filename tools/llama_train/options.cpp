@@ -35,6 +35,8 @@ std::string help_text() {
     << "  --sequence-parallel / --no-sequence-parallel   (default on)\n"
     << "  --loss-parallel / --no-loss-parallel           (default on)\n"
     << "  --gradient-sync / --no-gradient-sync           reduce gradients once after backward (default on)\n"
+    << "  --device cpu|cuda         where the model runs (default " << d.device << "; cuda: cuda:LOCAL_RANK, NCCL between\n"
+    << "                            ranks, or DTENSOR_CUDA_BACKEND=gloo when ranks share a GPU)\n"
     << "  --plan torchtitan|hf      the TP plan (default " << d.plan << "; hf: no sequence or loss parallel)\n"
     << "  --data FILE               text file (bytes are tokens) or nanoGPT .bin of uint16 ids\n"
     << "                            (default: the texts in /usr/share/common-licenses)\n"
@@ -76,6 +78,10 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
          if (o.max_norm < 0) throw UsageError("--max-norm must not be negative, got " + v);
        }},
       {"seed", [&](const std::string& v) { o.seed = parse_number<uint64_t>("seed", v); }},
+      {"device", [&](const std::string& v) {
+         if (v != "cpu" && v != "cuda") throw UsageError("--device must be cpu or cuda, got '" + v + "'");
+         o.device = v;
+       }},
       {"plan", [&](const std::string& v) {
          if (v != "torchtitan" && v != "hf") throw UsageError("--plan must be torchtitan or hf, got '" + v + "'");
          o.plan = v;

@@ -28,6 +28,7 @@ struct TrainOptions {
   // off: PyTorch's behaviour (Partial gradients, reduced by every op that reads them).
   bool gradient_sync = true;
   std::string plan = "torchtitan";  // or "hf"
+  std::string device = "cpu";       // or "cuda": the mesh's device type (the model and batches move there)
   std::string data;                 // "": the default corpus
   int64_t log_every = 10;
   bool comm_detail = false;  // a `comm` line per logged step: collectives by type and bytes

@@ -101,7 +101,8 @@ TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const C
       dtensor::CommDebugMode comm;
       std::optional<dtensor::LossParallelGuard> guard;
       if (loss_parallel) guard.emplace();
-      at::Tensor loss = next_token_loss(model(batch.inputs), batch.labels);
+      const c10::Device device = tp_mesh.device();
+      at::Tensor loss = next_token_loss(model(batch.inputs.to(device)), batch.labels.to(device));
       loss.backward();
       rec.loss = scalar(loss);
       rec.fwd_bwd_counts = comm.get_comm_counts();

@@ -9,6 +9,8 @@
 // its other meshes (each builds the process groups of its own slices).
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
@@ -26,7 +28,10 @@ class DeviceMesh {
   DeviceMesh(std::string device_type, std::vector<int64_t> shape, std::vector<int> ranks,
              std::vector<std::string> dim_names = {}, std::shared_ptr<World> world = nullptr);
 
+  // "cpu" or "cuda". A "cuda" mesh makes cuda:(LOCAL_RANK % GPUs visible) current, as PyTorch's does; its
+  // DTensors hold their local tensors there, and its groups take CUDA tensors through NCCL (InitOptions).
   const std::string& device_type() const;
+  c10::Device device() const;  // this process's device: cpu, or the cuda device chosen at construction
   int64_t ndim() const;
   const std::vector<int64_t>& shape() const;
   int64_t size() const;                       // number of ranks in the mesh

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,13 @@ class Work;
 namespace dtensor {
 
 class ProcessGroup;
+namespace detail {
+struct GroupHealth;
+}
 
 // A handle on a collective in flight. wait() blocks at most the group's timeout and rethrows the peer's
-// error with context. Destroying an unwaited Work waits for it (a collective cannot be abandoned).
+// error with context. Destroying an unwaited Work waits for it (a collective cannot be abandoned), except
+// once its group has failed: then it fails at once instead of waiting another timeout.
 class Work {
  public:
   Work() = default;
@@ -59,35 +64,56 @@ class ProcessGroup {
   std::string describe() const;                           // "group [0, 1] (rank 0 of 2)"
 
   // Raw collectives. They work in place / into caller-provided buffers of equal per-rank size, as c10d's.
-  // Each *_async returns a Work; the blocking forms wait on it. Tensors must be contiguous.
-  Work all_reduce_async(at::Tensor& tensor, ReduceOp op);
+  // Each *_async returns a Work to wait on later (on the same-host backend the collective then runs on the
+  // group's worker thread, in issue order); the blocking forms run it and wait (c10d's asyncOp = false,
+  // which lets that backend run it inline). Tensors must be contiguous.
+  Work all_reduce_async(at::Tensor& tensor, ReduceOp op) { return all_reduce(tensor, op, true); }
   // out = cat([in from group rank 0, in from rank 1, ...], dim 0); out.numel() == size() * in.numel().
-  Work all_gather_into_async(at::Tensor& out, at::Tensor& in);
+  Work all_gather_into_async(at::Tensor& out, at::Tensor& in) { return all_gather(out, in, true); }
   // out = reduce over ranks of in.chunk(size())[rank()] (dim 0, equal chunks).
-  Work reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, ReduceOp op);
+  Work reduce_scatter_into_async(at::Tensor& out, at::Tensor& in, ReduceOp op) {
+    return reduce_scatter(out, in, op, true);
+  }
   // Rows of `in` (dim 0) go to ranks by in_splits; rows of `out` come from ranks by out_splits.
   Work all_to_all_single_async(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
-                               std::vector<int64_t> in_splits);
-  Work broadcast_async(at::Tensor& tensor, int src_group_rank);
-
-  void all_reduce_(at::Tensor& tensor, ReduceOp op) { all_reduce_async(tensor, op).wait(); }
-  void all_gather_into(at::Tensor& out, at::Tensor& in) { all_gather_into_async(out, in).wait(); }
-  void reduce_scatter_into(at::Tensor& out, at::Tensor& in, ReduceOp op) {
-    reduce_scatter_into_async(out, in, op).wait();
+                               std::vector<int64_t> in_splits) {
+    return all_to_all(out, in, std::move(out_splits), std::move(in_splits), true);
   }
+  Work broadcast_async(at::Tensor& tensor, int src_group_rank) { return broadcast(tensor, src_group_rank, true); }
+
+  void all_reduce_(at::Tensor& tensor, ReduceOp op) { all_reduce(tensor, op, false).wait(); }
+  void all_gather_into(at::Tensor& out, at::Tensor& in) { all_gather(out, in, false).wait(); }
+  void reduce_scatter_into(at::Tensor& out, at::Tensor& in, ReduceOp op) { reduce_scatter(out, in, op, false).wait(); }
   void all_to_all_single(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits,
                          std::vector<int64_t> in_splits) {
-    all_to_all_single_async(out, in, std::move(out_splits), std::move(in_splits)).wait();
+    all_to_all(out, in, std::move(out_splits), std::move(in_splits), false).wait();
   }
-  void broadcast_(at::Tensor& tensor, int src_group_rank) { broadcast_async(tensor, src_group_rank).wait(); }
+  void broadcast_(at::Tensor& tensor, int src_group_rank) { broadcast(tensor, src_group_rank, false).wait(); }
   void barrier();
 
-  c10d::Backend& backend() const { return *backend_; }
+  c10d::Backend& backend() const { return *backend_; }  // the CPU tensors' backend
+  // CUDA tensors go to a second backend (NCCL, or host staging over the CPU backend: InitOptions::cuda_backend),
+  // made by `factory` at the group's first CUDA collective, which every member reaches in the same order.
+  using BackendFactory = std::function<c10::intrusive_ptr<c10d::Backend>()>;
+  void set_cuda_backend_factory(BackendFactory factory) { make_cuda_backend_ = std::move(factory); }
+  // A collective of this group failed or timed out (a peer died, froze or gave up): the ranks no longer
+  // agree on where the group stands, so every later collective fails at once naming `why`, and destroying
+  // the group leaks its backend on purpose instead of joining worker threads that may wait on the peer
+  // (docs/design/fault_tolerance.md). The library calls it; users need not.
+  void mark_failed(const std::string& why);
+  bool failed() const;
   std::string backend_name() const;  // "dtensor_shm" (same-host shared memory) or "gloo"
   // The shared-memory backend checks collective sizes within the collective itself (size_agreement.h).
   bool checks_sizes_in_band() const { return in_band_sizes_; }
 
  private:
+  // The collectives; `async_op` becomes c10d's asyncOp (false: the caller waits at once).
+  Work all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op);
+  Work all_gather(at::Tensor& out, at::Tensor& in, bool async_op);
+  Work reduce_scatter(at::Tensor& out, at::Tensor& in, ReduceOp op, bool async_op);
+  Work all_to_all(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits, std::vector<int64_t> in_splits,
+                  bool async_op);
+  Work broadcast(at::Tensor& tensor, int src_group_rank, bool async_op);
   // Runs the comm hooks, then `issue` (which starts the c10d collective), and wraps the result so that
   // wait() is bounded and errors carry context; `finish` runs after a successful wait.
   // Issues a collective through the backend; in a group of one rank runs `alone` (the local result)
@@ -95,7 +121,14 @@ class ProcessGroup {
   Work start(const char* collective, int64_t bytes, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue,
              std::function<void()> finish = nullptr, const std::function<void()>& alone = nullptr);
 
+  // The backend for `t`'s device.
+  c10d::Backend& backend_for(const at::Tensor& t);
+
   c10::intrusive_ptr<c10d::Backend> backend_;
+  BackendFactory make_cuda_backend_;
+  std::once_flag cuda_backend_once_;
+  c10::intrusive_ptr<c10d::Backend> cuda_backend_;
+  std::shared_ptr<detail::GroupHealth> health_;  // shared with the Works in flight
   std::vector<int> ranks_;
   int rank_;
   std::chrono::milliseconds timeout_;
@@ -112,6 +145,10 @@ struct InitOptions {
   // shared memory, and an error for a group that spans hosts; "fake": no peers at all (fake_world below).
   // Empty: DTENSOR_BACKEND, else "auto".
   std::string backend;
+  // CUDA tensors: "nccl" (ProcessGroupNCCL, one GPU per rank) or "gloo" (copied to the host and back through
+  // the group's CPU backend: for ranks that share one GPU, which NCCL refuses). Empty: DTENSOR_CUDA_BACKEND,
+  // else "nccl". Only consulted when a collective meets a CUDA tensor.
+  std::string cuda_backend;
 };
 
 // The job as seen from one rank: its store, rank and size, and the process groups created so far (one per
@@ -133,9 +170,13 @@ class World {
 
  private:
   struct Groups;
+  c10::intrusive_ptr<c10d::Backend> connect_gloo(const c10::intrusive_ptr<c10d::Store>& group_store, int group_rank,
+                                                 int group_size);
   c10::intrusive_ptr<c10d::Backend> with_shared_memory(c10::intrusive_ptr<c10d::Backend> gloo,
                                                        c10d::Store& group_store, const std::vector<int>& global_ranks,
                                                        int group_rank);
+  ProcessGroup::BackendFactory cuda_backend_factory(c10::intrusive_ptr<c10d::Backend> cpu,
+                                                   const std::vector<int>& global_ranks, int group_rank);
   c10::intrusive_ptr<c10d::Store> store_;
   int rank_;
   int size_;
@@ -162,7 +203,10 @@ std::shared_ptr<World> init_process_group(c10::intrusive_ptr<c10d::Store> store,
 // The calling thread's world, else the process's; throws if init_process_group was not called.
 std::shared_ptr<World> current_world();
 bool is_initialized();
-// Forgets the calling thread's world (and the process's if it is the same).
+// Forgets the calling thread's world (and the process's if it is the same). Tearing down the last reference
+// to a world is bounded by its timeout: past it, the teardown is abandoned (left to the OS) with a message.
+// The same bounded teardown runs at exit for a world never destroyed; if it overruns there, the process
+// ends at once with _exit(1) after saying why.
 void destroy_process_group();
 
 }  // namespace dtensor

@@ -16,7 +16,9 @@ enum class Reduction { SUM, MAX, MIN };
 
 bool reducible(c10::ScalarType dtype);  // float32, float64, bfloat16, float16, int64
 
-void reduce_into(void* dst, const void* const* srcs, int n, int64_t numel, c10::ScalarType dtype, Reduction op);
+// `streaming`: write dst with non-temporal stores (stream_copy.h), for large outputs.
+void reduce_into(void* dst, const void* const* srcs, int n, int64_t numel, c10::ScalarType dtype, Reduction op,
+                 bool streaming = false);
 void reduce_into_reference(void* dst, const void* const* srcs, int n, int64_t numel, c10::ScalarType dtype,
                            Reduction op);
 

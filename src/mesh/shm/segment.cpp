@@ -9,8 +9,6 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <random>
-#include <sstream>
 #include <thread>
 
 #include "dtensor/error.h"
@@ -24,14 +22,6 @@ size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
 size_t control_offset() { return round_up(sizeof(Header), 64); }
 size_t data_offset(int ranks) { return round_up(control_offset() + sizeof(RankControl) * ranks, 4096); }
-
-std::string random_token() {
-  std::random_device device;
-  uint64_t v = (static_cast<uint64_t>(device()) << 32) ^ device();
-  std::ostringstream os;
-  os << std::hex << v;
-  return os.str();
-}
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -86,25 +76,30 @@ Segment Segment::open_for_group(c10d::Store& store, int group_rank, int group_si
   const bool creator = group_rank == 0;
   int fd = -1;
   if (creator) {
-    s.name_ = "/dtensor-" + random_token() + "-g" + group_tag;
-    fd = shm_open(s.name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) throw dtensor::Error("dtensor: cannot create shared memory " + s.name_ + ": " + errno_text());
+    // Anonymous from birth: nothing in /dev/shm, whatever happens to the job from here on.
+    fd = static_cast<int>(memfd_create(("dtensor-g" + group_tag).c_str(), MFD_CLOEXEC));
+    if (fd < 0) throw dtensor::Error("dtensor: cannot create shared memory for group " + group_tag + ": " + errno_text());
+    s.name_ = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
     if (ftruncate(fd, static_cast<off_t>(s.bytes_)) != 0) {
       std::string why = errno_text();
       close(fd);
-      shm_unlink(s.name_.c_str());
-      throw dtensor::Error("dtensor: cannot size shared memory " + s.name_ + " to " + std::to_string(s.bytes_) +
-                           " bytes (is /dev/shm large enough?): " + why);
+      throw dtensor::Error("dtensor: cannot size shared memory for group " + group_tag + " to " +
+                           std::to_string(s.bytes_) + " bytes: " + why);
     }
   } else {
     s.name_ = bytes_of(store.get("shm/name"));  // bounded by the store's timeout
-    fd = shm_open(s.name_.c_str(), O_RDWR, 0600);
-    if (fd < 0) throw dtensor::Error("dtensor: cannot open shared memory " + s.name_ + ": " + errno_text());
+    fd = open(s.name_.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      throw dtensor::Error("dtensor: cannot open group " + group_tag + "'s shared memory " + s.name_ +
+                           " (rank 0's; did it exit?): " + errno_text());
+    }
   }
   void* base = mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
+  const int map_errno = errno;
+  if (!creator) close(fd);
   if (base == MAP_FAILED) {
-    if (creator) shm_unlink(s.name_.c_str());
+    if (creator) close(fd);
+    errno = map_errno;
     throw dtensor::Error("dtensor: cannot map shared memory " + s.name_ + ": " + errno_text());
   }
   s.base_ = base;
@@ -116,18 +111,19 @@ Segment Segment::open_for_group(c10d::Store& store, int group_rank, int group_si
     store.set("shm/name", std::vector<uint8_t>(s.name_.begin(), s.name_.end()));
   }
   s.control(group_rank).pid.store(static_cast<int32_t>(getpid()));
-  // Everyone has mapped it (and written its pid) once the count reaches the group size; then the name goes.
+  // Everyone has mapped it (and written its pid) once the count reaches the group size; then rank 0 closes
+  // its descriptor, and the memory lives only in the members' mappings.
   store.add("shm/mapped", 1);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (store.add("shm/mapped", 0) < group_size) {
     if (std::chrono::steady_clock::now() > deadline) {
-      if (creator) shm_unlink(s.name_.c_str());
+      if (creator) close(fd);
       throw dtensor::Error("dtensor: not every member of group " + group_tag + " mapped shared memory " + s.name_ +
                            " within " + std::to_string(timeout.count()) + " ms");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  if (creator) shm_unlink(s.name_.c_str());
+  if (creator) close(fd);
   if (static_cast<Header*>(base)->magic != kMagic) throw dtensor::Error("dtensor: shared memory " + s.name_ + " is not ours");
   return s;
 }

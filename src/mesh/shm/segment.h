@@ -1,10 +1,13 @@
 // One POSIX shared-memory segment per process group of ranks on one host, and its layout.
 //
-// Naming and lifetime: the group's rank 0 creates "/dtensor-<64 random bits>-g<ranks>" (O_EXCL), publishes
-// the name under the group's store prefix, every member maps it and counts itself on the store, and once all
-// members have mapped it rank 0 unlinks it. From then on the segment lives only in the members' mappings:
-// a job that is killed leaves nothing in /dev/shm, and two jobs on one host (whatever their MASTER_PORT)
-// never meet, since each name comes from its own job's random token. Threads-as-ranks map it once each.
+// Naming and lifetime: the group's rank 0 creates the segment with memfd_create, so it never has a name in
+// /dev/shm, and publishes "/proc/<its pid>/fd/<fd>" under the group's store prefix; every member opens that
+// path (a fresh descriptor on the same memory; same user, same host), maps it and counts itself on the
+// store, and once all members have mapped it rank 0 closes its descriptor. The memory then lives only in
+// the members' mappings and goes with the last of them: a job killed at any point, group creation included,
+// leaves nothing behind, and two jobs on one host (whatever their MASTER_PORT) never meet, since the path
+// names the creating process. If rank 0 dies before a member opened the path, that member fails with an
+// error naming it. Threads-as-ranks open it too (the path works within one process).
 //
 // Layout: [Header][RankControl x n][data: n ranks x 2 buffers x chunk_bytes]. Each rank writes only its own
 // control block and its own buffers; everyone reads everyone's. The two buffers alternate per write epoch
@@ -56,8 +59,8 @@ class Segment {
   Segment& operator=(Segment&& other) noexcept;
   ~Segment();
 
-  // Collective over the group's members: create/map/unlink as described above. `store` is the group's
-  // prefixed store. Throws dtensor::Error (after unlinking) when a member does not map it within `timeout`.
+  // Collective over the group's members: create/open/map as described above. `store` is the group's
+  // prefixed store. Throws dtensor::Error when a member does not map it within `timeout`.
   static Segment open_for_group(c10d::Store& store, int group_rank, int group_size, const std::string& group_tag,
                                 int64_t chunk_bytes, std::chrono::milliseconds timeout);
 

@@ -8,14 +8,6 @@
 namespace dtensor::detail::shm {
 namespace {
 
-// A Work that completed when it was made.
-class DoneWork : public c10d::Work {
- public:
-  explicit DoneWork(c10d::OpType type) : c10d::Work(-1, type) { finish(); }
-};
-
-c10::intrusive_ptr<c10d::Work> done(c10d::OpType type) { return c10::make_intrusive<DoneWork>(type); }
-
 bool covered(const at::Tensor& t) {
   return t.device().is_cpu() && t.layout() == c10::kStrided && t.is_contiguous() && reducible(t.scalar_type());
 }
@@ -53,28 +45,35 @@ std::vector<int64_t> splits_or_equal(const std::vector<int64_t>& splits, const a
 ShmBackend::ShmBackend(std::unique_ptr<ShmComm> comm, c10::intrusive_ptr<c10d::Backend> fallback)
     : c10d::Backend(comm->rank(), comm->size()), comm_(std::move(comm)), fallback_(std::move(fallback)) {}
 
+template <typename Issue>
+c10::intrusive_ptr<c10d::Work> ShmBackend::to_fallback(const char* collective, const std::vector<int64_t>& descriptor,
+                                                       Issue&& issue) {
+  c10::intrusive_ptr<c10d::Work> work;
+  queue_.run_after_queue([&] {
+    comm_->agree(collective, descriptor);
+    work = issue();
+  }, comm_->timeout());
+  return work;
+}
+
 c10::intrusive_ptr<c10d::Work> ShmBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                      const c10d::AllreduceOptions& opts) {
   Reduction op;
   const bool fast = tensors.size() == 1 && covered(tensors[0]) && reduction_of(opts.reduceOp, &op);
   auto d = size_descriptor(SizedCollective::ALL_REDUCE, tensors.at(0), {}, {}, {}, size_);
-  if (!fast) {
-    comm_->agree("all_reduce", d);
-    return fallback_->allreduce(tensors, opts);
-  }
-  comm_->all_reduce(tensors[0], op, d);
-  return done(c10d::OpType::ALLREDUCE);
+  if (!fast) return to_fallback("all_reduce", d, [&] { return fallback_->allreduce(tensors, opts); });
+  return queue_.issue(c10d::OpType::ALLREDUCE, opts.asyncOp,
+                      [this, t = tensors[0], op, d] { comm_->all_reduce(t, op, d); });
 }
 
 c10::intrusive_ptr<c10d::Work> ShmBackend::_allgather_base(at::Tensor& out, at::Tensor& in,
                                                            const c10d::AllgatherOptions& opts) {
   auto d = size_descriptor(SizedCollective::ALL_GATHER, in, out, {}, {}, size_);
   if (!(covered(in) && covered(out) && in.scalar_type() == out.scalar_type())) {
-    comm_->agree("all_gather", d);
-    return fallback_->_allgather_base(out, in, opts);
+    return to_fallback("all_gather", d, [&] { return fallback_->_allgather_base(out, in, opts); });
   }
-  comm_->all_gather(out, in, d);
-  return done(c10d::OpType::_ALLGATHER_BASE);
+  return queue_.issue(c10d::OpType::_ALLGATHER_BASE, opts.asyncOp,
+                      [this, out, in, d] { comm_->all_gather(out, in, d); });
 }
 
 c10::intrusive_ptr<c10d::Work> ShmBackend::_reduce_scatter_base(at::Tensor& out, at::Tensor& in,
@@ -82,11 +81,10 @@ c10::intrusive_ptr<c10d::Work> ShmBackend::_reduce_scatter_base(at::Tensor& out,
   Reduction op;
   auto d = size_descriptor(SizedCollective::REDUCE_SCATTER, in, out, {}, {}, size_);
   if (!(covered(in) && covered(out) && in.scalar_type() == out.scalar_type() && reduction_of(opts.reduceOp, &op))) {
-    comm_->agree("reduce_scatter", d);
-    return fallback_->_reduce_scatter_base(out, in, opts);
+    return to_fallback("reduce_scatter", d, [&] { return fallback_->_reduce_scatter_base(out, in, opts); });
   }
-  comm_->reduce_scatter(out, in, op, d);
-  return done(c10d::OpType::_REDUCE_SCATTER_BASE);
+  return queue_.issue(c10d::OpType::_REDUCE_SCATTER_BASE, opts.asyncOp,
+                      [this, out, in, op, d] { comm_->reduce_scatter(out, in, op, d); });
 }
 
 c10::intrusive_ptr<c10d::Work> ShmBackend::alltoall_base(at::Tensor& out, at::Tensor& in,
@@ -95,29 +93,29 @@ c10::intrusive_ptr<c10d::Work> ShmBackend::alltoall_base(at::Tensor& out, at::Te
                                                          const c10d::AllToAllOptions& opts) {
   auto d = size_descriptor(SizedCollective::ALL_TO_ALL, in, out, in_splits, out_splits, size_);
   if (!(covered(in) && covered(out) && in.scalar_type() == out.scalar_type())) {
-    comm_->agree("all_to_all", d);
-    return fallback_->alltoall_base(out, in, out_splits, in_splits, opts);
+    return to_fallback("all_to_all", d, [&] { return fallback_->alltoall_base(out, in, out_splits, in_splits, opts); });
   }
   auto ins = splits_or_equal(in_splits, in, size_, "input");
   auto outs = splits_or_equal(out_splits, out, size_, "output");
-  comm_->all_to_all(out, in, outs, ins, d);
-  return done(c10d::OpType::ALLTOALL_BASE);
+  return queue_.issue(c10d::OpType::ALLTOALL_BASE, opts.asyncOp,
+                      [this, out, in, outs, ins, d] { comm_->all_to_all(out, in, outs, ins, d); });
 }
 
 c10::intrusive_ptr<c10d::Work> ShmBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                      const c10d::BroadcastOptions& opts) {
   auto d = size_descriptor(SizedCollective::BROADCAST, tensors.at(0), {}, {}, {}, size_);
   if (!(tensors.size() == 1 && covered(tensors[0]))) {
-    comm_->agree("broadcast", d);
-    return fallback_->broadcast(tensors, opts);
+    return to_fallback("broadcast", d, [&] { return fallback_->broadcast(tensors, opts); });
   }
-  comm_->broadcast(tensors[0], static_cast<int>(opts.rootRank), d);
-  return done(c10d::OpType::BROADCAST);
+  return queue_.issue(c10d::OpType::BROADCAST, opts.asyncOp,
+                      [this, t = tensors[0], root = static_cast<int>(opts.rootRank), d] { comm_->broadcast(t, root, d); });
 }
 
-c10::intrusive_ptr<c10d::Work> ShmBackend::barrier(const c10d::BarrierOptions&) {
-  comm_->agree("barrier", size_descriptor(SizedCollective::BARRIER, {}, {}, {}, {}, size_));
-  return done(c10d::OpType::BARRIER);
+c10::intrusive_ptr<c10d::Work> ShmBackend::barrier(const c10d::BarrierOptions& opts) {
+  return queue_.issue(c10d::OpType::BARRIER, opts.asyncOp, [this, d = size_descriptor(SizedCollective::BARRIER, {}, {},
+                                                                                       {}, {}, size_)] {
+    comm_->agree("barrier", d);
+  });
 }
 
 }  // namespace dtensor::detail::shm

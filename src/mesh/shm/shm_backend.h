@@ -7,8 +7,10 @@
 // arguments alone; the ranks first meet through shared memory with their size descriptors, so ranks that
 // disagree (one covered, one not) fail with the mismatch error instead of hanging.
 //
-// Collectives run when issued; the returned Work is already complete (waiting on it later is free), and
-// failures are thrown at issue as dtensor::Error naming the collective, the group and the peer.
+// Blocking calls (c10d's asyncOp false, as our ProcessGroup's blocking forms pass) run inline and return a
+// completed Work, failures thrown at issue; asynchronous calls go to the group's FIFO worker and the Work
+// completes later, its wait() rethrowing the failure (issue_queue.h has the choice and the ordering rule).
+// Failures are dtensor::Error naming the collective, the group and the peer.
 #pragma once
 
 #include <c10/util/intrusive_ptr.h>
@@ -17,6 +19,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
+#include "mesh/shm/issue_queue.h"
 #include "mesh/shm/shm_comm.h"
 
 namespace dtensor::detail::shm {
@@ -43,10 +46,18 @@ class ShmBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
   c10d::Backend& fallback() { return *fallback_; }
+  bool comm_broken() const { return comm_->broken(); }  // a collective failed on a peer: see ShmComm::broken
 
  private:
+  // For a call the fast path does not carry: the size check in shared memory (after what is queued), then
+  // the fallback's own collective.
+  template <typename Issue>
+  c10::intrusive_ptr<c10d::Work> to_fallback(const char* collective, const std::vector<int64_t>& descriptor,
+                                             Issue&& issue);
+
   std::unique_ptr<ShmComm> comm_;
   c10::intrusive_ptr<c10d::Backend> fallback_;
+  IssueQueue queue_;  // declared last: destroyed first, running what is queued while comm_ still exists
 };
 
 }  // namespace dtensor::detail::shm

@@ -6,6 +6,7 @@
 #include "dtensor/error.h"
 #include "dtensor/tensor/shard_layout.h"
 #include "mesh/shm/peer_wait.h"
+#include "mesh/shm/stream_copy.h"
 #include "mesh/size_agreement.h"
 
 namespace dtensor::detail::shm {
@@ -82,17 +83,24 @@ void ShmComm::all_reduce(const at::Tensor& tensor, Reduction op, const std::vect
   const auto dtype = tensor.scalar_type();
   char* data = bytes_of(tensor);
   std::vector<const void*> srcs(size_);
-  if (numel * es <= kOneShotBytes) {
-    // One shot: every rank reduces the whole message from all buffers (same order, same bits everywhere).
-    std::memcpy(mine(), data, numel * es);
-    sync(call);
-    for (int r = 0; r < size_; ++r) srcs[r] = theirs(r);
-    reduce_into(data, srcs.data(), size_, numel, dtype, op);
-    next_epoch();
+  const int64_t per_epoch = segment_.chunk_bytes() / es;
+  const bool streaming = numel * es >= streaming_bytes();
+  if (numel * es <= kOneShotBytes || size_ == 2) {
+    // One shot per chunk: every rank reduces the whole chunk from all buffers straight into its tensor (same
+    // order, same bits everywhere). For two ranks this is also the large-message path: against the two-shot
+    // split below it reads each chunk twice instead of three times and needs one barrier, not two, and the
+    // extra arithmetic (a whole chunk, not half) is cheaper than that pass (comm_bench, 2026-11-23).
+    for (int64_t off = 0; call.first || off < numel; off += per_epoch) {
+      const int64_t m = std::min(per_epoch, numel - off);
+      std::memcpy(mine(), data + off * es, m * es);
+      sync(call);
+      for (int r = 0; r < size_; ++r) srcs[r] = theirs(r);
+      reduce_into(data + off * es, srcs.data(), size_, m, dtype, op, streaming);
+      next_epoch();
+    }
     return;
   }
   // Two shots per chunk: reduce-scatter (rank r reduces slice r into its own buffer), then all-gather.
-  const int64_t per_epoch = segment_.chunk_bytes() / es;
   for (int64_t off = 0; off < numel; off += per_epoch) {
     const int64_t m = std::min(per_epoch, numel - off);
     std::memcpy(mine(), data + off * es, m * es);
@@ -104,7 +112,7 @@ void ShmComm::all_reduce(const at::Tensor& tensor, Reduction op, const std::vect
     sync(call);
     for (int r = 0; r < size_; ++r) {
       const int64_t lo_r = chunk_offset(slices, r);
-      std::memcpy(data + (off + lo_r) * es, theirs(r) + lo_r * es, slices[r] * es);
+      copy_bytes(data + (off + lo_r) * es, theirs(r) + lo_r * es, slices[r] * es, streaming);
     }
     next_epoch();
   }
@@ -115,11 +123,12 @@ void ShmComm::all_gather(const at::Tensor& out, const at::Tensor& in, const std:
   Call call{"all_gather", descriptor};
   begin(call);
   const int64_t n = nbytes(in), chunk = segment_.chunk_bytes();
+  const bool streaming = nbytes(out) >= streaming_bytes();
   for (int64_t off = 0; call.first || off < n; off += chunk) {
     const int64_t m = std::min(chunk, n - off);
     std::memcpy(mine(), bytes_of(in) + off, m);
     sync(call);
-    for (int r = 0; r < size_; ++r) std::memcpy(bytes_of(out) + r * n + off, theirs(r), m);
+    for (int r = 0; r < size_; ++r) copy_bytes(bytes_of(out) + r * n + off, theirs(r), m, streaming);
     next_epoch();
   }
 }
@@ -132,6 +141,7 @@ void ShmComm::reduce_scatter(const at::Tensor& out, const at::Tensor& in, Reduct
   const int64_t es = in.element_size(), n = out.numel();
   const bool consistent = in.numel() == n * size_;  // else the size check below fails on every rank
   const int64_t per_epoch = segment_.chunk_bytes() / (size_ * es);
+  const bool streaming = nbytes(out) >= streaming_bytes();
   std::vector<const void*> srcs(size_);
   for (int64_t off = 0; call.first || off < n; off += per_epoch) {
     const int64_t m = std::max<int64_t>(0, std::min(per_epoch, n - off));
@@ -141,7 +151,7 @@ void ShmComm::reduce_scatter(const at::Tensor& out, const at::Tensor& in, Reduct
     }
     sync(call);
     for (int r = 0; r < size_; ++r) srcs[r] = theirs(r) + rank_ * m * es;
-    reduce_into(bytes_of(out) + off * es, srcs.data(), size_, m, out.scalar_type(), op);
+    reduce_into(bytes_of(out) + off * es, srcs.data(), size_, m, out.scalar_type(), op, streaming);
     next_epoch();
   }
 }
@@ -161,6 +171,7 @@ void ShmComm::all_to_all(const at::Tensor& out, const at::Tensor& in, const std:
   }
   // Each buffer holds one sub-buffer of `quota` bytes per destination.
   const int64_t quota = segment_.chunk_bytes() / size_ / 64 * 64;
+  const bool streaming = nbytes(out) >= streaming_bytes();
   int64_t epochs = 1;  // known after the first barrier, from everyone's descriptors
   for (int64_t t = 0; t < epochs; ++t) {
     for (int r = 0; r < size_; ++r) {
@@ -180,7 +191,7 @@ void ShmComm::all_to_all(const at::Tensor& out, const at::Tensor& in, const std:
     }
     for (int j = 0; j < size_; ++j) {
       const int64_t len = std::clamp<int64_t>(recv_len[j] - t * quota, 0, quota);
-      std::memcpy(bytes_of(out) + recv_off[j] + t * quota, theirs(j) + rank_ * quota, len);
+      copy_bytes(bytes_of(out) + recv_off[j] + t * quota, theirs(j) + rank_ * quota, len, streaming);
     }
     next_epoch();
   }
@@ -195,7 +206,7 @@ void ShmComm::broadcast(const at::Tensor& tensor, int root, const std::vector<in
     const int64_t m = std::min(chunk, n - off);
     if (rank_ == root) std::memcpy(mine(), bytes_of(tensor) + off, m);
     sync(call);
-    if (rank_ != root) std::memcpy(bytes_of(tensor) + off, theirs(root), m);
+    if (rank_ != root) copy_bytes(bytes_of(tensor) + off, theirs(root), m, n >= streaming_bytes());
     next_epoch();
   }
 }

@@ -20,7 +20,7 @@
 //   reduce_scatter: per chunk, rank r's buffer holds slice k of each output block; rank r reduces block r.
 //   all_to_all: per chunk, a rank's buffer holds one sub-buffer per destination.
 //   broadcast: per chunk, the root writes, the others copy.   barrier: one epoch with no data.
-// Every collective runs to completion when issued (the c10d Work it returns is already complete).
+// Each call runs to completion on the calling thread (the backend decides which thread: issue_queue.h).
 //
 // Failures: waits are bounded by the group's timeout and name the collective and the peer; a rank that
 // fails marks itself failed in the segment, so its peers fail fast, and the group refuses further use.
@@ -47,6 +47,7 @@ class ShmComm {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
 
   // `descriptor` is size_agreement's descriptor of this rank's call (length descriptor_length(size())).
   void all_reduce(const at::Tensor& tensor, Reduction op, const std::vector<int64_t>& descriptor);
@@ -58,6 +59,8 @@ class ShmComm {
   void broadcast(const at::Tensor& tensor, int root, const std::vector<int64_t>& descriptor);
   // Only the descriptor epoch: barrier, and the size check before a call that another backend carries.
   void agree(const char* collective, const std::vector<int64_t>& descriptor);
+  // True once a collective failed on a peer (not on a size mismatch, after which the group is still whole).
+  bool broken() const { return !broken_.empty(); }
 
  private:
   struct Call;  // one collective in progress: its name, deadline, first-epoch flag

@@ -263,7 +263,8 @@ Work ProcessGroup::start(const char* collective, int64_t bytes,
   } catch (const dtensor::Error& e) {
     // The shm backend runs the collective at issue: a peer that failed it fails the group (a size mismatch
     // does not: every rank saw it, and the group is still whole).
-    if (in_band_sizes_ && static_cast<detail::shm::ShmBackend&>(*backend_).comm_broken()) {
+    if (backend_->getBackendName() == detail::shm::kBackendName &&
+        static_cast<detail::shm::ShmBackend&>(*backend_).comm_broken()) {
       std::string why = e.what();
       health_->fail(why.rfind("dtensor: ", 0) == 0 ? why.substr(9) : why);
     }

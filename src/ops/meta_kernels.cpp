@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <initializer_list>
 #include <optional>
 #include <tuple>
 
@@ -45,6 +46,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_attention_cpu_backward_meta
 
 // index_select(self, dim, index): self's shape with dim's size index.numel() (the embedding lookup).
 at::Tensor index_select_meta(const at::Tensor& self, int64_t dim, const at::Tensor& index) {
+  refuse_shape_inference("index_select");
   auto shape = self.sizes().vec();
   if (!shape.empty()) shape[c10::maybe_wrap_dim(dim, self.dim())] = index.numel();
   return at::empty(shape, self.options());
@@ -53,19 +55,39 @@ at::Tensor index_select_meta(const at::Tensor& self, int64_t dim, const at::Tens
 // embedding_dense_backward(grad_output [..., d], indices, num_weights, ...) -> [num_weights, d]
 at::Tensor embedding_dense_backward_meta(const at::Tensor& grad, const at::Tensor&, c10::SymInt num_weights, c10::SymInt,
                                          bool) {
+  refuse_shape_inference("embedding_dense_backward");
   return at::empty({num_weights.expect_int(), grad.size(-1)}, grad.options());
+}
+
+// The one helper for pointwise ops: an uninitialized meta tensor of the inputs' broadcast shape
+// (contiguous, as TensorIterator lays out a fresh output of contiguous inputs) of `dtype`.
+at::Tensor broadcast_meta(std::initializer_list<at::Tensor> inputs, at::ScalarType dtype) {
+  std::vector<int64_t> shape;
+  for (const at::Tensor& t : inputs) shape = at::infer_size(shape, t.sizes());
+  return at::empty(shape, inputs.begin()->options().dtype(dtype));
+}
+
+// An out= variant: `out` resized to the result's shape (as the CPU kernel's resize_output does).
+at::Tensor& into(at::Tensor& out, const at::Tensor& result) {
+  if (!out.sizes().equals(result.sizes())) out.resize_(result.sizes());
+  return out;
 }
 
 // where.self(condition, self, other): the broadcast shape, the promoted dtype.
 at::Tensor where_meta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
-  auto shape = at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes());
-  return at::empty(shape, self.options().dtype(at::result_type(self, other)));
+  refuse_shape_inference("where.self");
+  return broadcast_meta({condition, self, other}, at::result_type(self, other));
+}
+at::Tensor& where_out_meta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other, at::Tensor& out) {
+  refuse_shape_inference("where.self_out");
+  return into(out, broadcast_meta({condition, self, other}, out.scalar_type()));
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
   m.impl("where.self", TORCH_FN(where_meta));
+  m.impl("where.self_out", TORCH_FN(where_out_meta));
   m.impl("index_select", TORCH_FN(index_select_meta));
   m.impl("embedding_dense_backward", TORCH_FN(embedding_dense_backward_meta));
   m.impl("_scaled_dot_product_flash_attention_for_cpu", TORCH_FN(flash_attention_cpu_meta));

@@ -119,4 +119,11 @@ DryRunReport dry_run(const std::function<Model()>& model_factory, const std::vec
       [&, model](const DeviceMesh& mesh) { return step(**model, mesh); }, options);
 }
 
+// A developer aid for adding meta kernels (src/ops/meta_kernels.cpp): runs `run` (a dry run) until it no
+// longer stops at an op without a meta kernel. Each such op gets, for the rest of this call, a stand-in meta
+// kernel that runs it on CPU zeros of the inputs' shapes (real memory and time: use small shapes) and
+// returns meta tensors of the CPU results' shapes. Returns the ops, in the order the run met them; empty when
+// `run` completes on the meta kernels alone. Other errors propagate.
+std::vector<std::string> find_missing_meta_kernels(const std::function<void()>& run, int max_ops = 100);
+
 }  // namespace dtensor

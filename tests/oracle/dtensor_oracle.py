@@ -66,7 +66,16 @@ def parse_placement(s):
         return Shard(int(s[len("Shard(dim="):-1]))
     if s.startswith("Partial("):
         return Partial(s[len("Partial("):-1])
+    if s.startswith("_StridedShard(dim="):
+        from torch.distributed.tensor.placement_types import _StridedShard
+
+        dim, sf = s[len("_StridedShard(dim="):-1].split(", sf=")
+        return _StridedShard(int(dim), split_factor=int(sf))
     raise ValueError(s)
+
+
+def SS(d, sf):
+    return f"_StridedShard(dim={d}, sf={sf})"
 
 
 # ----------------------------------------------------------------------------
@@ -189,6 +198,17 @@ def _hand_cases():
     a(_case(m2, (5, 3), [S(0), P("avg")], [S(0), S(0)], mode="from_local", tag="2d-partial-fl"))
     a(_case(m2, (6, 3), [P("avg"), P("sum")], [S(0), S(0)], mode="from_local", tag="2d-partial-fl"))
     a(_case(m2, (5, 3), [P("max"), P("max")], [R, S(0)], mode="from_local", tag="2d-partial-fl"))
+    # --- FSDP over TP (fully_shard after parallelize_module) on a ("dp", "tp") 2x2 mesh: the placements of
+    # every weight of the small Llama (hidden 64, 2 kv heads of 16, ffn 128, vocab 256). Where TP shards dim
+    # 0 (embeddings, q/k/v, gate/up, lm_head) FSDP's Shard(0) is _StridedShard(0, sf=tp).
+    for shape in [(256, 64), (64, 64), (32, 64), (128, 64), (6, 4), (8, 3)]:
+        a(_case(m2, shape, [R, R], [SS(0, 2), S(0)], tag="fsdp_tp"))
+        a(_case(m2, shape, [SS(0, 2), S(0)], [R, R], tag="fsdp_tp"))
+        a(_case(m2, shape, [SS(0, 2), S(0)], [S(0), R], tag="fsdp_tp"))
+    for shape in [(64, 64), (64, 128)]:  # o_proj, down_proj: TP Shard(1)
+        a(_case(m2, shape, [R, R], [S(0), S(1)], tag="fsdp_tp"))
+        a(_case(m2, shape, [S(0), S(1)], [R, R], tag="fsdp_tp"))
+    a(_case(m2, (64,), [R, R], [S(0), R], tag="fsdp_tp"))  # norms: TP Replicate
     return H
 
 

@@ -82,7 +82,12 @@ FsdpParam shard_parameter(const at::Tensor& p, const std::string& path, const De
   fp.row_numel = fp.local_shape[0] == 0 ? 0 : tp_local.numel() / fp.local_shape[0];
   at::Tensor mine = tp_local.narrow(0, chunk_offset(fp.rows, dp_rank), fp.rows[dp_rank]).clone(at::MemoryFormat::Contiguous);
   DTensorSpec spec(mesh, placements, TensorMeta{global, {}, tp_local.scalar_type()});
-  if (local_shard(spec).shape != mine.sizes().vec()) {
+  // The global indices `mine` holds (dp-chunk dp_rank of the TP-local rows) must be its shard under
+  // `placements` (PyTorch's FSDP2 assumes so; with uneven pieces a _StridedShard cuts differently).
+  std::vector<Runs> held = fp.tp_spec ? shard_runs(global, *tp_mesh, fp.tp_spec->placements, *tp_mesh->get_coordinate())
+                                      : shard_runs(global, mesh, replicate_all(mesh.ndim()), *mesh.get_coordinate());
+  held[0] = split_runs(held[0], Shard(0), dp, dp_rank);
+  if (held != shard_runs(global, mesh, placements, *mesh.get_coordinate())) {
     throw dtensor::Error("dtensor: fully_shard: parameter '" + path + "': its dp shard of the TP-local tensor is not its "
                          "shard under " + to_string(placements) + " (uneven TP and dp splits of dim 0)");
   }

@@ -1,13 +1,14 @@
 // Redistribution to and from _StridedShard placements (placement.h): the naive path, always.
 //
 // A _StridedShard's shards are not the nested torch.chunk pieces the planner's all-gathers and
-// reduce-scatters assume (they split after the later mesh dims, not before), so a spec with one is
-// redistributed by materialising the full value and cutting the target's box out of it:
+// reduce-scatters assume (nor always boxes: shard_layout.h's runs), so a spec with one is redistributed by
+// materialising the full value and cutting the target's shard out of it:
 //   Partial dims   all-reduce first (the shards along a Partial mesh dim share one geometry);
-//   shards         every rank's box (local_shard, which knows the strided order) gathered whole, one
-//                  all-gather per mesh dim of the flattened, padded shards, then placed by box.
+//   shards         the shards along this rank's Shard mesh dims gathered whole (one all-gather per Shard
+//                  mesh dim of the flattened, padded shards; along a Replicate dim each rank keeps its own
+//                  copy), then written to their runs (shard_runs, which knows the strided order).
 // FSDP never takes this path in a training step (it gathers and reduce-scatters its flat buffers over dp
-// itself); full_tensor, distribute_tensor and checkpoints do.
+// itself); full_tensor, distribute_tensor's checks and checkpoints do.
 #pragma once
 
 #include <ATen/core/Tensor.h>

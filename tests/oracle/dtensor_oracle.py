@@ -209,6 +209,21 @@ def _hand_cases():
         a(_case(m2, shape, [R, R], [S(0), S(1)], tag="fsdp_tp"))
         a(_case(m2, shape, [S(0), S(1)], [R, R], tag="fsdp_tp"))
     a(_case(m2, (64,), [R, R], [S(0), R], tag="fsdp_tp"))  # norms: TP Replicate
+    # --- _StridedShard beyond FSDP's even case: uneven pieces, shards that are not one box (7 rows,
+    # sf=3: rank (0, 0) holds rows {0, 1, 3}), a split factor other than the later mesh dim's size, dim 1,
+    # a strided shard with no later shard of its dim, strided to strided. src_data_rank=None (local cuts):
+    # PyTorch's scatter needs even pieces (we broadcast, so we take any); then src_data_rank 1, even.
+    for shape, src in [((5, 3), [SS(0, 2), S(0)]), ((7, 3), [SS(0, 3), S(0)]), ((9, 2), [SS(0, 2), S(0)]),
+                       ((13, 2), [SS(0, 2), S(0)]), ((3, 7), [SS(1, 3), S(1)]), ((6, 5), [SS(0, 2), S(1)]),
+                       ((7, 2), [R, SS(0, 3)]), ((2, 3), [SS(0, 2), S(0)]), ((0, 3), [SS(0, 2), S(0)])]:
+        a(_case(m2, shape, [R, R], src, src_data_rank=None, tag="strided"))
+        a(_case(m2, shape, src, [R, R], src_data_rank=None, tag="strided"))
+        a(_case(m2, shape, src, [S(0), S(0)], src_data_rank=None, tag="strided"))
+    # (Uneven strided -> strided, e.g. 7 rows sf=3 -> sf=2, crashes PyTorch 2.14's Gloo all-gather: even here.)
+    a(_case(m2, (12, 3), [SS(0, 3), S(0)], [SS(0, 2), S(0)], tag="strided"))
+    a(_case(m2, (8, 3), [SS(0, 2), S(0)], [S(1), SS(0, 2)], tag="strided"))
+    a(_case(m2, (8, 3), [SS(0, 2), S(0)], [R, R], src_data_rank=1, offset=1.0, tag="strided"))
+    a(_case(m2, (12, 4), [SS(0, 2), S(0)], [S(0), R], src_data_rank=1, offset=1.0, tag="strided"))
     return H
 
 

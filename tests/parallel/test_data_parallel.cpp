@@ -1,6 +1,7 @@
 // Data parallel beside TP (dtensor/parallel/replicate.h, fully_shard.h) on a small MLP: each dp rank trains on
 // its rows of the batch, and after 3 AdamW steps the parameters equal single-process training on the whole
-// batch; on a 2x2 ("dp", "tp") mesh after Colwise / Rowwise on mesh["tp"] too. _StridedShard's geometry.
+// batch; on a 2x2 ("dp", "tp") mesh after Colwise / Rowwise on mesh["tp"] too. (_StridedShard's geometry:
+// tests/tensor/test_strided_shard.cpp.)
 #include <gtest/gtest.h>
 #include <torch/optim/adamw.h>
 
@@ -9,7 +10,6 @@
 #include "dtensor/parallel/parallelize.h"
 #include "dtensor/parallel/replicate.h"
 #include "dtensor/tensor/dtensor.h"
-#include "dtensor/tensor/shard_layout.h"
 #include "harness/multi_rank.h"
 #include "parallel/small_models.h"
 
@@ -110,31 +110,6 @@ TEST(DataParallel, BadMeshesAreRefused) {
     parallelize_module(*mlp, flat, {{"in_proj", ColwiseParallel()}});
     // A TP DTensor with a 1-D dp mesh: fully_shard needs the 2-D mesh to know the tp dim.
     EXPECT_NE(error_of([&] { fully_shard(*mlp->in_proj, flat); }).find("takes plain parameters or DTensors on its tp dim"),
-              std::string::npos);
-  });
-}
-
-// _StridedShard(0, sf=tp) over dp with Shard(0) over tp: rank (i, j) holds dp-chunk i of tp-chunk j.
-TEST(StridedShard, LocalShardIsTheDpChunkOfTheTpChunk) {
-  run_ranks(4, [](int rank, int) {
-    const DeviceMesh mesh = init_device_mesh("cpu", {2, 2}, {"dp", "tp"});
-    const Placements p{_StridedShard(0, 2), Shard(0)};
-    const int64_t i = rank / 2, j = rank % 2;
-    LocalShard s = local_shard({8, 3}, mesh, p, {i, j});
-    EXPECT_EQ(s.offset, (std::vector<int64_t>{4 * j + 2 * i, 0}));
-    EXPECT_EQ(s.shape, (std::vector<int64_t>{2, 3}));
-    // Uneven: 6 rows -> tp chunks of 3 -> dp chunks 2 and 1.
-    s = local_shard({6, 4}, mesh, p, {i, j});
-    EXPECT_EQ(s.offset[0], 3 * j + 2 * i);
-    EXPECT_EQ(s.shape[0], i == 0 ? 2 : 1);
-    // distribute_tensor and full_tensor round trip, and the placement's spelling.
-    at::Tensor full = at::arange(48, at::kFloat).reshape({8, 6});
-    at::Tensor d = distribute_tensor(full, mesh, p);
-    EXPECT_TRUE(at::equal(to_local(d), full.narrow(0, 4 * j + 2 * i, 2)));
-    EXPECT_TRUE(at::equal(full_tensor(d), full));
-    EXPECT_EQ(Placement::parse(p[0].to_string()), p[0]);
-    EXPECT_EQ(p[0].to_string(), "_StridedShard(dim=0, sf=2)");
-    EXPECT_NE(error_of([&] { local_shard({8, 3}, mesh, {_StridedShard(0, 3), Shard(0)}, {0, 0}); }).find("split factor"),
               std::string::npos);
   });
 }

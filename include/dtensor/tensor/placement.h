@@ -3,12 +3,12 @@
 //   Shard(d)     each rank along the mesh dim holds its torch.chunk of tensor dim d
 //   Replicate()  each rank holds the whole (of what the other mesh dims leave it)
 //   Partial(op)  each rank holds a term; the value is op over the ranks (sum, avg, max, min)
-//   _StridedShard(d, sf)  a Shard(d) that splits after the later mesh dims: FSDP's Shard(0) over dp on a
-//                weight that TP (a later mesh dim of sf ranks) already shards on dim 0. The tensor's dim d is
-//                cut into sf pieces (the later dims' shards), and each rank holds its torch.chunk of every
-//                piece, in piece order: on ("dp", "tp") = (_StridedShard(0, sf=tp), Shard(0)), rank (i, j)
-//                holds dp-chunk i of tp-chunk j, exactly the dp shard of its TP-local weight. (PyTorch's
-//                _StridedShard; is_shard() is true, as it subclasses Shard.)
+//   _StridedShard(d, sf)  PyTorch's _StridedShard (is_shard() is true, as it subclasses Shard): dim d cut
+//                into sf torch.chunk pieces, each rank along the mesh dim holding its torch.chunk of every
+//                piece, concatenated in piece order (shard_layout.h). FSDP's Shard(0) over dp on a weight
+//                that TP (a later mesh dim of sf ranks) already shards on dim 0: on ("dp", "tp") =
+//                (_StridedShard(0, sf=tp), Shard(0)), rank (i, j) holds dp-chunk i of tp-chunk j, the dp
+//                shard of its TP-local weight (when every tp chunk splits alike; fully_shard checks).
 #pragma once
 
 #include <cstdint>

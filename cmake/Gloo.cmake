@@ -1,6 +1,6 @@
 # Build-time needs of the library itself, not of its users (this file is not installed).
 #
-# src/mesh/process_group.cpp, the only translation unit that includes ProcessGroupGloo.hpp, needs c10d's
+# src/mesh/world.cpp, the only translation unit that includes ProcessGroupGloo.hpp, needs c10d's
 # headers and gloo's. Some wheels ship gloo's headers; when not, Debian's libgloo-dev provides declarations.
 # We only pass shared_ptr<gloo::transport::Device> through, never touch gloo objects, so the declarations
 # need not match the gloo version built into libtorch_cpu (ProcessGroupGloo holds gloo types only behind

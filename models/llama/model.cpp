@@ -140,7 +140,8 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
     if (mask.defined()) mask = mask.to(tokens.device());
   }
   at::Tensor h = embed_tokens(tokens);
-  for (const auto& layer : *layers) h = layer->as<DecoderLayerImpl>()->forward(h, cos, sin, mask);
+  // Through the layer's hooks (module_hooks.h rule 2): fully_shard gathers a layer's parameters there.
+  for (const auto& layer : *layers) h = dtensor::nn::forward_with_hooks(*layer->as<DecoderLayerImpl>(), h, cos, sin, mask);
   return norm(h);
 }
 
@@ -169,7 +170,9 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c)
 }
 
 at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask) {
-  return lm_head(model(tokens, attention_mask));
+  // Through the model's own hooks (module_hooks.h rule 2): fully_shard(model) gathers the root's parameters.
+  return dtensor::nn::call_with_hooks(*this, {tokens, attention_mask},
+                                      [this](const dtensor::nn::Tensors& in) { return lm_head(model(in[0], in[1])); });
 }
 
 void LlamaForCausalLMImpl::init_weights(uint64_t seed) {

@@ -154,4 +154,9 @@ void apply_hf_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh) {
   parallelize_module(*model, tp_mesh, hf_plan(model->config, tp_mesh.size()));
 }
 
+void apply_fsdp(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const dtensor::FullyShardOptions& options) {
+  for (const auto& layer : *model->model->layers) dtensor::fully_shard(*layer, mesh, options);
+  dtensor::fully_shard(*model, mesh, options);
+}
+
 }  // namespace llama

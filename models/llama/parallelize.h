@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "dtensor/mesh/device_mesh.h"
+#include "dtensor/parallel/fully_shard.h"
 #include "dtensor/parallel/parallelize.h"
 #include "llama/config.h"
 #include "llama/model.h"
@@ -34,5 +35,9 @@ dtensor::ParallelizePlan inference_plan(const LlamaConfig& config, int64_t tp);
 void apply_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh, const TPOptions& options = {});
 void apply_inference_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh);
 void apply_hf_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh);
+
+// FSDP2 the torchtitan way (apply_fsdp): fully_shard each decoder layer, then the root (embeddings, final
+// norm, lm_head), over the "dp" dim of `mesh` (after apply_tp on mesh["tp"], or on a plain model).
+void apply_fsdp(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const dtensor::FullyShardOptions& options = {});
 
 }  // namespace llama

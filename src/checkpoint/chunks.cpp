@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "dtensor/error.h"
 #include "dtensor/tensor/dtensor.h"
 
 namespace dtensor::checkpoint::detail {
@@ -43,12 +44,34 @@ at::Tensor narrow_to(const at::Tensor& data, const Box& region, const Box& part)
   return v;
 }
 
+namespace {
+
+// Chunks are boxes: a _StridedShard layout must leave every rank (not just this one, so that all refuse alike,
+// writers or not) one box.
+void require_boxes(const DTensorSpec& spec) {
+  if (!has_strided_shard(spec.placements)) return;
+  for (int64_t r = 0; r < spec.mesh.size(); ++r) {
+    std::vector<int64_t> c(spec.mesh.ndim());  // rank r's coordinate (row-major)
+    for (int64_t i = spec.mesh.ndim() - 1, rest = r; i >= 0; rest /= spec.mesh.size(i), --i) {
+      c[i] = rest % spec.mesh.size(i);
+    }
+    if (!local_shard(spec.meta.shape, spec.mesh, spec.placements, c).box) {
+      throw dtensor::Error("dtensor: checkpoint: a " + to_string(spec.placements) + " tensor on " +
+                           spec.mesh.to_string() + " has shards that are not one box (a _StridedShard of uneven "
+                           "pieces); redistribute it first");
+    }
+  }
+}
+
+}  // namespace
+
 std::optional<Held> held(const at::Tensor& tensor) {
   if (!is_dtensor(tensor)) return Held{Box{std::vector<int64_t>(tensor.dim(), 0), tensor.sizes().vec()}, tensor};
   const DTensorSpec& spec = dtensor_spec(tensor);
   const auto coordinate = spec.mesh.get_coordinate();
   if (!coordinate) return std::nullopt;
   const LocalShard shard = local_shard(spec);
+  require_boxes(spec);
   Held h{Box{shard.offset, shard.shape}, dtensor::detail::local_tensor(tensor)};
   for (size_t i = 0; i < spec.placements.size(); ++i) {
     const Placement& p = spec.placements[i];
@@ -58,6 +81,7 @@ std::optional<Held> held(const at::Tensor& tensor) {
 }
 
 bool writes_chunk(const at::Tensor& tensor, size_t index, int world_rank, int world_size) {
+  if (is_dtensor(tensor)) require_boxes(dtensor_spec(tensor));
   if (tensor.numel() == 0) return false;
   if (!is_dtensor(tensor)) return static_cast<int>(index % static_cast<size_t>(world_size)) == world_rank;
   const DTensorSpec& spec = dtensor_spec(tensor);

@@ -19,6 +19,7 @@
 #include "dtensor/error.h"
 #include "dtensor/mesh/launch_env.h"
 #include "mesh/deadline.h"
+#include "mesh/group_text.h"
 
 namespace dtensor::detail {
 namespace {
@@ -41,11 +42,6 @@ std::string seconds(milliseconds ms) {
   std::ostringstream os;
   os << static_cast<double>(ms.count()) / 1000.0 << " s";
   return os.str();
-}
-
-std::string message_of(const std::exception& e) {
-  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
-  return e.what();
 }
 
 // Prints `line()` on stderr at the report times until destroyed, from its own thread (for waits that

@@ -21,6 +21,7 @@
 
 #include "dtensor/error.h"
 #include "dtensor/mesh/process_group.h"
+#include "mesh/group_text.h"
 
 namespace dtensor::detail {
 namespace {
@@ -173,10 +174,9 @@ void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::T
     auto work = group.backend()._allgather_base(all, mine, opts);
     if (!work->wait(group.timeout())) throw std::runtime_error("timed out");
   } catch (const std::exception& e) {
-    std::string msg = e.what();
-    if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) msg = c10_error->what_without_backtrace();
-    std::string why = what + " failed while the ranks compared sizes (within " +
-                      std::to_string(group.timeout().count()) + " ms): " + msg;
+    const std::string msg = message_of(e);
+    std::string why = group.with_member_states(what + " failed while the ranks compared sizes (within " +
+                                               std::to_string(group.timeout().count()) + " ms): " + msg);
     group.mark_failed(why);
     throw dtensor::Error("dtensor: " + why);
   }

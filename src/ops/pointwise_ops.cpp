@@ -12,7 +12,8 @@
 //                                         mean / max / min); P(sum) is reduced first (n shifts)
 //   masked_fill(mask, 0)                  P(sum|avg) self, Replicate mask -> kept (zeroing every term)
 //   everything else                       Partial inputs are reduced first (all-reduce)
-// The cheapest candidate (bytes moved) wins; in-place ops keep self's placements.
+// The cheapest candidate (bytes moved) wins; in-place ops keep self's placements. A _StridedShard input
+// gives a _StridedShard candidate (same-shape operands share its geometry: FSDP's sharded optimizer state).
 #include <ATen/ATen.h>
 
 #include "ops/strategy_utils.h"
@@ -72,7 +73,7 @@ ShardingDecision pointwise(const OpCall& call, Linearity linearity) {
           c.inputs.push_back(out_p);
         } else if (out_p.is_shard()) {
           int64_t k = input_dim_for(in, out_p.dim(), out_ndim, out_shape);
-          c.inputs.push_back(k < 0 ? Replicate() : Shard(k));
+          c.inputs.push_back(k < 0 ? Replicate() : out_p.with_dim(k));  // a _StridedShard stays one
         } else if (out_p.is_partial() && in.spec && in.spec->placements[i].is_partial()) {
           c.inputs.push_back(in.spec->placements[i]);  // a Partial term stays one
         } else if (out_p.is_partial() && linearity == Linearity::ADDITIVE) {
@@ -153,7 +154,7 @@ ShardingDecision pointwise(const OpCall& call, Linearity linearity) {
       if (!p.is_shard()) continue;
       int64_t d = p.dim() + (out_ndim - in->tensor.dim());
       if (input_dim_for(*in, d, out_ndim, out_shape) < 0) continue;
-      out.push_back(candidate(Shard(d)));
+      out.push_back(candidate(p.with_dim(d)));
     }
     out.push_back(candidate(Replicate()));
     return out;

@@ -8,6 +8,8 @@
 // Reducing a bucket: gradients that differ from their parameter only by Partial -> Replicate on some mesh
 // dims, and agree on mesh, dtype and placements, are flattened into one buffer and all-reduced once per
 // such dim; the gradients become views of the reduced buffer. Anything else is redistributed alone.
+// With a data-parallel mesh (DDP) every parameter is bucketed, and a flushed bucket's local gradients, now
+// at their parameters' placements, are flattened per dtype and all-reduced with AVG over the dp mesh once.
 #include "dtensor/parallel/gradient_sync.h"
 
 #include <ATen/ATen.h>
@@ -45,16 +47,27 @@ bool all_reduce_only(const Placements& from, const Placements& to) {
   return true;
 }
 
+at::Tensor local_of(const at::Tensor& t) { return is_dtensor(t) ? detail::local_tensor(t) : t; }
+
+// `grad` with its local data replaced by `local` (same shape). A plain gradient gets its own storage: a view
+// of the bucket as .grad cannot be detached in place (zero_grad).
+at::Tensor with_local(const at::Tensor& grad, const at::Tensor& local) {
+  if (!is_dtensor(grad)) return local.clone();
+  return detail::make_dtensor(local, dtensor_spec(grad));
+}
+
 class Reducer {
  public:
-  Reducer(const std::vector<at::Tensor>& params, const GradientSyncOptions& options) : slots_(params.size()) {
-    // Buckets of Replicate parameters, by (mesh, dtype), filled in reverse order up to the byte cap.
+  Reducer(const std::vector<at::Tensor>& params, const GradientSyncOptions& options)
+      : slots_(params.size()), dp_mesh_(options.data_parallel_mesh) {
+    // Buckets of Replicate parameters (of every parameter under data parallel), by (mesh, dtype), filled
+    // in reverse order up to the byte cap.
     std::map<std::pair<const void*, c10::ScalarType>, int> open;  // key -> bucket being filled
     for (size_t k = params.size(); k-- > 0;) {
       const at::Tensor& p = params[k];
-      if (!has_replicate(placements(p))) continue;
-      const auto key = std::make_pair(device_mesh(p).id(), p.scalar_type());
-      const int64_t bytes = detail::local_tensor(p).numel() * static_cast<int64_t>(p.element_size());
+      if (!dp_mesh_ && !has_replicate(placements(p))) continue;
+      const auto key = std::make_pair(is_dtensor(p) ? device_mesh(p).id() : nullptr, p.scalar_type());
+      const int64_t bytes = local_of(p).numel() * static_cast<int64_t>(p.element_size());
       auto it = open.find(key);
       if (it == open.end() || (buckets_[it->second].bytes > 0 && buckets_[it->second].bytes + bytes > options.bucket_cap_bytes)) {
         buckets_.emplace_back();
@@ -78,7 +91,7 @@ class Reducer {
     if (!sync_) return;
     const CommScopeGuard scope(kCommScope);
     const at::Tensor& grad = param.grad();
-    if (!grad.defined() || !is_dtensor(grad)) return;
+    if (!grad.defined() || (!is_dtensor(grad) && !dp_mesh_)) return;
     if (!callback_queued_) {
       callback_queued_ = true;
       // At the end of this backward: reduce what buckets hold (parameters that got no gradient leave
@@ -97,7 +110,8 @@ class Reducer {
     slot.arrived = true;
     Bucket& b = buckets_[slot.bucket];
     ++b.arrived;
-    if (placements(grad) != placements(param)) b.waiting.push_back(param);
+    if (dp_mesh_) b.arrived_params.emplace_back(index, param);
+    if (is_dtensor(grad) && placements(grad) != placements(param)) b.waiting.push_back(param);
     if (b.arrived == b.members.size()) flush(b);
   }
 
@@ -116,6 +130,7 @@ class Reducer {
     int64_t bytes = 0;
     size_t arrived = 0;
     std::vector<at::Tensor> waiting;  // parameters whose gradient needs reducing
+    std::vector<std::pair<size_t, at::Tensor>> arrived_params;  // data parallel: every arrived parameter
   };
 
   void end_of_backward() {
@@ -150,6 +165,32 @@ class Reducer {
       it->second.push_back(param);
     }
     for (auto& [key, params] : groups) reduce_together(params);
+    if (dp_mesh_) {
+      std::vector<std::pair<size_t, at::Tensor>> arrived = std::move(b.arrived_params);
+      b.arrived_params.clear();
+      // Registration order, the same on every rank whatever order backward delivered them in.
+      std::sort(arrived.begin(), arrived.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+      average_over_dp(arrived);
+    }
+  }
+
+  // DDP: the local gradients of `arrived`, flattened per dtype, all-reduced with AVG over the dp mesh once;
+  // each gradient becomes a view of the averaged buffer (its placements unchanged).
+  void average_over_dp(const std::vector<std::pair<size_t, at::Tensor>>& arrived) {
+    std::map<c10::ScalarType, std::vector<at::Tensor>> by_dtype;
+    for (const auto& [_, param] : arrived) by_dtype[param.grad().scalar_type()].push_back(param);
+    for (auto& [dtype, params] : by_dtype) {
+      std::vector<at::Tensor> parts;
+      for (const at::Tensor& p : params) parts.push_back(local_of(p.grad()).reshape({-1}));
+      at::Tensor flat = all_reduce(parts.size() == 1 ? parts[0].clone() : at::cat(parts), ReduceOp::AVG, *dp_mesh_, 0);
+      int64_t offset = 0;
+      for (const at::Tensor& p : params) {
+        const at::Tensor local = local_of(p.grad());
+        at::Tensor piece = flat.narrow(0, offset, local.numel()).view(local.sizes());
+        offset += local.numel();
+        p.mutable_grad() = with_local(p.grad(), piece);
+      }
+    }
   }
 
   static std::string placements_key(const at::Tensor& grad) {
@@ -185,6 +226,7 @@ class Reducer {
   std::vector<Bucket> buckets_;
   bool sync_ = true;
   bool callback_queued_ = false;
+  std::optional<DeviceMesh> dp_mesh_;
 };
 
 class SyncHook final : public torch::autograd::PostAccumulateGradHook {
@@ -221,12 +263,17 @@ int64_t enable_gradient_sync(const std::vector<at::Tensor>& parameters, Gradient
   }
   std::vector<at::Tensor> params;
   for (const at::Tensor& p : parameters) {
-    if (!p.defined() || !is_dtensor(p) || !p.requires_grad() || !p.is_leaf()) continue;
+    if (!p.defined() || !p.requires_grad() || !p.is_leaf()) continue;
+    if (!is_dtensor(p) && !options.data_parallel_mesh) continue;
     if (torch::autograd::impl::post_acc_grad_hooks(p) != nullptr) continue;  // ours already, or another's
     if (std::any_of(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(p); })) continue;
     params.push_back(p);
   }
   if (params.empty()) return 0;
+  if (options.data_parallel_mesh && options.data_parallel_mesh->ndim() != 1) {
+    throw dtensor::Error("dtensor: enable_gradient_sync: data_parallel_mesh must be 1-D, got " +
+                         options.data_parallel_mesh->to_string());
+  }
   auto reducer = std::make_shared<Reducer>(params, options);
   reducer->self_ = reducer;
   for (size_t k = 0; k < params.size(); ++k) {

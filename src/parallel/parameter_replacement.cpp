@@ -28,7 +28,8 @@ template struct ParametersAccess<&torch::nn::Module::parameters_>;
 template struct BuffersAccess<&torch::nn::Module::buffers_>;
 
 // The standard layers' public handles to what they registered, read by their forward.
-void sync_member_handles(torch::nn::Module& module, const std::string& name, const at::Tensor& value) {
+// Returns whether the module is one of these layers.
+bool sync_member_handles(torch::nn::Module& module, const std::string& name, const at::Tensor& value) {
   auto set = [&](at::Tensor& member, const char* member_name) {
     if (name == member_name) member = value;
   };
@@ -42,7 +43,10 @@ void sync_member_handles(torch::nn::Module& module, const std::string& name, con
     set(m->bias, "bias");
   } else if (auto* m = dynamic_cast<RMSNormImpl*>(&module)) {
     set(m->weight, "weight");
+  } else {
+    return false;
   }
+  return true;
 }
 
 void replace_entry(TensorDict& dict, const char* kind, torch::nn::Module& module, const std::string& name,
@@ -58,6 +62,14 @@ void replace_entry(TensorDict& dict, const char* kind, torch::nn::Module& module
 void replace_parameter(torch::nn::Module& module, const std::string& name, at::Tensor value) {
   replace_entry(module.*parameters_member(), "parameter", module, name, value);
   sync_member_handles(module, name, value);
+}
+
+void set_forward_parameter(torch::nn::Module& module, const std::string& name, at::Tensor value) {
+  if (!(module.*parameters_member()).contains(name) || !sync_member_handles(module, name, value)) {
+    throw dtensor::Error("dtensor: module " + module.name() + " has no parameter '" + name +
+                         "' held in a layer's member (Linear, Embedding, LayerNorm, RMSNorm): fully_shard cannot "
+                         "point its forward at the gathered parameter");
+  }
 }
 
 void replace_buffer(torch::nn::Module& module, const std::string& name, at::Tensor value) {

@@ -24,6 +24,7 @@
 
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/tensor/shard_layout.h"
+#include "redistribute/strided.h"
 
 namespace dtensor {
 namespace {
@@ -188,6 +189,10 @@ at::Tensor partition_value(const at::Tensor& value, ReduceOp op, int64_t mesh_co
 }
 
 at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src, const Placements& dst) {
+  // _StridedShard: not nested torch.chunk pieces; the naive path (redistribute/strided.h).
+  if (has_strided_shard(src.placements) || has_strided_shard(dst)) {
+    return detail::redistribute_local_strided(local, src, normalized_dst(src, dst));
+  }
   auto steps = plan_redistribute(src, dst);
   if (steps.empty()) return local;
   auto coord = *src.mesh.get_coordinate();
@@ -242,6 +247,7 @@ at::Tensor redistribute_local(const at::Tensor& local, const DTensorSpec& src, c
 
 at::Tensor redistribute_local_naive(const at::Tensor& local, const DTensorSpec& src, const Placements& dst_in) {
   Placements dst = normalized_dst(src, dst_in);
+  if (has_strided_shard(src.placements) || has_strided_shard(dst)) return detail::redistribute_local_strided(local, src, dst);
   auto coord = *src.mesh.get_coordinate();
   Placements cur = src.placements;
   at::Tensor full = local;

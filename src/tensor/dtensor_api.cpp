@@ -229,7 +229,13 @@ at::Tensor distribute_tensor(const at::Tensor& tensor, const DeviceMesh& mesh, P
     ProcessGroup& group = mesh.get_group(i);
     const int64_t n = mesh.size(i);
     const Placement& p = spec.placements[i];
-    if (p.is_shard()) {
+    if (p.is_strided_shard()) {
+      // _StridedShard: the source's value to the group, then each rank's strided piece cut locally (PyTorch
+      // scatters the pieces; the same values, more bytes: the naive path, as for every _StridedShard).
+      const int64_t d = p.dim();
+      if (src_data_rank) local = broadcast(local.contiguous(), *src_data_rank, group);
+      local = select_runs(local, d, split_runs(Runs{{0, local.size(d)}}, p, n, (*coord)[i]));
+    } else if (p.is_shard()) {
       int64_t d = p.dim();
       if (src_data_rank) {
         // The region's size along d, known everywhere: the shape the outer mesh dims leave.

@@ -12,6 +12,23 @@ int64_t Placement::dim() const {
   return dim_;
 }
 
+Placement Placement::strided_shard(int64_t dim, int64_t split_factor) {
+  if (split_factor < 1) throw dtensor::Error("dtensor: _StridedShard needs split_factor >= 1, got " + std::to_string(split_factor));
+  return Placement(Kind::SHARD, dim, ReduceOp::SUM, split_factor);
+}
+
+Placement Placement::with_dim(int64_t dim) const {
+  if (kind_ != Kind::SHARD) throw dtensor::Error("dtensor: " + to_string() + " has no shard dim");
+  return Placement(Kind::SHARD, dim, ReduceOp::SUM, split_factor_);
+}
+
+bool has_strided_shard(const Placements& placements) {
+  for (const auto& p : placements) {
+    if (p.is_strided_shard()) return true;
+  }
+  return false;
+}
+
 ReduceOp Placement::reduce_op() const {
   if (kind_ != Kind::PARTIAL) throw dtensor::Error("dtensor: " + to_string() + " has no reduce op");
   return op_;
@@ -24,12 +41,14 @@ Placement Placement::normalized(int64_t ndim) const {
     throw dtensor::Error("dtensor: " + to_string() + " is out of range for a tensor of " + std::to_string(ndim) +
                                 " dims");
   }
-  return shard(d);
+  return with_dim(d);
 }
 
 std::string Placement::to_string() const {
   switch (kind_) {
-    case Kind::SHARD: return "Shard(dim=" + std::to_string(dim_) + ")";
+    case Kind::SHARD:
+      if (split_factor_ > 1) return "_StridedShard(dim=" + std::to_string(dim_) + ", sf=" + std::to_string(split_factor_) + ")";
+      return "Shard(dim=" + std::to_string(dim_) + ")";
     case Kind::REPLICATE: return "Replicate()";
     case Kind::PARTIAL: return std::string("Partial(") + reduce_op_name(op_) + ")";
   }
@@ -40,8 +59,10 @@ Placement Placement::parse(const std::string& text) {
   static const std::regex shard_re(R"(\s*(?:Shard|S)\((?:dim=)?(-?\d+)\)\s*)");
   static const std::regex replicate_re(R"(\s*(?:Replicate\(\)|R)\s*)");
   static const std::regex partial_re(R"(\s*(?:Partial|P)(?:\((?:reduce_op=)?'?(\w*)'?\))?\s*)");
+  static const std::regex strided_re(R"(\s*_StridedShard\((?:dim=)?(-?\d+),\s*(?:sf=|split_factor=)?(\d+)\)\s*)");
   std::smatch m;
   if (std::regex_match(text, m, shard_re)) return shard(std::stoll(m[1]));
+  if (std::regex_match(text, m, strided_re)) return strided_shard(std::stoll(m[1]), std::stoll(m[2]));
   if (std::regex_match(text, m, replicate_re)) return replicate();
   if (std::regex_match(text, m, partial_re)) {
     return partial(m[1].length() ? reduce_op_from_name(m[1]) : ReduceOp::SUM);
@@ -52,7 +73,7 @@ Placement Placement::parse(const std::string& text) {
 
 size_t Placement::hash() const {
   size_t h = static_cast<size_t>(kind_) * 1000003u;
-  if (kind_ == Kind::SHARD) h ^= std::hash<int64_t>()(dim_) + 0x9e3779b9u;
+  if (kind_ == Kind::SHARD) h ^= std::hash<int64_t>()(dim_) + 0x9e3779b9u + static_cast<size_t>(split_factor_ - 1) * 31u;
   if (kind_ == Kind::PARTIAL) h ^= static_cast<size_t>(op_) * 7919u;
   return h;
 }

@@ -161,3 +161,20 @@ TEST(CheckpointErrors, SaveWithDifferentStatesFailsEverywhereAndKeepsThePrevious
   ckpt::load(dir, s);
   EXPECT_TRUE(at::equal(s["w"], seeded_randn(1, {8, 4})));
 }
+
+// A _StridedShard whose shards are not boxes (7 rows, sf=3 on 2x2: rank (0, 0) holds rows {0, 1, 3}) cannot be
+// written as box chunks: every rank refuses with the same error, before writing anything.
+TEST(CheckpointErrors, StridedShardsThatAreNotBoxesAreRefused) {
+  const std::string dir = fresh_dir("strided_not_box") + "/ckpt";
+  RunOptions options;
+  options.expect_all_succeed = false;
+  std::vector<std::string> errors = run_ranks(4, [&](int, int) {
+    auto mesh = init_device_mesh("cpu", {2, 2}, {"dp", "tp"});
+    ckpt::StateDict s;
+    s["w"] = distribute_tensor(seeded_randn(1, {7, 3}), mesh, {_StridedShard(0, 3), Shard(0)});
+    ckpt::save(dir, s);
+  }, options);
+  ASSERT_EQ(errors.size(), 4u);
+  for (const std::string& e : errors) EXPECT_NE(e.find("not one box"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(dir));
+}

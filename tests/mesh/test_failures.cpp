@@ -1,6 +1,7 @@
 // A rank that dies, throws or hangs makes the others fail with a clear error within the timeout, never
 // hang; bad environments and busy ports are reported at start-up.
 #include <arpa/inet.h>
+#include <signal.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -85,6 +86,29 @@ TEST(Failures, HangingRankMakesPeersTimeOut) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_TRUE(contains(r.output, "[rank0]: error: dtensor: all_reduce on group [0, 1] (rank 0 of 2)")) << r.output;
   EXPECT_TRUE(contains(r.output, "tprun: rank 0 (local rank 0, pid")) << r.output;
+}
+
+TEST(Failures, FrozenRankIsNamedOnGloo) {
+  // Rank 1 stops itself (SIGSTOP) between two collectives, on Gloo: rank 0 times out, and its error says that
+  // rank 1 is stopped, not dead (Gloo's own error names neither). No launcher.
+  int port = free_port();
+  std::string out0 = "/tmp/dtensor_stop0_" + std::to_string(getpid()), out1 = out0 + "_1";
+  auto env = [&](int rank) {
+    auto e = rank_env(rank, 2, port);
+    e["DTENSOR_BACKEND"] = "gloo";
+    e["DTENSOR_TIMEOUT_SEC"] = "3";
+    return e;
+  };
+  int p0 = start_process({bin_path("dist_e2e"), "stop_mid", "1"}, env(0), out0);
+  int p1 = start_process({bin_path("dist_e2e"), "stop_mid", "1"}, env(1), out1);
+  auto r0 = wait_process(p0, out0, 60);
+  kill(p1, SIGKILL);
+  wait_process(p1, out1, 30);
+  EXPECT_FALSE(r0.timed_out);
+  EXPECT_EQ(r0.exit_code, 1) << r0.output;
+  EXPECT_TRUE(contains(r0.output, "error: dtensor: all_reduce on group [0, 1] (rank 0 of 2)")) << r0.output;
+  EXPECT_TRUE(contains(r0.output, "rank 1: stopped (SIGSTOP or a debugger) (pid " + std::to_string(p1) + ", this host)"))
+      << r0.output;
 }
 
 TEST(Failures, BadEnvironmentIsNamed) {

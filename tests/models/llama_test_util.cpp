@@ -34,14 +34,36 @@ const llama_train::Corpus& test_corpus() {
   return corpus;
 }
 
+namespace {
+
+// Ranks as threads on `make_mesh(world)`; rank 0's results.
+RunResult run_ranks_on(const llama_train::TrainOptions& options, int world, bool capture_grads,
+                       const std::function<dtensor::DeviceMesh(int world)>& make_mesh);
+
+}  // namespace
+
 RunResult run_tp(const llama_train::TrainOptions& options, int tp, bool capture_grads) {
+  return run_ranks_on(options, tp, capture_grads, [&](int world) { return dtensor::init_device_mesh(options.device, {world}); });
+}
+
+RunResult run_dp_tp(llama_train::TrainOptions options, int dp, int tp, bool capture_grads) {
+  options.dp = dp;
+  options.tp = tp;
+  return run_ranks_on(options, dp * tp, capture_grads,
+                      [&](int world) { return llama_train::make_mesh(options, world); });
+}
+
+namespace {
+
+RunResult run_ranks_on(const llama_train::TrainOptions& options, int world_size, bool capture_grads,
+                       const std::function<dtensor::DeviceMesh(int world)>& make_mesh) {
   RunResult out;
   std::mutex mu;
   dtensor::testing::RunOptions run_options;
   run_options.run_timeout = std::chrono::milliseconds(300000);
   run_options.expect_all_succeed = false;  // rank errors are thrown below (the tests skip known library gaps)
-  const auto errors = dtensor::testing::run_ranks(tp, [&](int rank, int world) {
-    auto mesh = dtensor::init_device_mesh(options.device, {world});
+  const auto errors = dtensor::testing::run_ranks(world_size, [&](int rank, int world) {
+    auto mesh = make_mesh(world);
     llama::LlamaForCausalLM model = llama_train::make_model(options);
     model->to(mesh.device());
     llama_train::parallelize(model, options, mesh);
@@ -63,12 +85,16 @@ RunResult run_tp(const llama_train::TrainOptions& options, int tp, bool capture_
     out.steps = result.steps;
     out.step1_grads = grads;
     out.param_bytes_per_rank = result.param_bytes_per_rank;
+    out.grad_bytes_per_rank = result.grad_bytes_per_rank;
+    out.optimizer_bytes_per_rank = result.optimizer_bytes_per_rank;
   }, run_options);
   for (size_t r = 0; r < errors.size(); ++r) {
     if (!errors[r].empty()) throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[r]);
   }
   return out;
 }
+
+}  // namespace
 
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size() || a.empty()) return std::numeric_limits<double>::infinity();

@@ -1,6 +1,7 @@
 """Llama under torchtitan's TP + SP plan with loss parallel: PyTorch's own parallelize_module vs our llama_train.
 
-    python tests/oracle/llama_oracle.py <build/bin>
+    python tests/oracle/llama_oracle.py <build/bin>              # TP 2
+    python tests/oracle/llama_oracle.py <build/bin> --fsdp-2d    # FSDP2 + TP on a 2x2 ("dp", "tp") mesh (main_fsdp_2d)
 
 1. `tprun --nproc-per-node 2 llama_train --dump D ...` trains a small config at TP 2 for 20 steps, printing every
    step's loss and its collectives (type, count, bytes), and writes its initial weights and batches to D.
@@ -26,10 +27,18 @@ SMALL = ["--dim", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--f
 
 # Collective names: PyTorch's functional collectives -> ours (dtensor::CommDebugMode).
 FUNCOL = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter", "all_reduce": "all_reduce",
-          "all_to_all_single": "all_to_all", "broadcast": "broadcast"}
+          "all_to_all_single": "all_to_all", "broadcast": "broadcast",
+          # c10d's own ops (FSDP2 calls them directly): (output, input) for the gathers and scatters
+          "_allgather_base": "all_gather", "allgather_into_tensor_coalesced": "all_gather",
+          "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
+          "allreduce": "all_reduce"}
+C10D_INPUT_ARG = {"_allgather_base": 1, "_reduce_scatter_base": 1, "allgather_into_tensor_coalesced": 1,
+                  "reduce_scatter_tensor_coalesced": 1}
 
 
-def worker(dump):
+def worker(dump, dp=1):
+    """dp > 1: a ("dp", "tp") mesh, TP on mesh["tp"], then FSDP2 (fully_shard per layer, then the root) on
+    mesh["dp"]; each dp rank trains on its rows of the batch."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -55,7 +64,12 @@ def worker(dump):
         for name, p in model.named_parameters():
             p.copy_(tensor(meta["params"][name]))
 
-    mesh = init_device_mesh("cpu", (int(os.environ["WORLD_SIZE"]),), mesh_dim_names=("tp",))
+    world = int(os.environ["WORLD_SIZE"])
+    if dp > 1:
+        mesh2d = init_device_mesh("cpu", (dp, world // dp), mesh_dim_names=("dp", "tp"))
+        mesh = mesh2d["tp"]
+    else:
+        mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
     apply_torchtitan_tp(model, mesh)
 
     class CollectiveCounter(TorchDispatchMode):
@@ -67,11 +81,18 @@ def worker(dump):
             name = func._overloadpacket.__name__
             if func.namespace in ("_c10d_functional", "c10d_functional", "c10d") and name.rstrip("_") in FUNCOL:
                 ours = FUNCOL[name.rstrip("_")]
-                x = args[0][0] if isinstance(args[0], (list, tuple)) else args[0]
+                x = args[C10D_INPUT_ARG.get(name.rstrip("_"), 0)] if func.namespace == "c10d" else args[0]
+                x = x[0] if isinstance(x, (list, tuple)) else x
                 self.counts[ours] = self.counts.get(ours, 0) + 1
                 self.bytes[ours] = self.bytes.get(ours, 0) + x.numel() * x.element_size()
             return func(*args, **(kwargs or {}))
 
+    if dp > 1:
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.model.layers:
+            fully_shard(layer, mesh=mesh2d["dp"])
+        fully_shard(model, mesh=mesh2d["dp"])
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=tr["lr"], betas=tuple(tr["betas"]), eps=tr["eps"],
                             weight_decay=tr["weight_decay"], foreach=False)
@@ -84,11 +105,18 @@ def worker(dump):
         return tr["lr"] * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
     rank = dist.get_rank()
+    import resource
+    import time
     for step in range(steps):
+        started = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         batch = meta["batches"][step]
         inputs, labels = tensor(batch["inputs"]), tensor(batch["labels"])
+        if dp > 1:  # this dp rank's rows of the global batch
+            rows = inputs.shape[0] // dp
+            i = mesh2d.get_local_rank("dp")
+            inputs, labels = inputs[i * rows:(i + 1) * rows], labels[i * rows:(i + 1) * rows]
         opt.zero_grad()
         counter, comm_mode = CollectiveCounter(), CommDebugMode()
         with comm_mode, counter, loss_parallel():
@@ -99,11 +127,21 @@ def worker(dump):
             torch.nn.utils.clip_grad_norm_(params, tr["max_norm"], foreach=False)
             opt.step()
         value = loss.full_tensor().item() if hasattr(loss, "full_tensor") else loss.item()
+        if dp > 1:  # the global batch's mean: the dp ranks' means averaged
+            v = torch.tensor([value], dtype=torch.float64)
+            dist.all_reduce(v, group=mesh2d["dp"].get_group())
+            value = v.item() / dp
         if rank == 0:
             # Counts from PyTorch's CommDebugMode; bytes from the counter above where it saw the collective.
-            counts = {FUNCOL.get(str(k).split(".")[-1].rstrip("_"), str(k)): n for k, n in comm_mode.get_comm_counts().items()}
+            counts = {}
+            for k, n in comm_mode.get_comm_counts().items():  # functional and c10d spellings of one collective add up
+                name = FUNCOL.get(str(k).split(".")[-1].rstrip("_"), str(k))
+                counts[name] = counts.get(name, 0) + n
             comm = " ".join(f"{c}={n}:{counter.bytes.get(c, '?')}" for c, n in sorted(counts.items()))
-            print(f"step {step + 1} loss {value:.6f} update {update_mode.get_total_counts()} comm {comm}", flush=True)
+            ms = (time.perf_counter() - started) * 1000.0
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+            print(f"step {step + 1} loss {value:.6f} update {update_mode.get_total_counts()} comm {comm} | "
+                  f"ms {ms:.1f} peak_rss_mb {rss:.0f}", flush=True)
     dist.destroy_process_group()
 
 
@@ -115,13 +153,15 @@ def parse_ours(text):
 
 
 def parse_theirs(text):
-    rows = re.findall(r"step \d+ loss ([-0-9.e]+) update (\d+) comm (.*)", text)
+    rows = re.findall(r"step \d+ loss ([-0-9.e]+) update (\d+) comm ([^|]*?) *\|", text)
     return [float(l) for l, _, _ in rows], [" ".join(sorted(c.split())) for _, _, c in rows], [int(u) for _, u, _ in rows]
 
 
 def main():
     if sys.argv[1] == "--worker":
-        return worker(sys.argv[2])
+        return worker(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1)
+    if len(sys.argv) > 2 and sys.argv[2] == "--fsdp-2d":
+        return main_fsdp_2d(sys.argv[1])
     bin_dir = sys.argv[1]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
@@ -179,6 +219,52 @@ def main():
         sys.exit(f"collectives differ at steps {diff}: PyTorch {ca[diff[0] - 1] if diff else ca} vs ours "
                  f"{cb[diff[0] - 1] if diff else cb}")
     print("Llama TP+SP losses and collectives match PyTorch's parallelize_module")
+
+
+def main_fsdp_2d(bin_dir):
+    """dp 2 x tp 2 (world 4): our llama_train --dp 2 --tp 2 --fsdp against PyTorch's fully_shard +
+    parallelize_module on the same weights and batches: every step's loss (1e-5 relative) and the forward +
+    backward collectives by type and bytes."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with tempfile.TemporaryDirectory() as tmp:
+        dump = os.path.join(tmp, "llama")
+        ours = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", "4", "--master-port", "0",
+                               "llama_train", *SMALL, "--dp", "2", "--tp", "2", "--fsdp", "--log-every", "1",
+                               "--comm-detail", "--dump", dump], env=env, capture_output=True, text=True, timeout=900)
+        if ours.returncode != 0:
+            sys.exit(f"llama_train failed:\n{ours.stdout}\n{ours.stderr}")
+        torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        ref = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "4", os.path.abspath(__file__), "--worker",
+                              dump, "2"], env=env, capture_output=True, text=True, timeout=900)
+        if ref.returncode != 0:
+            sys.exit(f"PyTorch run failed:\n{ref.stdout}\n{ref.stderr}")
+    a, ca, _ = parse_theirs(ref.stdout)
+    b, cb, _ = parse_ours(ours.stdout)
+    print("step  PyTorch FSDP2+TP   dtensor-cpp FSDP+TP   (dp 2 x tp 2)")
+    for i, (x, y) in enumerate(zip(a, b)):
+        print(f"{i + 1:4d}  {x:.6f}          {y:.6f}")
+    print("collectives per step (forward + backward), PyTorch:", ca[:1])
+    print("                                            ours:", cb[:1])
+    if len(a) != 20 or len(b) != 20:
+        sys.exit(f"expected 20 losses each, got {len(a)} and {len(b)}")
+    bad = [i + 1 for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > 1e-5 * abs(x)]
+    if bad:
+        sys.exit(f"losses differ at steps {bad}")
+
+    def by_type(comm):
+        return {k: v.split(":") for k, v in (e.split("=") for e in comm.split())}
+
+    for step, (theirs, mine) in enumerate(zip(ca, cb), 1):
+        t, o = by_type(theirs), by_type(mine)
+        # FSDP's gathers (root once, each layer before forward and again before backward) and reduce-scatters
+        # (one per module) with TP's: counts and bytes. All-reduces (loss parallel's 3, each sequence-parallel
+        # norm gradient's Partial -> Replicate over tp): counts (PyTorch's loss-parallel bytes are not seen).
+        for kind in ("all_gather", "reduce_scatter"):
+            if t.get(kind) != o.get(kind):
+                sys.exit(f"step {step}: {kind} differs: PyTorch {t.get(kind)} vs ours {o.get(kind)}")
+        if t.get("all_reduce", ["0"])[0] != o.get("all_reduce", ["0"])[0] or t.keys() != o.keys():
+            sys.exit(f"step {step}: collectives differ: PyTorch {theirs} vs ours {mine}")
+    print("Llama FSDP+TP (dp 2 x tp 2) losses and collectives match PyTorch's fully_shard + parallelize_module")
 
 
 if __name__ == "__main__":

@@ -84,8 +84,17 @@ void replay(const json& c, int rank, const DeviceMesh& mesh, Outcome& outcome) {
   }
   if (refused && stage == "src") {
     // Cases PyTorch refuses at the source that we accept on purpose: run_check with uneven torch.chunk
-    // shards (we infer the exact global shape). Check the values are right.
-    EXPECT_EQ(c.value("src_mode", ""), "from_local") << id << ": accepted a source PyTorch refuses: " << c["error"];
+    // shards (we infer the exact global shape), and distribute_tensor to a _StridedShard of uneven pieces
+    // from a source rank (PyTorch's scatter wants even pieces; we broadcast). Check the values are right.
+    const bool strided = c["src_mode"] == "distribute" && has_strided_shard(placements_of(c["src"]));
+    EXPECT_TRUE(c["src_mode"] == "from_local" || strided) << id << ": accepted a source PyTorch refuses: " << c["error"];
+    if (strided) {
+      // The source is the rank at coordinate (s, s, ...) (no source: each rank cuts its own input).
+      int source = src_rank ? 0 : mesh.get_rank();
+      for (int64_t i = 0; src_rank && i < mesh.ndim(); ++i) source = source * static_cast<int>(mesh.size(i)) + *src_rank;
+      const at::Tensor input = oracle_input(shape, c["rank_input_offset"].get<double>(), source);
+      EXPECT_TRUE(at::equal(full_tensor(src).detach(), input)) << id << ": full_tensor of a source PyTorch refuses";
+    }
     ++outcome.beyond_pytorch;
     return;
   }
@@ -108,6 +117,13 @@ void replay(const json& c, int rank, const DeviceMesh& mesh, Outcome& outcome) {
     // A transition PyTorch's public API refuses (to Partial from Replicate, or between Partial kinds): ours
     // must still hold the same value.
     EXPECT_TRUE(at::allclose(full_tensor(dst).detach(), full_tensor(src).detach(), 1e-5, 1e-5)) << id;
+    ++outcome.beyond_pytorch;
+    return;
+  }
+  if (c.value("pytorch_wrong_value", false)) {
+    // PyTorch's own redistribute gathers this _StridedShard layout to a wrong value (the oracle checked its
+    // full_tensor against the input): ours must hold the input.
+    EXPECT_TRUE(at::equal(full_tensor(dst).detach(), oracle_input(shape, 0, 0))) << id << ": wrong value";
     ++outcome.beyond_pytorch;
     return;
   }

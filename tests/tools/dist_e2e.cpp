@@ -66,13 +66,14 @@ int main(int argc, char** argv) {
       std::cout << "group created" << std::endl;
       return 0;
     }
-    if (scenario == "kill_mid") {
+    if (scenario == "kill_mid" || scenario == "stop_mid") {
       at::Tensor big = at::ones({4 << 20});
       mesh.get_group(0).all_reduce_(big, ReduceOp::SUM);  // every group is up before the kill
       if (rank == target) {
-        std::thread([] {
+        const int signal = scenario == "kill_mid" ? SIGKILL : SIGSTOP;
+        std::thread([signal] {
           std::this_thread::sleep_for(std::chrono::milliseconds(200));
-          kill(getpid(), SIGKILL);
+          kill(getpid(), signal);
         }).detach();
       }
       for (int i = 0; i < 100000; ++i) mesh.get_group(0).all_reduce_(big, ReduceOp::SUM);

@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
                                     std::to_string(corpus.tokens.numel()) + " tokens)");
     }
     // The plan's size checks (heads, kv heads, ffn, vocab vs the TP degree) before any communication.
-    const int64_t tp = options.tp ? options.tp : world_size;
+    const int64_t tp = llama_train::tp_degree(options, world_size);
     if (tp > 1 && options.plan == "hf") llama::hf_plan(options.model, tp);
     if (tp > 1 && options.plan != "hf") llama::torchtitan_plan(options.model, tp);
   } catch (const std::exception& e) {
@@ -87,22 +87,25 @@ int main(int argc, char** argv) {
   }
   try {
     auto world = dtensor::init_process_group();
-    auto tp_mesh = dtensor::init_device_mesh(options.device, {world->size()}, {"tp"});
+    auto mesh = llama_train::make_mesh(options, world->size());
+    const dtensor::DeviceMesh tp_mesh = llama_train::tp_mesh_of(mesh);
     llama::LlamaForCausalLM model = llama_train::make_model(options);
     model->to(tp_mesh.device());  // initialised on the CPU (the same weights on every device), then moved
     if (!options.dump.empty() && rank == 0) llama_train::write_dump(model, options, corpus);
-    llama_train::parallelize(model, options, tp_mesh);
+    llama_train::parallelize(model, options, mesh);
     const int64_t tokens_per_step = options.batch * options.seq_len;
     if (rank == 0) {
-      std::printf("llama_train: device=%s tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d | %s | corpus %s, %lld tokens\n",
-                  tp_mesh.device().str().c_str(), static_cast<long long>(tp_mesh.size()), options.plan.c_str(), options.sequence_parallel,
+      std::printf("llama_train: device=%s dp=%lld (%s) tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d | %s | corpus %s, %lld tokens\n",
+                  tp_mesh.device().str().c_str(), static_cast<long long>(options.dp), options.dp > 1 ? options.data_parallel.c_str() : "none",
+                  static_cast<long long>(tp_mesh.size()), options.plan.c_str(), options.sequence_parallel,
                   options.loss_parallel, options.model.to_string().c_str(), corpus.source.c_str(),
                   static_cast<long long>(corpus.tokens.numel()));
     }
+    const dtensor::DeviceMesh world_mesh = mesh.ndim() == 1 ? mesh : mesh.flatten();  // for the memory line
     llama_train::TrainHooks hooks;
     hooks.after_step = [&](const llama_train::StepRecord& r) {
       if ((r.step + 1) % options.log_every != 0 && r.step != 0 && r.step + 1 != options.steps) return;
-      const std::string rss = peak_rss_per_rank(tp_mesh);
+      const std::string rss = peak_rss_per_rank(world_mesh);
       if (rank != 0) return;
       std::printf("step %5lld  loss %.6f  grad_norm %.3f  lr %.2e  %.1f ms/step  %.0f tokens/s  peak_rss_mb %s\n",
                   static_cast<long long>(r.step + 1), r.loss, r.grad_norm, r.lr, r.ms,
@@ -123,7 +126,7 @@ int main(int argc, char** argv) {
       std::printf("%s\n", latest ? ("resuming from " + latest->second).c_str() : "no checkpoint to resume from: starting at step 0");
       std::fflush(stdout);
     }
-    const auto result = llama_train::train(model, options, corpus, tp_mesh, hooks);
+    const auto result = llama_train::train(model, options, corpus, mesh, hooks);
     if (rank == 0 && result.steps.empty()) {
       std::printf("summary final_loss=nan steps_run=0 resumed_from=%lld\n", static_cast<long long>(result.start_step));
     } else if (rank == 0) {

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <filesystem>
 #include <functional>
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -19,7 +20,11 @@ std::string help_text() {
   std::ostringstream s;
   s << "llama_train: trains a Llama-3-style model under tensor parallelism (torchtitan's TP + SP plan).\n"
     << "  tprun --nproc-per-node 2 llama_train [options]\n\n"
-    << "  --tp N                    TP degree (default: the world size)\n"
+    << "  --tp N                    TP degree (default: the world size / dp)\n"
+    << "  --dp N                    data-parallel degree on a (dp, tp) mesh, world = dp * tp (default 1);\n"
+    << "                            each dp rank trains on its batch / dp sequences of the global batch\n"
+    << "  --ddp / --fsdp            the data-parallel kind: replicate (DDP, default) or fully_shard (FSDP2)\n"
+    << "  --no-reshard-after-forward  fsdp: keep each block's gathered parameters from forward to backward\n"
     << "  --dim N                   hidden size (default " << d.model.hidden_size << ")\n"
     << "  --layers N                decoder layers (default " << d.model.num_hidden_layers << ")\n"
     << "  --heads N                 query heads (default " << d.model.num_attention_heads << ")\n"
@@ -57,6 +62,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
   help = false;
   const tools_cli::ValuedOptions valued = {
       {"tp", [&](const std::string& v) { o.tp = positive("tp", v); }},
+      {"dp", [&](const std::string& v) { o.dp = positive("dp", v); }},
       {"dim", [&](const std::string& v) { o.model.hidden_size = positive("dim", v); }},
       {"layers", [&](const std::string& v) { o.model.num_hidden_layers = positive("layers", v); }},
       {"heads", [&](const std::string& v) { o.model.num_attention_heads = positive("heads", v); }},
@@ -108,6 +114,10 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
       {"no-gradient-sync", [&] { o.gradient_sync = false; }},
       {"comm-detail", [&] { o.comm_detail = true; }},
       {"resume", [&] { o.resume = true; }},
+      {"ddp", [&] { o.data_parallel = "ddp"; }},
+      {"fsdp", [&] { o.data_parallel = "fsdp"; }},
+      {"reshard-after-forward", [&] { o.reshard_after_forward = true; }},
+      {"no-reshard-after-forward", [&] { o.reshard_after_forward = false; }},
       {"help", [&] { help = true; }},
   };
   tools_cli::parse_args(args, valued, flags);
@@ -123,12 +133,18 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
   return o;
 }
 
+int64_t tp_degree(const TrainOptions& o, int64_t world) { return o.tp ? o.tp : std::max<int64_t>(1, world / o.dp); }
+
 void check_options(const TrainOptions& o, int64_t world) {
-  const int64_t tp = o.tp ? o.tp : world;
-  if (world % tp != 0) throw UsageError("--tp " + std::to_string(tp) + " does not divide the world size " + std::to_string(world));
-  if (tp != world) throw UsageError("--tp " + std::to_string(tp) + " != world size " + std::to_string(world) +
-                                    " (data parallelism is not part of llama_train yet: run with --nproc-per-node " +
-                                    std::to_string(tp) + ")");
+  const int64_t tp = tp_degree(o, world);
+  if (o.dp * tp != world) {
+    throw UsageError("--dp " + std::to_string(o.dp) + " x --tp " + std::to_string(tp) + " != world size " +
+                     std::to_string(world) + " (run with --nproc-per-node " + std::to_string(o.dp * tp) + ")");
+  }
+  if (o.batch % o.dp != 0) {
+    throw UsageError("--batch " + std::to_string(o.batch) + " is not divisible by --dp " + std::to_string(o.dp) +
+                     " (each dp rank takes batch / dp sequences)");
+  }
   if (o.sequence_parallel && o.seq_len % tp != 0) {
     throw UsageError("--seq-len " + std::to_string(o.seq_len) + " is not divisible by the TP degree " + std::to_string(tp) +
                      " (sequence parallel shards the sequence)");

@@ -13,7 +13,10 @@
 namespace llama_train {
 
 struct TrainOptions {
-  int64_t tp = 0;  // 0: the world size
+  int64_t tp = 0;  // 0: the world size / dp
+  int64_t dp = 1;  // data-parallel degree: world = dp * tp on a ("dp", "tp") mesh; each dp rank trains on batch / dp
+  std::string data_parallel = "ddp";  // with dp > 1: "ddp" (dtensor::replicate) or "fsdp" (dtensor::fully_shard)
+  bool reshard_after_forward = true;  // fsdp: free gathered parameters after each block's forward
   llama::LlamaConfig model;
   int64_t seq_len = 64;
   int64_t batch = 4;
@@ -45,7 +48,10 @@ using UsageError = tools_cli::UsageError;  // bad flags: one `error:` line, exit
 // Parses argv (without argv[0]). Sets `help` when --help is given. Throws UsageError.
 TrainOptions parse_options(const std::vector<std::string>& args, bool& help);
 std::string help_text();
-// Checks the values that need the world size (tp divides it, heads / seq_len by tp). Throws UsageError.
+// Checks the values that need the world size (dp * tp == world, heads / seq_len by tp, batch by dp).
+// Throws UsageError.
 void check_options(const TrainOptions& options, int64_t world_size);
+// The TP degree: options.tp, or world / dp when 0.
+int64_t tp_degree(const TrainOptions& options, int64_t world_size);
 
 }  // namespace llama_train

@@ -15,6 +15,8 @@
 #include "dtensor/parallel/comm_debug_mode.h"
 #include "dtensor/parallel/gradient_sync.h"
 #include "dtensor/parallel/loss_parallel.h"
+#include "dtensor/parallel/replicate.h"
+#include "dtensor/mesh/functional_collectives.h"
 #include "checkpointing.h"
 #include "dtensor/tensor/dtensor.h"
 #include "llama/parallelize.h"
@@ -48,6 +50,12 @@ double lr_at(const TrainOptions& o, int64_t step) {
   return o.lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * progress)));
 }
 
+int64_t local_bytes(const at::Tensor& t) {
+  if (!t.defined()) return 0;
+  const at::Tensor local = dtensor::is_dtensor(t) ? dtensor::to_local(t) : t;
+  return local.numel() * static_cast<int64_t>(local.element_size());
+}
+
 int64_t local_param_bytes(llama::LlamaForCausalLM& model) {
   int64_t bytes = 0;
   for (const auto& p : model->parameters(/*recurse=*/true)) {
@@ -63,18 +71,40 @@ llama::LlamaForCausalLM make_model(const TrainOptions& o) {
   return model;
 }
 
-void parallelize(llama::LlamaForCausalLM& model, const TrainOptions& o, const dtensor::DeviceMesh& tp_mesh) {
-  if (tp_mesh.size() == 1) return;
-  if (o.plan == "hf") {
-    llama::apply_hf_tp(model, tp_mesh);
-  } else {
-    llama::apply_tp(model, tp_mesh, {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel});
+dtensor::DeviceMesh make_mesh(const TrainOptions& o, int64_t world_size) {
+  if (o.dp == 1) return dtensor::init_device_mesh(o.device, {world_size}, {"tp"});
+  return dtensor::init_device_mesh(o.device, {o.dp, world_size / o.dp}, {"dp", "tp"});
+}
+
+dtensor::DeviceMesh tp_mesh_of(const dtensor::DeviceMesh& mesh) { return mesh.ndim() == 1 ? mesh : mesh["tp"]; }
+int64_t dp_size_of(const dtensor::DeviceMesh& mesh) { return mesh.ndim() == 1 ? 1 : mesh.size("dp"); }
+
+void parallelize(llama::LlamaForCausalLM& model, const TrainOptions& o, const dtensor::DeviceMesh& mesh) {
+  const dtensor::DeviceMesh tp_mesh = tp_mesh_of(mesh);
+  if (tp_mesh.size() > 1) {
+    if (o.plan == "hf") {
+      llama::apply_hf_tp(model, tp_mesh);
+    } else {
+      llama::apply_tp(model, tp_mesh, {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel});
+    }
+    if (!o.gradient_sync) dtensor::disable_gradient_sync(*model);
   }
-  if (!o.gradient_sync) dtensor::disable_gradient_sync(*model);
+  if (dp_size_of(mesh) == 1) return;
+  if (o.data_parallel == "ddp") {
+    dtensor::replicate(*model, mesh);
+  } else {
+    llama::apply_fsdp(model, mesh, {.reshard_after_forward = o.reshard_after_forward});
+  }
 }
 
 TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const Corpus& corpus,
-                  const dtensor::DeviceMesh& tp_mesh, const TrainHooks& hooks) {
+                  const dtensor::DeviceMesh& mesh, const TrainHooks& hooks) {
+  const dtensor::DeviceMesh tp_mesh = tp_mesh_of(mesh);
+  const int64_t dp = dp_size_of(mesh);
+  const int64_t dp_rank = dp == 1 ? 0 : mesh.get_local_rank("dp");
+  if (o.batch % dp != 0) {
+    throw dtensor::Error("dtensor: llama_train: batch " + std::to_string(o.batch) + " is not divisible by dp " + std::to_string(dp));
+  }
   TrainResult result;
   result.param_bytes_per_rank = local_param_bytes(model);
 
@@ -94,7 +124,13 @@ TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const C
     rec.step = step;
     rec.lr = lr_at(o, step);
     for (auto& group : optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(rec.lr);
-    const Batch batch = sample_batch(corpus, o.batch, o.seq_len, o.seed, step);
+    // The global batch (the same on every rank), of which this dp rank takes rows [dp_rank * B/dp, +B/dp).
+    Batch batch = sample_batch(corpus, o.batch, o.seq_len, o.seed, step);
+    if (dp > 1) {
+      const int64_t rows = o.batch / dp;
+      batch.inputs = batch.inputs.narrow(0, dp_rank * rows, rows);
+      batch.labels = batch.labels.narrow(0, dp_rank * rows, rows);
+    }
     const auto start = std::chrono::steady_clock::now();
     optimizer.zero_grad();
     {
@@ -108,6 +144,9 @@ TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const C
       rec.fwd_bwd_counts = comm.get_comm_counts();
       rec.fwd_bwd_bytes = comm.get_comm_bytes();
     }
+    // Each dp rank's loss is its rows' mean: the global batch's mean is their average (equal row counts).
+    // Reporting only: outside the counted collectives.
+    if (dp > 1) rec.loss = dtensor::all_reduce(at::full({1}, rec.loss, at::kDouble), dtensor::ReduceOp::AVG, mesh, 0).item<double>();
     if (hooks.after_backward) hooks.after_backward(step, model);
     {
       dtensor::CommDebugMode comm;
@@ -124,6 +163,11 @@ TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const C
     if (o.checkpoint_every > 0 && ((step + 1) % o.checkpoint_every == 0 || step + 1 == end)) {
       save_checkpoint(o, model, optimizer, step + 1);
     }
+  }
+  for (const auto& p : params) result.grad_bytes_per_rank += local_bytes(p.grad());
+  for (const auto& [_, state] : optimizer.state()) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+    result.optimizer_bytes_per_rank += local_bytes(s.exp_avg()) + local_bytes(s.exp_avg_sq());
   }
   return result;
 }

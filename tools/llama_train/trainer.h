@@ -36,6 +36,8 @@ struct TrainResult {
   int64_t start_step = 0;  // > 0 when resumed from a checkpoint
   std::vector<StepRecord> steps;
   int64_t param_bytes_per_rank = 0;
+  int64_t grad_bytes_per_rank = 0;       // after the last step's backward (local shards)
+  int64_t optimizer_bytes_per_rank = 0;  // AdamW's exp_avg and exp_avg_sq after the last step (local shards)
   int64_t num_params = 0;  // of the whole model
 };
 
@@ -46,14 +48,24 @@ at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& labels);
 
 // The model for `options`, initialized from options.seed (the same on every rank), not yet parallelized.
 llama::LlamaForCausalLM make_model(const TrainOptions& options);
-// Applies options.plan on `tp_mesh` (nothing at TP 1: the plain model, no DTensors).
-void parallelize(llama::LlamaForCausalLM& model, const TrainOptions& options, const dtensor::DeviceMesh& tp_mesh);
+// The mesh for `options` over a world of `world_size` ranks: 1-D ("tp") at dp 1, else 2-D ("dp", "tp") with
+// the TP ranks adjacent (rank = dp_index * tp + tp_index: TP inside a host, data parallel across).
+dtensor::DeviceMesh make_mesh(const TrainOptions& options, int64_t world_size);
+// The tp sub-mesh of a mesh from make_mesh (the mesh itself when 1-D), and the data-parallel degree.
+dtensor::DeviceMesh tp_mesh_of(const dtensor::DeviceMesh& mesh);
+int64_t dp_size_of(const dtensor::DeviceMesh& mesh);
 
-// Trains `model` (from make_model + parallelize) for options.steps steps on batches from `corpus`. With
+// Applies options.plan on the tp dim of `mesh` (nothing at TP 1: the plain model, no DTensors), then, at
+// dp > 1, options.data_parallel over its dp dim (replicate or fully_shard).
+void parallelize(llama::LlamaForCausalLM& model, const TrainOptions& options, const dtensor::DeviceMesh& mesh);
+
+// Trains `model` (from make_model + parallelize) for options.steps steps on batches from `corpus`; `mesh`
+// is the one parallelize got. Each dp rank trains on its rows of the global batch (batch / dp); the
+// recorded loss is the global batch's mean (averaged over dp). With
 // options.resume it first loads the newest checkpoint (model, optimizer, data position) and continues from
 // there; with options.checkpoint_every it saves one every N steps (checkpointing.h).
 TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& options, const Corpus& corpus,
-                  const dtensor::DeviceMesh& tp_mesh, const TrainHooks& hooks = {});
+                  const dtensor::DeviceMesh& mesh, const TrainHooks& hooks = {});
 
 // The learning rate of step `step` (0-based): linear warmup over `warmup` steps to `lr`, then cosine decay
 // to lr / 10 at the last step.

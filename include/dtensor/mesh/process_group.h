@@ -102,6 +102,12 @@ class ProcessGroup {
   // (docs/design/fault_tolerance.md). The library calls it; users need not.
   void mark_failed(const std::string& why);
   bool failed() const;
+  // What the error of a failed collective says about the other members (World sets it: each member on this
+  // host by its pid, "exited" / "stopped" / "running"; see host_identity.h); run at most once per failure,
+  // bounded by 2 s.
+  void set_member_diagnosis(std::function<std::string()> describe);
+  // `why` (a collective's failure), followed by that diagnosis of the members when there is one.
+  std::string with_member_states(const std::string& why) const;
   std::string backend_name() const;  // "dtensor_shm" (same-host shared memory) or "gloo"
   // The shared-memory backend checks collective sizes within the collective itself (size_agreement.h).
   bool checks_sizes_in_band() const { return in_band_sizes_; }

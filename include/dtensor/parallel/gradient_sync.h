@@ -30,17 +30,26 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
+
+#include "dtensor/mesh/device_mesh.h"
 
 namespace dtensor {
 
 struct GradientSyncOptions {
   // Bytes of local gradient per bucket of Replicate parameters (DDP's default, 25 MiB).
   int64_t bucket_cap_bytes = 25 * 1024 * 1024;
+  // Data parallel (dtensor::replicate, include/dtensor/parallel/replicate.h): a 1-D mesh over the
+  // data-parallel ranks. Then every parameter that requires grad, DTensor or plain, sits in a bucket, and
+  // a bucket, once its gradients have their parameters' placements, is averaged over this mesh by one
+  // all-reduce of its flattened local gradients (DDP). The TP placements are untouched: averaging local
+  // shards over dp ranks that hold the same shard is averaging the shard.
+  std::optional<DeviceMesh> data_parallel_mesh;
 };
 
-// Installs gradient reduction on every parameter of `module` that is a DTensor, requires grad and has
-// none installed yet. Returns how many parameters it installed on. Parameters registered in `module`
+// Installs gradient reduction on every parameter of `module` that is a DTensor (any parameter with
+// data_parallel_mesh), requires grad and has none installed yet. Returns how many parameters it installed on. Parameters registered in `module`
 // later (or replaced) are not covered: call it again.
 int64_t enable_gradient_sync(torch::nn::Module& module, GradientSyncOptions options = {});
 // The same for a list of parameters (one set of buckets over all of them).

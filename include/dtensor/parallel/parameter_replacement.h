@@ -24,6 +24,10 @@ namespace dtensor::nn {
 // Replaces the parameter `name` registered directly on `module` (and the layer's member handle, above).
 // Throws naming the module when it has no such parameter.
 void replace_parameter(torch::nn::Module& module, const std::string& name, at::Tensor value);
+// Only the layer's member handle (what its forward reads), leaving the registered parameter as it is:
+// fully_shard points forward at the gathered parameter while the module keeps its shard registered (for
+// the optimizer and checkpoints). Throws naming the module when it is not one of the layers above.
+void set_forward_parameter(torch::nn::Module& module, const std::string& name, at::Tensor value);
 // The same for a buffer.
 void replace_buffer(torch::nn::Module& module, const std::string& name, at::Tensor value);
 

@@ -2,13 +2,10 @@
 
 #include <linux/futex.h>
 #include <sched.h>
-#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <fstream>
-#include <string>
+#include "mesh/process_state.h"
 
 namespace dtensor::detail::shm {
 namespace {
@@ -41,15 +38,6 @@ void futex_wait(const std::atomic<uint32_t>& word, uint32_t seen, std::chrono::n
 
 }  // namespace
 
-bool process_alive(int pid) {
-  if (pid <= 0) return true;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return true;  // no /proc: trust kill()
-  auto close_paren = line.rfind(')');
-  return close_paren == std::string::npos || close_paren + 2 >= line.size() || line[close_paren + 2] != 'Z';
-}
 
 void publish_arrival(RankControl& mine, uint32_t value) {
   mine.arrived.store(value, std::memory_order_seq_cst);
@@ -79,7 +67,7 @@ WaitFailure wait_for_arrival(const RankControl& peer, uint32_t value,
     }
     if (now >= next_check) {
       if (peer.failed.load() != 0) return WaitFailure::PEER_FAILED;
-      if (!process_alive(peer.pid.load())) return WaitFailure::PEER_EXITED;
+      if (process_state(peer.pid.load()) == ProcessState::GONE) return WaitFailure::PEER_EXITED;
       if (now >= deadline) return WaitFailure::TIMED_OUT;
       next_check = now + kLivenessEvery;
     }

@@ -25,6 +25,4 @@ enum class WaitFailure { NONE, TIMED_OUT, PEER_EXITED, PEER_FAILED };
 WaitFailure wait_for_arrival(const RankControl& peer, uint32_t value,
                              std::chrono::steady_clock::time_point deadline);
 
-bool process_alive(int pid);  // false for a pid that is gone or a zombie
-
 }  // namespace dtensor::detail::shm

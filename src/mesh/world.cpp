@@ -1,0 +1,370 @@
+// World (the job's store, its options, and the groups made from it: Gloo connect, same-host shared memory,
+// the CUDA backend's factory) and init_process_group / destroy_process_group. This is the only translation
+// unit that includes ProcessGroupGloo.hpp (and with it gloo's headers).
+#include "dtensor/mesh/process_group.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "dtensor/error.h"
+#include "dtensor/mesh/launch_env.h"
+#include "mesh/cuda_support.h"
+#include "mesh/deadline.h"
+#include "mesh/fake_backend.h"
+#include "mesh/group_text.h"
+#include "mesh/host_identity.h"
+#include "mesh/host_staged_backend.h"
+#include "mesh/rendezvous.h"
+#include "mesh/shm/shm_backend.h"
+
+namespace dtensor {
+using detail::describe_group;
+using detail::join;
+using detail::message_of;
+
+namespace {
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+}
+
+std::string joined_key(int group_rank) { return "joined/" + std::to_string(group_rank); }
+
+// For an error while building a group: which members never announced themselves on the group's store. The
+// store may be what failed (its server, rank 0, dead or frozen), so the question gets at most 2 s.
+std::string absent_members(const c10::intrusive_ptr<c10d::Store>& group_store, const std::vector<int>& global_ranks,
+                           std::chrono::milliseconds timeout) {
+  auto answer = std::make_shared<std::string>();
+  bool answered = false;
+  try {
+    answered = detail::finish_within(std::min(timeout, std::chrono::milliseconds(2000)), [=] {
+      std::vector<int> absent, present;
+      for (size_t i = 0; i < global_ranks.size(); ++i) {
+        (group_store->check({joined_key(static_cast<int>(i))}) ? present : absent).push_back(global_ranks[i]);
+      }
+      *answer = absent.empty() ? "every member arrived (" + join(present, ", ") + "), so one died or froze since"
+                               : "members [" + join(absent, ", ") + "] never arrived (arrived: [" +
+                                     join(present, ", ") + "])";
+    });
+  } catch (const std::exception& e) {
+    return "the store (served by rank 0) failed too: " + message_of(e);
+  }
+  return answered ? *answer : "the store (served by rank 0) did not answer within 2 s: rank 0 died or froze";
+}
+
+// An InitOptions choice: `requested`, else the environment variable, else `fallback`; one of `allowed` (the
+// error names where the value came from and what is allowed). Checked when the world is made.
+std::string resolve_choice(const std::string& requested, const char* option, const char* env_name,
+                           const char* fallback, const std::vector<std::string>& allowed, const char* what) {
+  std::string mode = requested;
+  std::string from = option;
+  if (mode.empty()) {
+    const char* env = std::getenv(env_name);
+    mode = env && *env ? env : fallback;
+    from = env_name;
+  }
+  if (mode == "fake" && from == "InitOptions::backend") return mode;  // fake_world's, never the env's
+  if (std::find(allowed.begin(), allowed.end(), mode) == allowed.end()) {
+    std::string list;
+    for (size_t i = 0; i < allowed.size(); ++i) {
+      list += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i];
+    }
+    throw dtensor::Error("dtensor: " + from + "=" + mode + " is not " + what + " (" + list + ")");
+  }
+  return mode;
+}
+
+std::string resolve_backend(const std::string& requested) {
+  return resolve_choice(requested, "InitOptions::backend", "DTENSOR_BACKEND", "auto", {"auto", "gloo", "shm"},
+                        "a backend");
+}
+
+std::string resolve_cuda_backend(const std::string& requested) {
+  return resolve_choice(requested, "InitOptions::cuda_backend", "DTENSOR_CUDA_BACKEND", "nccl", {"nccl", "gloo"},
+                        "a CUDA backend");
+}
+
+std::chrono::milliseconds resolve_timeout(std::chrono::milliseconds requested) {
+  if (requested.count() > 0) return requested;
+  return std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds_from_environ(300.0) * 1000));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------- World
+
+struct World::Groups {
+  std::mutex mutex;
+  std::map<std::vector<int>, std::shared_ptr<ProcessGroup>> by_ranks;
+};
+
+World::World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOptions options)
+    : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)),
+      groups_(std::make_unique<Groups>()) {
+  options_.timeout = resolve_timeout(options_.timeout);
+  options_.backend = resolve_backend(options_.backend);
+  options_.cuda_backend = resolve_cuda_backend(options_.cuda_backend);
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw dtensor::Error("dtensor: rank " + std::to_string(rank) + " is outside [0, world size " +
+                                std::to_string(size) + ")");
+  }
+  // Also on Gloo: a failed collective's error reports the members by it (describe_members). A fake world
+  // (a plan dry run) has no members to describe.
+  if (options_.backend == "fake") return;
+  try {
+    detail::publish_host_identity(*store_, rank_);  // one store op: bounded by the store's timeout
+  } catch (const std::exception& e) {
+    throw dtensor::Error("dtensor: rank " + std::to_string(rank_) + " could not publish its host on the store "
+                         "(served by rank 0) within " + std::to_string(options_.timeout.count()) + " ms: " +
+                         message_of(e));
+  }
+}
+
+World::~World() = default;
+
+std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks) {
+  std::set<int> unique(global_ranks.begin(), global_ranks.end());
+  if (unique.size() != global_ranks.size() || global_ranks.empty() || *unique.begin() < 0 ||
+      *unique.rbegin() >= size_) {
+    throw dtensor::Error("dtensor: invalid process group ranks [" + join(global_ranks, ", ") +
+                                "] in a world of " + std::to_string(size_));
+  }
+  std::lock_guard<std::mutex> lock(groups_->mutex);
+  auto it = groups_->by_ranks.find(global_ranks);
+  if (it != groups_->by_ranks.end()) return it->second;
+
+  int group_rank = -1;
+  for (size_t i = 0; i < global_ranks.size(); ++i) {
+    if (global_ranks[i] == rank_) group_rank = static_cast<int>(i);
+  }
+  if (group_rank < 0) {
+    throw dtensor::Error("dtensor: rank " + std::to_string(rank_) + " is not a member of group [" +
+                                join(global_ranks, ", ") + "]");
+  }
+  if (options_.backend == "fake") {  // no peers: nothing to connect
+    auto group = std::make_shared<ProcessGroup>(detail::make_fake_backend(group_rank, static_cast<int>(global_ranks.size())),
+                                                global_ranks, rank_, options_.timeout);
+    groups_->by_ranks.emplace(global_ranks, group);
+    return group;
+  }
+  // Each member builds its own backend under a prefix derived from the rank list alone, so all members
+  // agree on it without talking (C++ has no new_group). Every step waits on the other members (through the
+  // store, or Gloo's TCP pairs) and is bounded by the timeout; a failure names the step and who is absent.
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("dtensor/pg/" + join(global_ranks, ","), store_);
+  // The steps also run under a deadline of their own (timeout + 2 s) on a helper thread: c10d's store server
+  // serves its clients from one loop, so a member frozen in the middle of a store request can stall every
+  // store op of every rank with no timeout firing. Past the deadline the helper is abandoned (deadline.h).
+  auto slot = std::make_shared<c10::intrusive_ptr<c10d::Backend>>();
+  auto step = std::make_shared<std::atomic<const char*>>("announcing itself on the store");
+  const auto bound = options_.timeout + std::chrono::milliseconds(2000);
+  const std::string what = "dtensor: rank " + std::to_string(rank_) + " could not connect process group [" +
+                           join(global_ranks, ", ") + "] within ";
+  bool finished = false;
+  try {
+    finished = detail::finish_within(bound, [this, slot, step, prefixed, global_ranks, group_rank] {
+      prefixed->set(joined_key(group_rank), std::vector<uint8_t>{1});
+      *step = "connecting Gloo (addresses through the store, then a TCP pair to each member)";
+      auto made = connect_gloo(prefixed, group_rank, static_cast<int>(global_ranks.size()));
+      if (options_.backend != "gloo" && global_ranks.size() > 1) {
+        *step = "setting up shared memory (comparing hosts, mapping the segment)";
+        made = with_shared_memory(std::move(made), *prefixed, global_ranks, group_rank);
+      }
+      *slot = std::move(made);
+    });
+  } catch (const std::exception& e) {
+    throw dtensor::Error(what + std::to_string(options_.timeout.count()) + " ms while " + step->load() + ": " +
+                         absent_members(prefixed, global_ranks, options_.timeout) + ": " + message_of(e));
+  }
+  if (!finished) {
+    throw dtensor::Error(what + std::to_string(bound.count()) + " ms: still blocked while " + step->load() +
+                         " (a member, or the store's server rank 0, froze): " +
+                         absent_members(prefixed, global_ranks, options_.timeout));
+  }
+  c10::intrusive_ptr<c10d::Backend> backend = std::move(*slot);
+  auto group = std::make_shared<ProcessGroup>(backend, global_ranks, rank_, options_.timeout);
+  group->set_cuda_backend_factory(cuda_backend_factory(backend, global_ranks, group_rank));
+  group->set_member_diagnosis([store = store_, global_ranks, rank = rank_] {
+    return detail::describe_members(*store, global_ranks, rank);
+  });
+  groups_->by_ranks.emplace(global_ranks, group);
+  return group;
+}
+
+c10::intrusive_ptr<c10d::Backend> World::connect_gloo(const c10::intrusive_ptr<c10d::Store>& group_store, int group_rank,
+                                                     int group_size) {
+  auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);  // connect and every op
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (!options_.gloo_hostname.empty()) {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(options_.gloo_hostname));
+  } else if (ifname != nullptr && *ifname != '\0') {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  } else {
+    gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  return c10::make_intrusive<c10d::ProcessGroupGloo>(group_store, group_rank, group_size, gloo_options);
+}
+
+// The same-host backend over `gloo` when every member runs on this host (else `gloo` itself, or an error when
+// shared memory was required). Collective over the members, like Gloo's creation.
+c10::intrusive_ptr<c10d::Backend> World::with_shared_memory(c10::intrusive_ptr<c10d::Backend> gloo,
+                                                            c10d::Store& group_store,
+                                                            const std::vector<int>& global_ranks, int group_rank) {
+  const bool one_host = detail::members_share_host(*store_, global_ranks);
+  const bool fits = global_ranks.size() <= static_cast<size_t>(detail::shm::kMaxRanks);
+  if (!one_host || !fits) {
+    if (options_.backend == "shm") {
+      throw dtensor::Error("dtensor: group [" + join(global_ranks, ", ") + "] cannot use shared memory (backend shm): " +
+                           (one_host ? "more than " + std::to_string(detail::shm::kMaxRanks) + " ranks"
+                                     : std::string("its ranks run on different hosts")));
+    }
+    return gloo;
+  }
+  auto segment = detail::shm::Segment::open_for_group(group_store, group_rank, static_cast<int>(global_ranks.size()),
+                                                      join(global_ranks, "."),
+                                                      detail::shm::chunk_bytes_from_environ(), options_.timeout);
+  auto comm = std::make_unique<detail::shm::ShmComm>(std::move(segment), group_rank, global_ranks,
+                                                     describe_group(global_ranks, group_rank), options_.timeout);
+  return c10::make_intrusive<detail::shm::ShmBackend>(std::move(comm), std::move(gloo));
+}
+
+// What a group gives its CUDA tensors (InitOptions::cuda_backend): NCCL over a store prefix of its own, or
+// host staging over the group's CPU backend.
+ProcessGroup::BackendFactory World::cuda_backend_factory(c10::intrusive_ptr<c10d::Backend> cpu,
+                                                          const std::vector<int>& global_ranks, int group_rank) {
+  // By value: a group may outlive its world.
+  return [cpu = std::move(cpu), global_ranks, group_rank, store = store_, rank = rank_,
+          mode = options_.cuda_backend, timeout = options_.timeout]() -> c10::intrusive_ptr<c10d::Backend> {
+    if (mode == "gloo") return c10::make_intrusive<detail::HostStagedBackend>(cpu, timeout);
+    std::string why;
+    const detail::CudaSupport* cuda = detail::cuda_support(&why);
+    if (!cuda) throw dtensor::Error("dtensor: CUDA tensors in group [" + join(global_ranks, ", ") + "]: " + why);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("dtensor/nccl/" + join(global_ranks, ","), store);
+    try {
+      return cuda->make_nccl_backend(prefixed, group_rank, static_cast<int>(global_ranks.size()), timeout);
+    } catch (const std::exception& e) {
+      throw dtensor::Error("dtensor: rank " + std::to_string(rank) + " could not create the NCCL group [" +
+                           join(global_ranks, ", ") + "]: " + message_of(e));
+    }
+  };
+}
+
+std::shared_ptr<ProcessGroup> World::world_group() {
+  std::vector<int> all(size_);
+  for (int r = 0; r < size_; ++r) all[r] = r;
+  return group(all);
+}
+
+// ------------------------------------------------------------------------------------- init_process_group
+
+namespace {
+
+// Drops `world`. When that is its last reference, the teardown (each backend's destructor: Gloo joins its
+// worker threads) runs on a helper thread bounded by the world's timeout; past it the teardown is abandoned
+// to the OS with a message, and false returned. Backends of failed groups are leaked, not joined (see
+// ~ProcessGroup), so this bound is a safety net for what we did not foresee.
+bool release_within_timeout(std::shared_ptr<World>& world) {
+  if (!world) return true;
+  if (world.use_count() > 1) {
+    world.reset();
+    return true;
+  }
+  const auto limit = world->timeout();
+  const int rank = world->rank();
+  if (detail::finish_within(limit, [last = std::move(world)]() mutable { last.reset(); })) return true;
+  std::cerr << "dtensor: rank " << rank << ": shutting down its process groups did not finish within "
+            << limit.count() << " ms (a peer is not answering); leaving them to the OS" << std::endl;
+  return false;
+}
+
+// Holds a thread's or the process's world; the process's is torn down at exit, where an overrun ends the
+// process at once (static destructors of LibTorch must not run under a thread still inside Gloo).
+struct WorldSlot {
+  std::shared_ptr<World> world;
+  bool at_exit = false;
+  ~WorldSlot() {
+    try {
+      if (!release_within_timeout(world) && at_exit) {
+        std::cerr << "dtensor: exiting with status 1 without finishing the shutdown" << std::endl;
+        std::_Exit(1);
+      }
+    } catch (const std::exception& e) {
+      std::cerr << "dtensor: shutting down the process groups failed: " << e.what() << std::endl;
+    }
+  }
+};
+
+thread_local WorldSlot thread_world;
+std::mutex process_world_mutex;
+WorldSlot process_world{nullptr, true};
+
+std::shared_ptr<World> install(std::shared_ptr<World> world) {
+  world->world_group();  // connects every rank: a barrier that proves the job is whole
+  thread_world.world = world;
+  std::lock_guard<std::mutex> lock(process_world_mutex);
+  if (!process_world.world) process_world.world = world;
+  return world;
+}
+}  // namespace
+
+std::shared_ptr<World> init_process_group(InitOptions options) {
+  LaunchEnv env = LaunchEnv::from_environ();
+  options.timeout = resolve_timeout(options.timeout);
+  if (options.gloo_hostname.empty() && is_loopback(env.master_addr)) options.gloo_hostname = "127.0.0.1";
+  auto store = detail::connect_store(env, options.timeout);
+  // Bounded again from outside: a rank frozen in the middle of a store request can stall c10d's store
+  // server for everyone, and store ops then block without their timeout firing (see World::group).
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const auto bound = options.timeout + std::chrono::milliseconds(2000);
+  if (!detail::finish_within(bound, [store, env, timeout = options.timeout, where] {
+        detail::wait_for_all_ranks(*store, env.rank, env.world_size, timeout, where);
+      })) {
+    throw dtensor::Error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
+                         " could not rendezvous at " + where + " within " + std::to_string(bound.count()) +
+                         " ms: the store (served by rank 0) stopped answering (rank 0, or a rank in the middle of "
+                         "a store request, froze?)");
+  }
+  return install(std::make_shared<World>(std::move(store), env.rank, env.world_size, std::move(options)));
+}
+
+std::shared_ptr<World> init_process_group(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                                          InitOptions options) {
+  if (options.gloo_hostname.empty()) options.gloo_hostname = "127.0.0.1";
+  options.timeout = resolve_timeout(options.timeout);
+  store->setTimeout(options.timeout);  // the store's own get/wait are bounded like everything else
+  detail::wait_for_all_ranks(*store, rank, size, options.timeout, "the caller's store");
+  return install(std::make_shared<World>(std::move(store), rank, size, std::move(options)));
+}
+
+std::shared_ptr<World> current_world() {
+  if (thread_world.world) return thread_world.world;
+  std::lock_guard<std::mutex> lock(process_world_mutex);
+  if (process_world.world) return process_world.world;
+  throw dtensor::Error("dtensor: no process group; call dtensor::init_process_group() first");
+}
+
+bool is_initialized() {
+  if (thread_world.world) return true;
+  std::lock_guard<std::mutex> lock(process_world_mutex);
+  return process_world.world != nullptr;
+}
+
+void destroy_process_group() {
+  std::shared_ptr<World> mine = std::move(thread_world.world), process;
+  {
+    std::lock_guard<std::mutex> lock(process_world_mutex);
+    if (!mine || process_world.world == mine) process = std::move(process_world.world);
+  }
+  if (process == mine) process.reset();  // one reference between the two slots
+  release_within_timeout(mine);
+  release_within_timeout(process);
+}
+
+}  // namespace dtensor

@@ -30,14 +30,14 @@ fi
 if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
   log "installing torch==$TORCH_VERSION into .venv (several GB; once)"
   # (pip warns about every find-links location this machine's pip.conf lists; those lines are noise)
-  .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy cmake \
+  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check "torch==$TORCH_VERSION" numpy cmake \
     2> >(grep -v '^WARNING: Location' >&2)
 fi
 # The checkpoint tests' other side: safetensors (PyTorch's DCP Hugging Face storage) and transformers (HF Llama,
 # the greedy-generation oracle, tools/bench/generate_bench.py).
 if ! .venv/bin/python -c "import safetensors, transformers" 2>/dev/null; then
   log "installing safetensors and transformers into .venv (once)"
-  .venv/bin/pip install -q --disable-pip-version-check safetensors transformers 2> >(grep -v '^WARNING: Location' >&2)
+  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check safetensors transformers 2> >(grep -v '^WARNING: Location' >&2)
 fi
 command -v cmake >/dev/null 2>&1 || export PATH="$ROOT/.venv/bin:$PATH"
 

@@ -111,6 +111,8 @@ Work::~Work() {
   }
 }
 
+Work::Work() noexcept = default;
+
 void Work::wait() {
   if (!state_) return;
   auto state = std::move(state_);
@@ -184,7 +186,7 @@ c10d::Backend& ProcessGroup::backend_for(const at::Tensor& t) {
   return *cuda_backend_;
 }
 
-Work ProcessGroup::start(const char* collective, int64_t bytes,
+Work ProcessGroup::start(const char* collective, int64_t bytes, bool async_op,
                          const std::function<c10::intrusive_ptr<c10d::Work>()>& issue, std::function<void()> finish,
                          const std::function<void()>& alone) {
   // A group of one rank communicates with no one: the collective is its local result (the caller's copy),
@@ -198,7 +200,7 @@ Work ProcessGroup::start(const char* collective, int64_t bytes,
     throw dtensor::Error("dtensor: " + what + " cannot start: the group failed earlier (" + health_->why() +
                          "); a failed group cannot be used again");
   }
-  detail::notify_comm_observers(CommEvent{collective, bytes, size(), &ranks_});
+  detail::notify_comm_observers(CommEvent{collective, bytes, size(), &ranks_, async_op});
   c10::intrusive_ptr<c10d::Work> work;
   try {
     work = issue();
@@ -232,7 +234,7 @@ Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
   std::function<void()> finish;
   if (op == ReduceOp::AVG) finish = [tensor, n = size()]() mutable { tensor.div_(n); };
   detail::agree_on_sizes(*this, detail::SizedCollective::ALL_REDUCE, tensor, {});
-  return start("all_reduce", nbytes(tensor), [&] { return backend_for(tensor).allreduce(tensors, opts); }, std::move(finish));
+  return start("all_reduce", nbytes(tensor), async_op, [&] { return backend_for(tensor).allreduce(tensors, opts); }, std::move(finish));
 }
 
 Work ProcessGroup::all_gather(at::Tensor& out, at::Tensor& in, bool async_op) {
@@ -242,7 +244,7 @@ Work ProcessGroup::all_gather(at::Tensor& out, at::Tensor& in, bool async_op) {
   opts.timeout = timeout_;
   opts.asyncOp = async_op;
   detail::agree_on_sizes(*this, detail::SizedCollective::ALL_GATHER, in, out);
-  return start("all_gather", nbytes(in), [&] { return backend_for(in)._allgather_base(out, in, opts); }, {},
+  return start("all_gather", nbytes(in), async_op, [&] { return backend_for(in)._allgather_base(out, in, opts); }, {},
                [&] { out.copy_(in.view(out.sizes())); });
 }
 
@@ -256,7 +258,7 @@ Work ProcessGroup::reduce_scatter(at::Tensor& out, at::Tensor& in, ReduceOp op, 
   std::function<void()> finish;
   if (op == ReduceOp::AVG) finish = [out, n = size()]() mutable { out.div_(n); };
   detail::agree_on_sizes(*this, detail::SizedCollective::REDUCE_SCATTER, in, out);
-  return start("reduce_scatter", nbytes(in), [&] { return backend_for(in)._reduce_scatter_base(out, in, opts); },
+  return start("reduce_scatter", nbytes(in), async_op, [&] { return backend_for(in)._reduce_scatter_base(out, in, opts); },
                std::move(finish), [&] { out.copy_(in.view(out.sizes())); });
 }
 
@@ -268,7 +270,7 @@ Work ProcessGroup::all_to_all(at::Tensor& out, at::Tensor& in, std::vector<int64
   opts.timeout = timeout_;
   opts.asyncOp = async_op;
   detail::agree_on_sizes(*this, detail::SizedCollective::ALL_TO_ALL, in, out, in_splits, out_splits);
-  return start("all_to_all", nbytes(in), [&] { return backend_for(in).alltoall_base(out, in, out_splits, in_splits, opts); },
+  return start("all_to_all", nbytes(in), async_op, [&] { return backend_for(in).alltoall_base(out, in, out_splits, in_splits, opts); },
                {}, [&] { out.copy_(in.view(out.sizes())); });
 }
 
@@ -285,14 +287,14 @@ Work ProcessGroup::broadcast(at::Tensor& tensor, int src_group_rank, bool async_
   opts.asyncOp = async_op;
   int64_t bytes = rank_ == src_group_rank ? nbytes(tensor) : 0;
   detail::agree_on_sizes(*this, detail::SizedCollective::BROADCAST, tensor, {});
-  return start("broadcast", bytes, [&] { return backend_for(tensor).broadcast(tensors, opts); });
+  return start("broadcast", bytes, async_op, [&] { return backend_for(tensor).broadcast(tensors, opts); });
 }
 
 void ProcessGroup::barrier() {
   c10d::BarrierOptions opts;
   opts.timeout = timeout_;
   opts.asyncOp = false;
-  start("barrier", 0, [&] { return backend_->barrier(opts); }).wait();
+  start("barrier", 0, false, [&] { return backend_->barrier(opts); }).wait();
 }
 
 }  // namespace dtensor

@@ -55,28 +55,79 @@ FsdpParamGroup::FsdpParamGroup(std::vector<FsdpParam> params, DeviceMesh mesh, D
   resize_storage(gathered_, 0);  // starts sharded
 }
 
+std::shared_ptr<FsdpParamGroup> FsdpSchedule::neighbour(const FsdpParamGroup* group, int step) const {
+  for (size_t k = 0; k < forward_order.size(); ++k) {
+    auto g = forward_order[k].lock();
+    if (g.get() != group) continue;
+    const int64_t at = static_cast<int64_t>(k) + step;
+    if (at < 0 || at >= static_cast<int64_t>(forward_order.size())) return nullptr;
+    return forward_order[at].lock();
+  }
+  return nullptr;
+}
+
+void FsdpParamGroup::on_forward_start() {
+  if (schedule_ && !schedule_->recorded) {
+    if (is_root_) schedule_->forward_order.clear();
+    schedule_->forward_order.push_back(weak_from_this());
+  }
+  unshard();
+  if (options_.prefetch && schedule_ && schedule_->recorded) {
+    if (auto next = schedule_->neighbour(this, +1)) next->start_unshard(/*async_op=*/true);
+  }
+}
+
+void FsdpParamGroup::on_backward_start() {
+  unshard();
+  if (options_.prefetch && schedule_ && schedule_->recorded) {
+    // The root keeps its parameters from forward to backward: nothing to gather for it.
+    auto previous = schedule_->neighbour(this, -1);
+    if (previous && !previous->is_root()) previous->start_unshard(/*async_op=*/true);
+  }
+}
+
+void FsdpParamGroup::start_unshard(bool async_op) {
+  if (is_unsharded_ || gather_started_) return;
+  at::NoGradGuard no_grad;
+  // Copy-in: this rank's shards, each padded to c_p rows, into one flat buffer; one all-gather over dp.
+  gather_in_ = at::zeros({shard_numel_}, gathered_.options());
+  for (const FsdpParam& p : params_) {
+    const at::Tensor& local = local_tensor(p.sharded);
+    gather_in_.narrow(0, p.flat_offset, local.numel()).copy_(local.reshape({-1}));
+  }
+  if (dp_ > 1) {
+    gather_out_ = at::empty({dp_ * shard_numel_}, gathered_.options());  // [dp * S], rank-major
+    ProcessGroup& group = dp_mesh_.get_group(0);
+    gather_work_ = async_op ? group.all_gather_into_async(gather_out_, gather_in_) : Work();
+    if (!async_op) group.all_gather_into(gather_out_, gather_in_);
+  } else {
+    gather_out_ = gather_in_;
+  }
+  gather_started_ = true;
+}
+
+void FsdpParamGroup::finish_unshard() {
+  gather_work_.wait();
+  at::NoGradGuard no_grad;
+  resize_storage(gathered_, gathered_bytes_);
+  // Copy-out: rank i's piece of p is rows [offset_i, offset_i + rows_i) of p's TP-local tensor.
+  for (const FsdpParam& p : params_) {
+    for (int64_t i = 0; i < dp_; ++i) {
+      const int64_t n = p.rows[i] * p.row_numel;
+      if (n == 0) continue;
+      gathered_.narrow(0, p.local_offset + chunk_offset(p.rows, i) * p.row_numel, n)
+          .copy_(gather_out_.narrow(0, i * shard_numel_ + p.flat_offset, n));
+    }
+  }
+  gather_in_ = gather_out_ = at::Tensor();
+  gather_started_ = false;
+  is_unsharded_ = true;
+}
+
 void FsdpParamGroup::unshard() {
   if (!is_unsharded_) {
-    at::NoGradGuard no_grad;
-    resize_storage(gathered_, gathered_bytes_);
-    // Copy-in: this rank's shards, each padded to c_p rows, into one flat buffer; one all-gather over dp.
-    at::Tensor shard = at::zeros({shard_numel_}, gathered_.options());
-    for (const FsdpParam& p : params_) {
-      const at::Tensor& local = local_tensor(p.sharded);
-      shard.narrow(0, p.flat_offset, local.numel()).copy_(local.reshape({-1}));
-    }
-    // [dp * S], rank-major (the sizes are known: no size exchange)
-    const at::Tensor all = dp_ > 1 ? all_gather(shard, 0, dp_mesh_, 0, std::vector<int64_t>(dp_, shard_numel_)) : shard;
-    // Copy-out: rank i's piece of p is rows [offset_i, offset_i + rows_i) of p's TP-local tensor.
-    for (const FsdpParam& p : params_) {
-      for (int64_t i = 0; i < dp_; ++i) {
-        const int64_t n = p.rows[i] * p.row_numel;
-        if (n == 0) continue;
-        gathered_.narrow(0, p.local_offset + chunk_offset(p.rows, i) * p.row_numel, n)
-            .copy_(all.narrow(0, i * shard_numel_ + p.flat_offset, n));
-      }
-    }
-    is_unsharded_ = true;
+    start_unshard(/*async_op=*/false);  // no-op when a prefetch is in flight
+    finish_unshard();
   }
   for (const FsdpParam& p : params_) {
     for (const auto& [owner, name] : p.uses) nn::set_forward_parameter(*owner, name, p.unsharded);
@@ -84,6 +135,11 @@ void FsdpParamGroup::unshard() {
 }
 
 void FsdpParamGroup::reshard() {
+  if (gather_started_) {  // a prefetch nobody used (the module got no backward): let it land, drop it
+    gather_started_ = false;
+    gather_work_.wait();
+    gather_in_ = gather_out_ = at::Tensor();
+  }
   if (!is_unsharded_) return;
   resize_storage(gathered_, 0);
   is_unsharded_ = false;
@@ -93,6 +149,7 @@ void FsdpParamGroup::reshard() {
 }
 
 void FsdpParamGroup::on_forward_end() {
+  if (is_root_ && schedule_) schedule_->recorded = true;  // the root's forward ends last
   if (!is_root_ && options_.reshard_after_forward) reshard();
 }
 

@@ -24,14 +24,28 @@ namespace {
 using detail::FsdpParam;
 using detail::FsdpParamGroup;
 
-// The sharded parameters of every fully_shard call (weakly: a dead model's entries expire).
+// The sharded parameters of every fully_shard call, with their group (weakly: a dead model's entries expire).
+struct Registered {
+  c10::weak_intrusive_ptr<c10::TensorImpl> parameter;
+  std::weak_ptr<FsdpParamGroup> group;
+};
 std::mutex registry_mu;
-std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> registry;
+std::vector<Registered> registry;
 
-void remember(const at::Tensor& sharded) {
+void remember(const at::Tensor& sharded, const std::shared_ptr<FsdpParamGroup>& group) {
   std::lock_guard<std::mutex> lock(registry_mu);
-  registry.erase(std::remove_if(registry.begin(), registry.end(), [](const auto& w) { return w.expired(); }), registry.end());
-  registry.emplace_back(sharded.getIntrusivePtr());
+  registry.erase(std::remove_if(registry.begin(), registry.end(), [](const auto& r) { return r.parameter.expired(); }),
+                 registry.end());
+  registry.push_back(Registered{c10::weak_intrusive_ptr<c10::TensorImpl>(sharded.getIntrusivePtr()), group});
+}
+
+// The group that took `parameter` (null if none).
+std::shared_ptr<FsdpParamGroup> group_of(const at::Tensor& parameter) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  for (const auto& r : registry) {
+    if (!r.parameter.expired() && r.parameter._unsafe_get_target() == parameter.unsafeGetTensorImpl()) return r.group.lock();
+  }
+  return nullptr;
 }
 
 class GradientArrived final : public torch::autograd::PostAccumulateGradHook {
@@ -100,8 +114,8 @@ FsdpParam shard_parameter(const at::Tensor& p, const std::string& path, const De
 bool is_fully_sharded(const at::Tensor& parameter) {
   if (!parameter.defined()) return false;
   std::lock_guard<std::mutex> lock(registry_mu);
-  return std::any_of(registry.begin(), registry.end(), [&](const auto& w) {
-    return !w.expired() && w._unsafe_get_target() == parameter.unsafeGetTensorImpl();
+  return std::any_of(registry.begin(), registry.end(), [&](const auto& r) {
+    return !r.parameter.expired() && r.parameter._unsafe_get_target() == parameter.unsafeGetTensorImpl();
   });
 }
 
@@ -117,6 +131,7 @@ void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOp
   // The parameters under `module` that no earlier fully_shard took (one entry per tensor: tied weights
   // have several uses). Taking any earlier ones' is what makes this the root.
   bool is_root = false;
+  std::vector<std::shared_ptr<FsdpParamGroup>> children;  // the earlier calls' groups under `module`
   std::vector<FsdpParam> params;
   std::vector<at::Tensor> sources;
   for (const auto& item : module.named_modules("", /*include_self=*/true)) {
@@ -126,6 +141,8 @@ void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOp
       const std::string path = item.key().empty() ? pi.key() : item.key() + "." + pi.key();
       if (is_fully_sharded(p)) {
         is_root = true;
+        auto child = group_of(p);
+        if (child && std::find(children.begin(), children.end(), child) == children.end()) children.push_back(child);
         continue;
       }
       auto same = std::find_if(sources.begin(), sources.end(), [&](const at::Tensor& q) { return q.is_same(p); });
@@ -146,9 +163,14 @@ void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOp
 
   for (const FsdpParam& p : params) {
     for (const auto& [owner, name] : p.uses) nn::replace_parameter(*owner, name, p.sharded);
-    remember(p.sharded);
   }
   auto group = std::make_shared<FsdpParamGroup>(std::move(params), mesh, dp_mesh, is_root, options);
+  for (const FsdpParam& p : group->params()) remember(p.sharded, group);
+  if (is_root) {  // the root and the groups under it: one forward order, for prefetching
+    auto schedule = std::make_shared<detail::FsdpSchedule>();
+    group->set_schedule(schedule);
+    for (const auto& child : children) child->set_schedule(schedule);
+  }
   for (size_t k = 0; k < group->params().size(); ++k) {
     const at::Tensor& leaf = group->params()[k].unsharded;
     if (leaf.requires_grad()) {
@@ -158,7 +180,7 @@ void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOp
   // Before forward: gather. After forward: free (not the root), and gather again when the output's
   // gradient arrives, i.e. just before this module's backward.
   nn::register_forward_pre_hook(module, nn::ForwardPreHook([group](torch::nn::Module&, nn::Args args, nn::KwArgs kwargs) {
-    group->unshard();
+    group->on_forward_start();
     return std::make_pair(std::move(args), std::move(kwargs));
   }));
   nn::register_forward_hook(module, nn::ForwardHook([group](torch::nn::Module&, const nn::Args&, c10::IValue output) {
@@ -166,7 +188,7 @@ void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOp
     if (will_reshard && c10::GradMode::is_enabled()) {
       std::weak_ptr<FsdpParamGroup> weak = group;
       auto hook = [weak](const at::Tensor&) {
-        if (auto g = weak.lock()) g->unshard();
+        if (auto g = weak.lock()) g->on_backward_start();
       };
       if (output.isTensor() && output.toTensor().requires_grad()) {
         output.toTensor().register_hook(hook);

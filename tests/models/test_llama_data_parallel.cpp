@@ -40,12 +40,13 @@ struct Case {
   int dp, tp;
   std::string kind;  // "ddp" or "fsdp"
   bool reshard_after_forward = true;
+  bool prefetch = true;  // fsdp: the next block's all-gather in flight while this one computes
 };
 
 std::string case_name(const testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
   return c.kind + "_dp" + std::to_string(c.dp) + "_tp" + std::to_string(c.tp) +
-         (c.kind == "fsdp" && !c.reshard_after_forward ? "_keep" : "");
+         (c.kind == "fsdp" && !c.reshard_after_forward ? "_keep" : "") + (c.kind == "fsdp" && !c.prefetch ? "_noprefetch" : "");
 }
 
 class LlamaDataParallel : public testing::TestWithParam<Case> {};
@@ -54,30 +55,24 @@ TEST_P(LlamaDataParallel, LossCurveAndStep1GradientsMatchPlain) {
   auto options = small_options();
   options.data_parallel = GetParam().kind;
   options.reshard_after_forward = GetParam().reshard_after_forward;
+  options.fsdp_prefetch = GetParam().prefetch;
   expect_matches_plain(run_dp_tp(options, GetParam().dp, GetParam().tp, /*capture_grads=*/true));
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, LlamaDataParallel,
                          testing::Values(Case{2, 1, "ddp"}, Case{2, 2, "ddp"}, Case{2, 1, "fsdp"},
-                                         Case{2, 2, "fsdp"}, Case{2, 2, "fsdp", false}),
+                                         Case{2, 2, "fsdp"}, Case{2, 2, "fsdp", false},
+                                         Case{2, 2, "fsdp", true, false}),
                          case_name);
 
-// The 2-D run and the 1-D TP 2 run on the same global batch give the same curve.
-TEST(LlamaDataParallelMesh, DdpTwoByTwoMatchesTP2) {
+// The 2-D runs (DDP and FSDP) and the 1-D TP 2 run on the same global batch give the same curve.
+TEST(LlamaDataParallelMesh, TwoByTwoMatchesTP2) {
   const auto tp2 = run_tp(small_options(), 2);
-  auto options = small_options();
-  options.data_parallel = "ddp";
-  const auto dp2tp2 = run_dp_tp(options, 2, 2);
-  EXPECT_LE(max_rel_diff(tp2.losses, dp2tp2.losses), 1e-5);
-}
-
-// The 2-D FSDP run and the 1-D TP 2 run on the same global batch give the same curve.
-TEST(LlamaDataParallelMesh, FsdpTwoByTwoMatchesTP2) {
-  const auto tp2 = run_tp(small_options(), 2);
-  auto options = small_options();
-  options.data_parallel = "fsdp";
-  const auto dp2tp2 = run_dp_tp(options, 2, 2);
-  EXPECT_LE(max_rel_diff(tp2.losses, dp2tp2.losses), 1e-5);
+  for (const char* kind : {"ddp", "fsdp"}) {
+    auto options = small_options();
+    options.data_parallel = kind;
+    EXPECT_LE(max_rel_diff(tp2.losses, run_dp_tp(options, 2, 2).losses), 1e-5) << kind;
+  }
 }
 
 // FSDP over TP: parameters, gradients and AdamW state per rank are 1/(dp·tp) of the model's, but for the

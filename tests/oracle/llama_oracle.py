@@ -157,36 +157,48 @@ def parse_theirs(text):
     return [float(l) for l, _, _ in rows], [" ".join(sorted(c.split())) for _, _, c in rows], [int(u) for _, u, _ in rows]
 
 
-def main():
-    if sys.argv[1] == "--worker":
-        return worker(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1)
-    if len(sys.argv) > 2 and sys.argv[2] == "--fsdp-2d":
-        return main_fsdp_2d(sys.argv[1])
-    bin_dir = sys.argv[1]
+def run_both(bin_dir, nproc, our_args, worker_args, timeout):
+    """Our llama_train under tprun and this file's PyTorch worker under torchrun, on the weights and batches
+    our run dumps: (our stdout, PyTorch's stdout)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
         dump = os.path.join(tmp, "llama")
-        ours = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", "2", "--master-port", "0",
-                               "llama_train", *SMALL, "--log-every", "1", "--comm-detail", "--dump", dump],
-                              env=env, capture_output=True, text=True, timeout=600)
+        ours = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(nproc), "--master-port", "0",
+                               "llama_train", *SMALL, *our_args, "--log-every", "1", "--comm-detail", "--dump", dump],
+                              env=env, capture_output=True, text=True, timeout=timeout)
         if ours.returncode != 0:
             sys.exit(f"llama_train failed:\n{ours.stdout}\n{ours.stderr}")
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-        ref = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", os.path.abspath(__file__), "--worker", dump],
-                             env=env, capture_output=True, text=True, timeout=600)
+        ref = subprocess.run([torchrun, "--standalone", "--nproc-per-node", str(nproc), os.path.abspath(__file__),
+                              "--worker", dump, *worker_args], env=env, capture_output=True, text=True, timeout=timeout)
         if ref.returncode != 0:
             sys.exit(f"PyTorch run failed:\n{ref.stdout}\n{ref.stderr}")
-    a, ca, ua = parse_theirs(ref.stdout)
-    b, cb, ub = parse_ours(ours.stdout)
-    print("step  PyTorch TP+SP   dtensor-cpp TP+SP")
+    return ours.stdout, ref.stdout
+
+
+def check_losses(a, b, header):
+    """Prints both curves; exits unless both have 20 steps equal to 1e-5 relative."""
+    print(header)
     for i, (x, y) in enumerate(zip(a, b)):
-        print(f"{i + 1:4d}  {x:.6f}       {y:.6f}")
-    print("collectives per step (forward + backward), PyTorch:", ca[:1], " ours:", cb[:1])
+        print(f"{i + 1:4d}  {x:.6f}          {y:.6f}")
     if len(a) != 20 or len(b) != 20:
         sys.exit(f"expected 20 losses each, got {len(a)} and {len(b)}")
     bad = [i + 1 for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > 1e-5 * abs(x)]
     if bad:
         sys.exit(f"losses differ at steps {bad}")
+
+
+def main():
+    if sys.argv[1] == "--worker":
+        return worker(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 1)
+    if len(sys.argv) > 2 and sys.argv[2] == "--fsdp-2d":
+        return main_fsdp_2d(sys.argv[1])
+    ours, theirs = run_both(sys.argv[1], 2, [], [], 600)
+    a, ca, ua = parse_theirs(theirs)
+    b, cb, ub = parse_ours(ours)
+    check_losses(a, b, "step  PyTorch TP+SP      dtensor-cpp TP+SP")
+    print("collectives per step (forward + backward), PyTorch:", ca[:1], " ours:", cb[:1])
+
     def same_collectives(theirs, ours):
         # "all_gather=10:81920 all_reduce=3:? ...": counts must agree for every type; bytes where PyTorch's are
         # known (its loss_parallel all-reduces bypass the functional collectives the byte counter sees). Ours
@@ -225,31 +237,12 @@ def main_fsdp_2d(bin_dir):
     """dp 2 x tp 2 (world 4): our llama_train --dp 2 --tp 2 --fsdp against PyTorch's fully_shard +
     parallelize_module on the same weights and batches: every step's loss (1e-5 relative) and the forward +
     backward collectives by type and bytes."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    with tempfile.TemporaryDirectory() as tmp:
-        dump = os.path.join(tmp, "llama")
-        ours = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", "4", "--master-port", "0",
-                               "llama_train", *SMALL, "--dp", "2", "--tp", "2", "--fsdp", "--log-every", "1",
-                               "--comm-detail", "--dump", dump], env=env, capture_output=True, text=True, timeout=900)
-        if ours.returncode != 0:
-            sys.exit(f"llama_train failed:\n{ours.stdout}\n{ours.stderr}")
-        torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-        ref = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "4", os.path.abspath(__file__), "--worker",
-                              dump, "2"], env=env, capture_output=True, text=True, timeout=900)
-        if ref.returncode != 0:
-            sys.exit(f"PyTorch run failed:\n{ref.stdout}\n{ref.stderr}")
-    a, ca, _ = parse_theirs(ref.stdout)
-    b, cb, _ = parse_ours(ours.stdout)
-    print("step  PyTorch FSDP2+TP   dtensor-cpp FSDP+TP   (dp 2 x tp 2)")
-    for i, (x, y) in enumerate(zip(a, b)):
-        print(f"{i + 1:4d}  {x:.6f}          {y:.6f}")
+    ours, theirs = run_both(bin_dir, 4, ["--dp", "2", "--tp", "2", "--fsdp"], ["2"], 900)
+    a, ca, _ = parse_theirs(theirs)
+    b, cb, _ = parse_ours(ours)
+    check_losses(a, b, "step  PyTorch FSDP2+TP   dtensor-cpp FSDP+TP   (dp 2 x tp 2)")
     print("collectives per step (forward + backward), PyTorch:", ca[:1])
     print("                                            ours:", cb[:1])
-    if len(a) != 20 or len(b) != 20:
-        sys.exit(f"expected 20 losses each, got {len(a)} and {len(b)}")
-    bad = [i + 1 for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > 1e-5 * abs(x)]
-    if bad:
-        sys.exit(f"losses differ at steps {bad}")
 
     def by_type(comm):
         return {k: v.split(":") for k, v in (e.split("=") for e in comm.split())}

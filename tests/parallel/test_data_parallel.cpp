@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/optim/adamw.h>
 
+#include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/parallel/fully_shard.h"
+#include "dtensor/parallel/hooked_module.h"
 #include "dtensor/parallel/parallelize.h"
 #include "dtensor/parallel/replicate.h"
 #include "dtensor/tensor/dtensor.h"
@@ -111,5 +113,76 @@ TEST(DataParallel, BadMeshesAreRefused) {
     // A TP DTensor with a 1-D dp mesh: fully_shard needs the 2-D mesh to know the tp dim.
     EXPECT_NE(error_of([&] { fully_shard(*mlp->in_proj, flat); }).find("takes plain parameters or DTensors on its tp dim"),
               std::string::npos);
+  });
+}
+
+namespace {
+
+// A root with a layer of its own (`first`) before four fully_shard'ed layers, as Llama's embedding before
+// its blocks.
+struct StackImpl : torch::nn::Module {
+  StackImpl() {
+    first = register_module("first", nn::Linear(8, 8));
+    for (int i = 0; i < 4; ++i) layers.push_back(register_module("l" + std::to_string(i), nn::Linear(8, 8)));
+  }
+  at::Tensor forward(at::Tensor x) {
+    x = first(x);
+    for (auto& l : layers) x = torch::tanh(l(x));
+    return x;
+  }
+  nn::Linear first{nullptr};
+  std::vector<nn::Linear> layers;
+};
+DTENSOR_MODULE(Stack);  // the root's hooks run on stack(x)
+
+struct GatherCounts {
+  int blocking = 0, async = 0;
+};
+
+// 3 AdamW steps of the stack under fully_shard at dp 2; the dp all-gathers of each step, and
+// the parameters after the last step.
+std::pair<std::vector<GatherCounts>, std::map<std::string, at::Tensor>> run_stack(bool prefetch, int rank) {
+  const DeviceMesh mesh = init_device_mesh("cpu", {2}, {"dp"});
+  Stack stack;
+  set_weights(*stack);
+  FullyShardOptions options;
+  options.prefetch = prefetch;
+  for (auto& l : stack->layers) fully_shard(*l, mesh, options);
+  fully_shard(*stack, mesh, options);
+  std::vector<at::Tensor> params = stack->parameters();
+  torch::optim::AdamW opt(params, torch::optim::AdamWOptions(1e-2));
+  std::vector<GatherCounts> counts;
+  for (int step = 0; step < 3; ++step) {
+    GatherCounts c;
+    CommObserverGuard observe([&](const CommEvent& e) {
+      if (std::string(e.collective) == "all_gather") ++(e.async_op ? c.async : c.blocking);
+    });
+    opt.zero_grad();
+    stack(seeded_randn(100 + step, {kRows, 8}).narrow(0, rank * kRows / 2, kRows / 2)).pow(2).mean().backward();
+    opt.step();
+    counts.push_back(c);
+  }
+  std::map<std::string, at::Tensor> out;
+  for (const auto& item : stack->named_parameters()) out[item.key()] = full_tensor(item.value()).detach();
+  return {counts, out};
+}
+
+}  // namespace
+
+// Prefetch: the first forward learns the order (root, l0..l3) and gathers on demand; from then on each
+// layer's all-gather over dp is started asynchronously by the module after it in backward (l3 -> l2 -> l1
+// -> l0: 3 of 4; the root keeps its parameters), and from step 2 by the one before it in forward (root ->
+// l0 -> ... -> l3: 4 of 5). Same count of gathers, and the same parameters bit for bit as gathering on demand.
+TEST(DataParallel, FullyShardPrefetchesTheNextModulesAllGather) {
+  run_ranks(2, [&](int rank, int) {
+    const auto [eager_counts, eager] = run_stack(/*prefetch=*/false, rank);
+    const auto [counts, prefetched] = run_stack(/*prefetch=*/true, rank);
+    for (size_t step = 0; step < 3; ++step) {
+      EXPECT_EQ(eager_counts[step].blocking, 9) << "step " << step;
+      EXPECT_EQ(eager_counts[step].async, 0) << "step " << step;
+      EXPECT_EQ(counts[step].blocking, step == 0 ? 5 + 1 : 1 + 1) << "step " << step;  // forward + backward
+      EXPECT_EQ(counts[step].async, step == 0 ? 0 + 3 : 4 + 3) << "step " << step;
+    }
+    for (const auto& [name, value] : eager) EXPECT_TRUE(at::equal(value, prefetched.at(name))) << name;
   });
 }

@@ -5,6 +5,9 @@ Prints a table; asserts nothing.
 
     .venv/bin/python tools/bench/fsdp_tp_bench.py build/bin [--steps N] [--dim N] [--layers N] [--seq-len N] [--batch N]
 
+"no prefetch" is ours with --no-fsdp-prefetch (each block's all-gather issued when the block runs, not while
+the one before it computes); rows with dp 1 have no all-gather to prefetch.
+
 Step time is the median over the steps after the first two (warm-up). On a machine with fewer cores than ranks
 the ranks share cores: compare the two columns of a row, not rows.
 """
@@ -25,9 +28,9 @@ def config_args(a):
             "--warmup", "2", "--seed", "3"]
 
 
-def run_ours(bin_dir, a, dp, tp, dump):
+def run_ours(bin_dir, a, dp, tp, dump, extra=()):
     cmd = [os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(dp * tp), "--master-port", "0", "llama_train",
-           *config_args(a), "--dp", str(dp), "--tp", str(tp), "--fsdp", "--log-every", "1", "--dump", dump]
+           *config_args(a), "--dp", str(dp), "--tp", str(tp), "--fsdp", "--log-every", "1", "--dump", dump, *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if out.returncode != 0:
         sys.exit(f"llama_train failed at dp={dp} tp={tp}:\n{out.stdout}\n{out.stderr}")
@@ -67,15 +70,17 @@ def main():
     print(f"# Llama dim {a.dim}, {a.layers} layers, {a.heads} heads ({a.kv_heads} kv), ffn {a.ffn_dim}, seq {a.seq_len}, "
           f"global batch {a.batch} ({tokens} tokens/step), {a.steps} steps, FSDP over dp + TP over tp, fp32, CPU, "
           f"{os.cpu_count()} cores")
-    print(f"{'dp':>3} {'tp':>3} | {'ours ms/step':>12} {'tokens/s':>9} {'peak MB/rank':>12} | "
+    print(f"{'dp':>3} {'tp':>3} | {'ours ms/step':>12} {'tokens/s':>9} {'peak MB/rank':>12} {'no prefetch':>11} | "
           f"{'PyTorch ms/step':>15} {'tokens/s':>9} {'peak MB (r0)':>12} | {'last loss ours / PyTorch':>24}")
     for dp, tp in [(1, 1), (2, 1), (1, 2), (2, 2)]:
         with tempfile.TemporaryDirectory() as tmp:
             dump = os.path.join(tmp, "llama")
             ms, rss, loss = run_ours(a.bin_dir, a, dp, tp, dump)
+            eager = run_ours(a.bin_dir, a, dp, tp, dump + "_eager", ["--no-fsdp-prefetch"])[0] if dp > 1 else None
             pms, prss, ploss = run_pytorch(a, dp, tp, dump)
         theirs = (f"{pms:15.1f} {tokens / (pms / 1000):9.0f} {prss:12d}" if pms else f"{'failed':>15} {'':9} {'':12}")
-        print(f"{dp:3d} {tp:3d} | {ms:12.1f} {tokens / (ms / 1000):9.0f} {rss:12d} | {theirs} | "
+        no_prefetch = f"{eager:11.1f}" if eager else f"{'-':>11}"
+        print(f"{dp:3d} {tp:3d} | {ms:12.1f} {tokens / (ms / 1000):9.0f} {rss:12d} {no_prefetch} | {theirs} | "
               f"{loss:.6f} / {ploss if ploss is None else f'{ploss:.6f}'}", flush=True)
     print("summary bench=fsdp_tp configs=4")
 

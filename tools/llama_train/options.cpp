@@ -25,6 +25,8 @@ std::string help_text() {
     << "                            each dp rank trains on its batch / dp sequences of the global batch\n"
     << "  --ddp / --fsdp            the data-parallel kind: replicate (DDP, default) or fully_shard (FSDP2)\n"
     << "  --no-reshard-after-forward  fsdp: keep each block's gathered parameters from forward to backward\n"
+    << "  --no-fsdp-prefetch        fsdp: gather each block when it runs (default: the next block's all-gather\n"
+    << "                            runs while this one computes)\n"
     << "  --dim N                   hidden size (default " << d.model.hidden_size << ")\n"
     << "  --layers N                decoder layers (default " << d.model.num_hidden_layers << ")\n"
     << "  --heads N                 query heads (default " << d.model.num_attention_heads << ")\n"
@@ -118,6 +120,8 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
       {"fsdp", [&] { o.data_parallel = "fsdp"; }},
       {"reshard-after-forward", [&] { o.reshard_after_forward = true; }},
       {"no-reshard-after-forward", [&] { o.reshard_after_forward = false; }},
+      {"fsdp-prefetch", [&] { o.fsdp_prefetch = true; }},
+      {"no-fsdp-prefetch", [&] { o.fsdp_prefetch = false; }},
       {"help", [&] { help = true; }},
   };
   tools_cli::parse_args(args, valued, flags);

@@ -17,6 +17,7 @@ struct TrainOptions {
   int64_t dp = 1;  // data-parallel degree: world = dp * tp on a ("dp", "tp") mesh; each dp rank trains on batch / dp
   std::string data_parallel = "ddp";  // with dp > 1: "ddp" (dtensor::replicate) or "fsdp" (dtensor::fully_shard)
   bool reshard_after_forward = true;  // fsdp: free gathered parameters after each block's forward
+  bool fsdp_prefetch = true;          // fsdp: the next block's all-gather runs while this one computes
   llama::LlamaConfig model;
   int64_t seq_len = 64;
   int64_t batch = 4;

@@ -93,7 +93,7 @@ void parallelize(llama::LlamaForCausalLM& model, const TrainOptions& o, const dt
   if (o.data_parallel == "ddp") {
     dtensor::replicate(*model, mesh);
   } else {
-    llama::apply_fsdp(model, mesh, {.reshard_after_forward = o.reshard_after_forward});
+    llama::apply_fsdp(model, mesh, {.reshard_after_forward = o.reshard_after_forward, .prefetch = o.fsdp_prefetch});
   }
 }
 

@@ -14,6 +14,7 @@ struct CommEvent {
   int64_t bytes;              // bytes this rank sends into the collective (its input)
   int group_size;
   const std::vector<int>* group_ranks;  // global ranks of the group
+  bool async_op = false;      // issued to be waited on later (a prefetch, an overlapped collective)
 };
 
 using CommObserver = std::function<void(const CommEvent&)>;

@@ -38,7 +38,7 @@ struct GroupHealth;
 // once its group has failed: then it fails at once instead of waiting another timeout.
 class Work {
  public:
-  Work() = default;
+  Work() noexcept;  // a finished collective (wait() returns at once)
   Work(Work&&) noexcept = default;
   Work& operator=(Work&&) noexcept;
   ~Work();
@@ -124,7 +124,7 @@ class ProcessGroup {
   // wait() is bounded and errors carry context; `finish` runs after a successful wait.
   // Issues a collective through the backend; in a group of one rank runs `alone` (the local result)
   // instead.
-  Work start(const char* collective, int64_t bytes, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue,
+  Work start(const char* collective, int64_t bytes, bool async_op, const std::function<c10::intrusive_ptr<c10d::Work>()>& issue,
              std::function<void()> finish = nullptr, const std::function<void()>& alone = nullptr);
 
   // The backend for `t`'s device.

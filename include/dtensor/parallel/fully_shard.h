@@ -28,8 +28,12 @@
 // The optimizer steps the sharded parameters only: parameters, gradients and AdamW state per rank are
 // 1/(dp·tp) of the model's (1/dp of the TP-replicated ones).
 //
-// Not done: prefetching the next module's all-gather (the collectives here are synchronous, so there is
-// nothing to overlap with); mixed precision; CPU offload.
+// Prefetch (as FSDP2's implicit prefetching, one module ahead): from the second step on, each module's
+// forward starts the next module's all-gather asynchronously, and each module's gather before backward
+// starts the previous one's, so that gather runs while this module computes (the order is the first
+// forward's; parallel/fsdp_param_group.h).
+//
+// Not done: mixed precision; CPU offload.
 #pragma once
 
 #include <torch/nn/module.h>
@@ -43,6 +47,10 @@ struct FullyShardOptions {
   // from forward to backward (ZeRO-2: one all-gather per step instead of two). The root never frees them
   // after forward.
   bool reshard_after_forward = true;
+  // Start the next module's all-gather while this one computes (forward, and backward in reverse). Our
+  // name: FSDP2 always prefetches one module ahead. False gathers each module when it runs (the reference
+  // path; same numbers).
+  bool prefetch = true;
 };
 
 // `mesh`: a 1-D dp mesh (parameters must be plain), or a 2-D ("dp", "tp") mesh whose TP parameters are

@@ -134,11 +134,6 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
   } else {
     std::tie(cos, sin) = rotary_tables(config, s, tokens.device());
   }
-  // The tables follow the tokens' device (a meta-device model, for a plan dry run, reads meta tokens).
-  if (tokens.device() != cos.device()) {
-    cos = cos.to(tokens.device()), sin = sin.to(tokens.device());
-    if (mask.defined()) mask = mask.to(tokens.device());
-  }
   at::Tensor h = embed_tokens(tokens);
   // Through the layer's hooks (module_hooks.h rule 2): fully_shard gathers a layer's parameters there.
   for (const auto& layer : *layers) h = dtensor::nn::forward_with_hooks(*layer->as<DecoderLayerImpl>(), h, cos, sin, mask);

@@ -54,6 +54,7 @@ std::string help_text() {
      << "  --batch N                 sequences per step, global (default " << d.batch << ")\n"
      << "  --tp N                    tensor-parallel degree (default " << d.tp << ")\n"
      << "  --dp N                    data-parallel degree: mesh dp x tp (default " << d.dp << ")\n"
+     << "  --ddp / --fsdp            data parallel over dp: replicate (default) or fully_shard, as llama_train\n"
      << "  --sequence-parallel / --no-sequence-parallel   (default on)\n"
      << "  --loss-parallel / --no-loss-parallel           (default on)\n"
      << "  --no-optimizer            no AdamW step\n"
@@ -115,6 +116,8 @@ CliOptions parse_options(const std::vector<std::string>& args) {
           {"loss-parallel", [&] { o.plan.loss_parallel = true; }},
           {"no-loss-parallel", [&] { o.plan.loss_parallel = false; }},
           {"no-optimizer", [&] { o.plan.optimizer = false; }},
+          {"ddp", [&] { o.plan.data_parallel = "ddp"; }},
+          {"fsdp", [&] { o.plan.data_parallel = "fsdp"; }},
           {"json", [&] { o.json = true; }},
           {"help", [&] { o.help = true; }},
       });

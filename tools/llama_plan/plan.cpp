@@ -15,31 +15,20 @@
 
 namespace llama_plan {
 
-void data_parallel_gradient_sync(const dtensor::DeviceMesh& mesh, const std::vector<at::Tensor>& params) {
-  const auto& names = mesh.mesh_dim_names();
-  if (std::find(names.begin(), names.end(), "dp") == names.end() || mesh.size("dp") == 1) return;
-  constexpr int64_t kBucketBytes = 25 * 1024 * 1024;
-  const dtensor::CommScopeGuard scope("(data parallel)");
-  std::vector<at::Tensor> bucket;
-  int64_t bytes = 0;
-  auto flush = [&] {
-    if (bucket.empty()) return;
-    std::vector<at::Tensor> flat;
-    for (const auto& g : bucket) flat.push_back(g.reshape({-1}));
-    dtensor::all_reduce(at::cat(flat), dtensor::ReduceOp::AVG, mesh.get_group("dp"));
-    bucket.clear();
-    bytes = 0;
-  };
-  // Reverse registration order: the order in which backward produces them, as DDP's buckets.
-  for (auto it = params.rbegin(); it != params.rend(); ++it) {
-    if (!it->grad().defined()) continue;
-    at::Tensor local = dtensor::is_dtensor(it->grad()) ? dtensor::to_local(it->grad()) : it->grad();
-    bucket.push_back(local);
-    bytes += local.numel() * static_cast<int64_t>(local.element_size());
-    if (bytes >= kBucketBytes) flush();
-  }
-  flush();
+namespace {
+
+// The llama_train options whose parallelize() the dry run plans with: the same code, so the same plan.
+llama_train::TrainOptions train_options_of(const PlanOptions& o) {
+  llama_train::TrainOptions t;
+  t.model = o.model;
+  t.dp = o.dp;
+  t.data_parallel = o.data_parallel;
+  t.sequence_parallel = o.sequence_parallel;
+  t.loss_parallel = o.loss_parallel;
+  return t;
 }
+
+}  // namespace
 
 dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
   if (o.tp < 1 || o.dp < 1) throw dtensor::Error("llama_plan: --tp and --dp must be >= 1");
@@ -55,19 +44,23 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
   options.ranks = o.ranks;
   if (!o.optimizer) options.optimizer = nullptr;
   const bool loss_parallel = o.loss_parallel && o.tp > 1;
-  options.after_backward = data_parallel_gradient_sync;
+  if (o.data_parallel != "ddp" && o.data_parallel != "fsdp") {
+    throw dtensor::Error("llama_plan: data parallel kind '" + o.data_parallel + "' is not ddp or fsdp");
+  }
+  const llama_train::TrainOptions train_options = train_options_of(o);
   // Held over forward and backward, as llama_train holds it.
   if (loss_parallel) options.step_guard = [] { return std::make_shared<dtensor::LossParallelGuard>(); };
   return dtensor::dry_run<llama::LlamaForCausalLM>(
       [&] { return llama::LlamaForCausalLM(o.model); }, shape,
       [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
-        if (o.tp > 1) {
-          llama::apply_tp(model, mesh["tp"],
-                          {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel});
-        }
+        llama_train::parallelize(model, train_options, mesh);
       },
       [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh&) {
-        const at::Tensor tokens = at::empty({o.batch / o.dp, o.seq_len}, at::TensorOptions(at::kLong).device(at::kMeta));
+        // Token ids: where the forward reads DTensors (TP > 1), plain tensors beside them stay on the CPU
+        // (b·s longs; ops/op_call.cpp says why); with TP 1 the forward is plain and all of it is meta. The
+        // model's own plain tensors (rotary tables, masks) follow the tokens' device.
+        const at::Tensor tokens =
+            at::zeros({o.batch / o.dp, o.seq_len}, at::TensorOptions(at::kLong).device(o.tp > 1 ? at::kCPU : at::kMeta));
         return llama_train::next_token_loss(model(tokens), tokens);
       },
       options);

@@ -1,8 +1,9 @@
-// The Llama plan dry run: llama_train's step (torchtitan's TP plan, loss parallel, AdamW) for one rank of a
-// dp x tp mesh, on meta tensors (dtensor/parallel/dry_run.h). Shared by llama_plan and the tests.
+// The Llama plan dry run: llama_train's step (its parallelize: torchtitan's TP plan, loss parallel, DDP or
+// FSDP over dp; AdamW) for one rank of a dp x tp mesh, on meta tensors (dtensor/parallel/dry_run.h). Shared by llama_plan and the tests.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "dtensor/parallel/dry_run.h"
@@ -16,6 +17,7 @@ struct PlanOptions {
   int64_t batch = 4;  // global: each data-parallel rank takes batch / dp sequences
   int64_t tp = 2;
   int64_t dp = 1;
+  std::string data_parallel = "ddp";  // over dp, as llama_train's --ddp / --fsdp
   bool sequence_parallel = true;
   bool loss_parallel = true;
   bool optimizer = true;   // AdamW step (llama_train's optimizer)
@@ -25,10 +27,5 @@ struct PlanOptions {
 // Throws dtensor::Error for what a real run would refuse (the plan's own errors among them, raised by the
 // same code) and for batch not divisible by dp.
 dtensor::DryRunReport dry_run_llama(const PlanOptions& options);
-
-// Data parallelism over mesh dim "dp" (the plan shards over "tp" only): gradients all-reduced (average)
-// over the dp group in 25 MiB buckets of local gradient bytes, as DDP does, under comm scope
-// "(data parallel)". No-op when the mesh has no "dp" dim of size > 1.
-void data_parallel_gradient_sync(const dtensor::DeviceMesh& mesh, const std::vector<at::Tensor>& params);
 
 }  // namespace llama_plan

@@ -28,6 +28,7 @@
 #include "dtensor/parallel/gradient_sync.h"
 #include "dtensor/parallel/comm_debug_mode.h"
 #include "dtensor/parallel/distribute_module.h"
+#include "dtensor/parallel/dry_run.h"
 #include "dtensor/parallel/layers.h"
 #include "dtensor/parallel/local_styles.h"
 #include "dtensor/parallel/module_hooks.h"

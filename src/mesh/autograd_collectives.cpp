@@ -8,6 +8,7 @@
 
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/tensor/shard_layout.h"
+#include "mesh/autograd_comm_scope.h"
 
 namespace dtensor {
 namespace {
@@ -25,11 +26,13 @@ std::vector<int64_t> load_sizes(AutogradContext* ctx, const char* key) { return 
 
 struct AllReduceFn : torch::autograd::Function<AllReduceFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, ReduceOp op, ProcessGroup* g) {
+    detail::save_comm_scope(ctx);
     ctx->saved_data["op"] = static_cast<int64_t>(op);
     ctx->saved_data["n"] = static_cast<int64_t>(g->size());
     return all_reduce(x, op, *g);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const CommScopeGuard scope = detail::restore_comm_scope(ctx);
     auto op = static_cast<ReduceOp>(ctx->saved_data["op"].toInt());
     // SUM: y = sum_r x_r and each rank's loss term reads y locally, so d(loss)/dx_r is that rank's grad.
     if (op == ReduceOp::SUM) return {grads[0], {}, {}};
@@ -41,6 +44,7 @@ struct AllReduceFn : torch::autograd::Function<AllReduceFn> {
 struct AllGatherFn : torch::autograd::Function<AllGatherFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t dim, ProcessGroup* g,
                             std::optional<std::vector<int64_t>> sizes) {
+    detail::save_comm_scope(ctx);
     // Resolve the sizes now so that the backward reduce-scatter splits the grad the same way.
     if (!sizes) sizes = exchange_sizes(x.size(dim < 0 ? dim + x.dim() : dim), *g);
     ctx->saved_data["group"] = save_group(*g);
@@ -49,6 +53,7 @@ struct AllGatherFn : torch::autograd::Function<AllGatherFn> {
     return all_gather(x, dim, *g, sizes);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const CommScopeGuard scope = detail::restore_comm_scope(ctx);
     // Every rank's loss reads the whole gathered tensor: this rank's input grad is the sum over ranks of
     // their grads' slices at this rank's rows.
     at::Tensor gx = reduce_scatter(grads[0], ReduceOp::SUM, ctx->saved_data["dim"].toInt(), load_group(ctx),
@@ -59,6 +64,7 @@ struct AllGatherFn : torch::autograd::Function<AllGatherFn> {
 
 struct ReduceScatterFn : torch::autograd::Function<ReduceScatterFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, ReduceOp op, int64_t dim, ProcessGroup* g) {
+    detail::save_comm_scope(ctx);
     if (op != ReduceOp::SUM && op != ReduceOp::AVG) {
       throw dtensor::Error(std::string("dtensor: reduce_scatter_autograd supports sum and avg, not ") +
                                reduce_op_name(op));
@@ -71,6 +77,7 @@ struct ReduceScatterFn : torch::autograd::Function<ReduceScatterFn> {
     return reduce_scatter(x, op, d, *g);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const CommScopeGuard scope = detail::restore_comm_scope(ctx);
     at::Tensor gx = all_gather(grads[0], ctx->saved_data["dim"].toInt(), load_group(ctx), load_sizes(ctx, "sizes"));
     double scale = ctx->saved_data["scale"].toDouble();
     return {scale == 1.0 ? gx : gx * scale, {}, {}, {}};
@@ -80,6 +87,7 @@ struct ReduceScatterFn : torch::autograd::Function<ReduceScatterFn> {
 struct AllToAllFn : torch::autograd::Function<AllToAllFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t split_dim, int64_t concat_dim,
                             ProcessGroup* g, std::optional<std::vector<int64_t>> concat_sizes) {
+    detail::save_comm_scope(ctx);
     int64_t s = split_dim < 0 ? split_dim + x.dim() : split_dim;
     int64_t c = concat_dim < 0 ? concat_dim + x.dim() : concat_dim;
     if (!concat_sizes) concat_sizes = exchange_sizes(x.size(c), *g);
@@ -92,6 +100,7 @@ struct AllToAllFn : torch::autograd::Function<AllToAllFn> {
     return all_to_all(x, s, c, *g, concat_sizes, split_sizes);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const CommScopeGuard scope = detail::restore_comm_scope(ctx);
     // The reverse exchange: split the grad along concat_dim by the forward's concat sizes and gather the
     // pieces back along split_dim with the forward's split sizes.
     at::Tensor gx = all_to_all(grads[0], ctx->saved_data["c"].toInt(), ctx->saved_data["s"].toInt(), load_group(ctx),
@@ -102,11 +111,13 @@ struct AllToAllFn : torch::autograd::Function<AllToAllFn> {
 
 struct BroadcastFn : torch::autograd::Function<BroadcastFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t src, ProcessGroup* g) {
+    detail::save_comm_scope(ctx);
     ctx->saved_data["group"] = save_group(*g);
     ctx->saved_data["src"] = src;
     return broadcast(x, static_cast<int>(src), *g);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const CommScopeGuard scope = detail::restore_comm_scope(ctx);
     ProcessGroup& g = load_group(ctx);
     at::Tensor total = all_reduce(grads[0], ReduceOp::SUM, g);
     if (g.rank() != ctx->saved_data["src"].toInt()) total.zero_();

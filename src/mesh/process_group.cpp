@@ -12,6 +12,7 @@
 #include "dtensor/error.h"
 #include "dtensor/mesh/comm_hooks.h"
 #include "mesh/deadline.h"
+#include "mesh/fake_backend.h"
 #include "mesh/group_text.h"
 #include "mesh/shm/shm_backend.h"
 #include "mesh/size_agreement.h"
@@ -150,7 +151,9 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, std::vecto
     if (ranks_[i] == global_rank) rank_ = static_cast<int>(i);
   }
   if (rank_ < 0) throw dtensor::Error("dtensor: rank " + std::to_string(global_rank) + " is not in " + describe());
-  in_band_sizes_ = backend_->getBackendName() == detail::shm::kBackendName;
+  // Shared memory checks sizes within the collective; a fake group has no peers to disagree with.
+  in_band_sizes_ = backend_->getBackendName() == detail::shm::kBackendName ||
+                   backend_->getBackendName() == detail::kFakeBackendName;
 }
 
 ProcessGroup::~ProcessGroup() {
@@ -204,7 +207,8 @@ Work ProcessGroup::start(const char* collective, int64_t bytes, bool async_op,
   } catch (const dtensor::Error& e) {
     // The shm backend runs the collective at issue: a peer that failed it fails the group (a size mismatch
     // does not: every rank saw it, and the group is still whole).
-    if (in_band_sizes_ && static_cast<detail::shm::ShmBackend&>(*backend_).comm_broken()) {
+    if (backend_->getBackendName() == detail::shm::kBackendName &&
+        static_cast<detail::shm::ShmBackend&>(*backend_).comm_broken()) {
       std::string why = e.what();
       health_->fail(why.rfind("dtensor: ", 0) == 0 ? why.substr(9) : why);
     }

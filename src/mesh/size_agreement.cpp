@@ -160,7 +160,8 @@ void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::T
   const int64_t n = group.size();
   // The shared-memory backend checks CPU tensors' sizes inside the collective itself; CUDA tensors go elsewhere.
   // A failed group: the collective itself will refuse to start, naming the first failure.
-  const bool in_band = group.checks_sizes_in_band() && (!in.defined() || in.is_cpu());
+  // A fake group (a plan dry run, on meta tensors) has no peers to disagree with.
+  const bool in_band = group.checks_sizes_in_band() && (!in.defined() || in.is_cpu() || in.is_meta());
   if (n == 1 || !size_agreement_enabled() || in_band || group.failed()) return;
   const int64_t len = descriptor_length(n);
   std::vector<int64_t> d = size_descriptor(collective, in, out, in_splits, out_splits, n);

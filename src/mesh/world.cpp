@@ -18,6 +18,7 @@
 #include "dtensor/mesh/launch_env.h"
 #include "mesh/cuda_support.h"
 #include "mesh/deadline.h"
+#include "mesh/fake_backend.h"
 #include "mesh/group_text.h"
 #include "mesh/host_identity.h"
 #include "mesh/host_staged_backend.h"
@@ -70,6 +71,7 @@ std::string resolve_choice(const std::string& requested, const char* option, con
     mode = env && *env ? env : fallback;
     from = env_name;
   }
+  if (mode == "fake" && from == "InitOptions::backend") return mode;  // fake_world's, never the env's
   if (std::find(allowed.begin(), allowed.end(), mode) == allowed.end()) {
     std::string list;
     for (size_t i = 0; i < allowed.size(); ++i) {
@@ -114,7 +116,9 @@ World::World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOpti
     throw dtensor::Error("dtensor: rank " + std::to_string(rank) + " is outside [0, world size " +
                                 std::to_string(size) + ")");
   }
-  // Also on Gloo: a failed collective's error reports the members by it (describe_members).
+  // Also on Gloo: a failed collective's error reports the members by it (describe_members). A fake world
+  // (a plan dry run) has no members to describe.
+  if (options_.backend == "fake") return;
   try {
     detail::publish_host_identity(*store_, rank_);  // one store op: bounded by the store's timeout
   } catch (const std::exception& e) {
@@ -144,6 +148,12 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
   if (group_rank < 0) {
     throw dtensor::Error("dtensor: rank " + std::to_string(rank_) + " is not a member of group [" +
                                 join(global_ranks, ", ") + "]");
+  }
+  if (options_.backend == "fake") {  // no peers: nothing to connect
+    auto group = std::make_shared<ProcessGroup>(detail::make_fake_backend(group_rank, static_cast<int>(global_ranks.size())),
+                                                global_ranks, rank_, options_.timeout);
+    groups_->by_ranks.emplace(global_ranks, group);
+    return group;
   }
   // Each member builds its own backend under a prefix derived from the rank list alone, so all members
   // agree on it without talking (C++ has no new_group). Every step waits on the other members (through the

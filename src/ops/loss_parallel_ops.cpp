@@ -117,16 +117,23 @@ void loss_parallel_log_softmax_backward(OpCall& call) {
 }
 
 namespace {
+// The samples whose target class this rank owns ([class_offset, class_offset + local_classes)) and that are
+// not ignored. (Bitwise ops on bools: LibTorch's C++ build has meta kernels for them, not for logical_and,
+// which a plan dry run needs.)
+at::Tensor owned_targets(const at::Tensor& target, int64_t class_offset, int64_t local_classes, int64_t ignore_index) {
+  return (target >= class_offset).bitwise_and(target < class_offset + local_classes).bitwise_and(target != ignore_index);
+}
+
 // Per-sample -w[t] * logp[i, t] on the owning rank (0 elsewhere and for ignored samples), and the weights.
 std::pair<at::Tensor, at::Tensor> picked_terms(const at::Tensor& logp, const at::Tensor& target, const at::Tensor& weight,
                                                int64_t class_offset, int64_t ignore_index) {
   const int64_t local_classes = logp.size(1);
-  at::Tensor owned = (target >= class_offset).logical_and(target < class_offset + local_classes).logical_and(target != ignore_index);
-  at::Tensor local_t = (target - class_offset).masked_fill(owned.logical_not(), 0);
+  at::Tensor owned = owned_targets(target, class_offset, local_classes, ignore_index);
+  at::Tensor local_t = (target - class_offset).masked_fill(owned.bitwise_not(), 0);
   at::Tensor picked = local_classes > 0 ? logp.gather(1, local_t.unsqueeze(1)).squeeze(1) : at::zeros(target.sizes(), logp.options());
   at::Tensor w = weight.defined() ? weight.index_select(0, target.masked_fill(target == ignore_index, 0)) : at::ones_like(picked);
   w = w.masked_fill(target == ignore_index, 0);
-  return {(-picked * w).masked_fill(owned.logical_not(), 0), w};
+  return {(-picked * w).masked_fill(owned.bitwise_not(), 0), w};
 }
 }  // namespace
 
@@ -172,11 +179,11 @@ void loss_parallel_nll_backward(OpCall& call) {
   (void)terms;
   at::Tensor scale = reduction == 0 ? g : reduction == 2 ? g.expand(t.sizes()) : (g / total).expand(t.sizes());
   const int64_t local_classes = logp.size(1);
-  at::Tensor owned = (t >= offset).logical_and(t < offset + local_classes).logical_and(t != ignore_index);
+  at::Tensor owned = owned_targets(t, offset, local_classes, ignore_index);
   at::Tensor grad = at::zeros_like(logp);
   if (local_classes > 0) {
-    at::Tensor local_t = (t - offset).masked_fill(owned.logical_not(), 0);
-    at::Tensor values = (-w * scale).masked_fill(owned.logical_not(), 0);
+    at::Tensor local_t = (t - offset).masked_fill(owned.bitwise_not(), 0);
+    at::Tensor values = (-w * scale).masked_fill(owned.bitwise_not(), 0);
     grad.scatter_(1, local_t.unsqueeze(1), values.unsqueeze(1).to(grad.scalar_type()));
   }
   last_nll_grad = {grad, (-w * scale).masked_fill(t == ignore_index, 0).unsqueeze(1)};

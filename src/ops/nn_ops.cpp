@@ -109,8 +109,23 @@ ShardingDecision sdpa_backward(const OpCall& c) { return sdpa(c, 3, 6); }
 ShardingDecision efficient_attention(const OpCall& c) { return sdpa(c, 4, 4, 2); }
 ShardingDecision efficient_attention_backward(const OpCall& c) { return sdpa(c, 4, 7); }
 
-// _fused_sdp_choice returns an int: run it on the locals, nothing to wrap.
-void fused_sdp_choice(const c10::OperatorHandle& op, torch::jit::Stack* stack) { call_local(op, stack); }
+// _fused_sdp_choice returns an int: run it on the locals, nothing to wrap. Meta locals (a plan dry run)
+// would get the meta device's answer (the math path); they ask the CPU instead, with CPU stand-ins of the
+// same shapes (allocated, never written), so that the dry run takes the kernels a real CPU run takes.
+void fused_sdp_choice(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  std::vector<at::Tensor> locals;
+  auto on_cpu = [](const at::Tensor& t) {
+    return t.is_meta() ? at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kCPU)) : t;
+  };
+  for (size_t i = stack->size() - n; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (!v.isTensor()) continue;
+    if (is_dtensor(v.toTensor())) locals.push_back(on_cpu(detail::local_tensor(v.toTensor())));
+    else v = on_cpu(v.toTensor());  // a plain mask
+  }
+  call_local(op, stack, &locals);
+}
 
 // --- nll loss ----------------------------------------------------------------------------------------
 
@@ -282,7 +297,7 @@ void embedding(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   LocalShard shard = local_shard(wspec.meta.shape, wspec.mesh, w_target, *wspec.mesh.get_coordinate());
   const int64_t start = shard.offset[0], rows = shard.shape[0];
-  at::Tensor mask = (id_local < start).logical_or(id_local >= start + rows);  // ids this rank does not own
+  at::Tensor mask = (id_local < start).bitwise_or(id_local >= start + rows);  // (bitwise: a C++ meta kernel)  // ids this rank does not own
   at::Tensor shifted = (id_local - start).masked_fill(mask, 0);
   at::Tensor out;
   {

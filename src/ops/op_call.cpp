@@ -32,6 +32,8 @@ namespace {
 bool autograd_zeros(const c10::OperatorHandle& op, const at::Tensor& t) {
   const auto& name = op.operator_name().name;
   if (name != "aten::cat" && name != "aten::stack" && name.rfind("aten::scatter", 0) != 0) return false;
+  // A meta tensor (a plan dry run) has no values: in these ops' backward it can only be autograd's zeros.
+  if (t.is_meta()) return true;
   at::AutoDispatchBelowADInplaceOrView guard;
   if (t.is_meta()) return true;  // no values to check
   if (!t.is_cpu()) {
@@ -55,8 +57,56 @@ bool replicated_when_plain(const c10::OperatorHandle& op, size_t arg) {
 
 }  // namespace
 
+namespace {
+
+// A plan dry run (parallel/dry_run.h) holds DTensors whose locals are meta, and keeps the plain tensors the
+// user's code makes beside them (token ids, rotary tables, targets) small and on the CPU: the Meta backend
+// outranks ours in dispatch, so a plain meta tensor meeting a DTensor would skip this dispatch altogether.
+// Once in here, those CPU tensors (plain, or a DTensor's local) become meta like the rest, so that the local
+// computation runs the meta kernels (no values are read). CPU scalars (0-d) stay: meta kernels take them.
+void unify_meta_inputs(torch::jit::Stack& stack, size_t first) {
+  auto meta_local = [](const at::Tensor& t) {
+    return t.defined() && detail::get_impl(t) && detail::get_impl(t)->local().is_meta();
+  };
+  bool meta_world = false;
+  for (size_t i = first; i < stack.size() && !meta_world; ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensor()) meta_world = meta_local(v.toTensor());
+    if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) meta_world = meta_world || meta_local(t);
+    }
+  }
+  if (!meta_world) return;
+  auto to_meta = [](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined()) return t;
+    if (auto* impl = detail::get_impl(t)) {
+      if (!impl->local().is_cpu()) return t;
+      return detail::make_dtensor(impl->local().to(at::kMeta), impl->spec());
+    }
+    return t.is_cpu() && t.dim() > 0 ? t.to(at::kMeta) : t;
+  };
+  for (size_t i = first; i < stack.size(); ++i) {
+    c10::IValue& v = stack[i];
+    if (v.isTensor()) {
+      v = to_meta(v.toTensor());
+    } else if (v.isTensorList()) {
+      std::vector<at::Tensor> list = v.toTensorList().vec();
+      for (auto& t : list) t = to_meta(t);
+      v = c10::List<at::Tensor>(list);
+    } else if (v.isList()) {  // Tensor?[] (index ops)
+      c10::List<c10::IValue> list = v.toList();
+      for (size_t k = 0; k < list.size(); ++k) {
+        if (list.get(k).isTensor()) list.set(k, to_meta(list.get(k).toTensor()));
+      }
+    }
+  }
+}
+
+}  // namespace
+
 OpCall::OpCall(const c10::OperatorHandle& op_, torch::jit::Stack* stack_)
     : op(op_), stack(stack_), first_(stack_->size() - op_.schema().arguments().size()) {
+  unify_meta_inputs(*stack, first_);
   const size_t n = num_args();
   for (size_t i = 0; i < n; ++i) {
     const c10::IValue& v = (*stack)[first_ + i];

@@ -13,8 +13,11 @@ at::Tensor meta_of(const at::Tensor& t) {
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
 }
 
+thread_local bool shape_inference = false;
+
 }  // namespace
 
+bool in_shape_inference() { return shape_inference; }
 
 std::vector<OutputMeta> meta_outputs(const OpCall& call) {
   torch::jit::Stack meta_stack;
@@ -31,7 +34,13 @@ std::vector<OutputMeta> meta_outputs(const OpCall& call) {
       meta_stack.push_back(v);
     }
   }
-  call.op.callBoxed(&meta_stack);
+  {
+    struct Flag {
+      Flag() { shape_inference = true; }
+      ~Flag() { shape_inference = false; }
+    } inferring;
+    call.op.callBoxed(&meta_stack);
+  }
   std::vector<OutputMeta> out;
   for (const auto& v : meta_stack) {
     auto add = [&](const at::Tensor& t) {

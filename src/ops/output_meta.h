@@ -21,6 +21,9 @@ struct OutputMeta {
 
 // Runs the op on meta tensors of the inputs' global shapes; throws c10::Error when it has no meta kernel.
 std::vector<OutputMeta> meta_outputs(const OpCall& call);
+// True on this thread while meta_outputs runs an op: observers of ops (the dry run's FLOP count) skip it, as
+// it is the dispatch's shape inference, not work a rank does.
+bool in_shape_inference();
 
 // For ops without a meta kernel: each output's global shape from its local shape and placements, summing
 // the sizes of sharded dims over each sharding mesh dim's group (innermost first). Every rank takes this

@@ -24,6 +24,7 @@
 #include <tuple>
 
 #include "dtensor/error.h"
+#include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/tensor/dtensor.h"
 
@@ -88,6 +89,7 @@ class Reducer {
   void on_gradient(size_t index, const at::Tensor& param) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!sync_) return;
+    const CommScopeGuard scope(kCommScope);
     const at::Tensor& grad = param.grad();
     if (!grad.defined() || (!is_dtensor(grad) && !dp_mesh_)) return;
     if (!callback_queued_) {
@@ -116,6 +118,9 @@ class Reducer {
   std::weak_ptr<Reducer> self_;
 
  private:
+  // What the reductions count as (comm_hooks.h): they belong to no module's forward or backward.
+  static constexpr const char* kCommScope = "(gradient sync)";
+
   struct Slot {
     int bucket = -1;
     bool arrived = false;
@@ -130,6 +135,7 @@ class Reducer {
 
   void end_of_backward() {
     std::lock_guard<std::mutex> lock(mu_);
+    const CommScopeGuard scope(kCommScope);
     callback_queued_ = false;
     for (Bucket& b : buckets_) {
       if (b.arrived > 0) flush(b);

@@ -1,10 +1,12 @@
 #include "dtensor/parallel/module_hooks.h"
+#include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/error.h"
 
 #include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 #include <unordered_map>
 
@@ -208,6 +210,9 @@ c10::IValue run_hooked(torch::nn::Module& module, const HookSet& hooks, Args arg
                        const std::function<c10::IValue(const Args&, const KwArgs&)>& body) {
   check_enclosing_running(module, hooks);
   RunningScope scope(&hooks);
+  // Collectives issued in here (and, through autograd_collectives, in their backward) count for this path.
+  std::optional<CommScopeGuard> comm_scope;
+  if (!hooks.path.empty()) comm_scope.emplace(hooks.path);
   for (const auto& hook : hooks.pre) std::tie(args, kwargs) = hook(module, std::move(args), std::move(kwargs));
   c10::IValue out = body(args, kwargs);
   for (const auto& hook : hooks.post) out = hook(module, args, std::move(out));

@@ -10,6 +10,7 @@
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/redistribute/redistribute.h"
 #include "dtensor/tensor/dtensor.h"
+#include "mesh/autograd_comm_scope.h"
 #include "tensor/dtensor_impl.h"
 
 namespace dtensor {
@@ -58,9 +59,11 @@ struct RedistributeFn : torch::autograd::Function<RedistributeFn> {
     const DTensorSpec& src = dtensor_spec(input);
     DTensorSpec out_spec = with_placements(src, dst);
     save_spec(ctx, "src", src);
+    detail::save_comm_scope(ctx);
     return detail::make_dtensor(redistribute_local(detail::local_tensor(input), src, out_spec.placements), out_spec);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const CommScopeGuard scope = detail::restore_comm_scope(ctx);
     const DTensorSpec& src = load_spec(ctx, "src");
     const at::Tensor& grad = require_dtensor(grads[0], "redistribute backward");
     const DTensorSpec& grad_spec = dtensor_spec(grad);
@@ -89,9 +92,11 @@ struct FromLocalFn : torch::autograd::Function<FromLocalFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& local, const DTensorSpec& spec,
                             const std::optional<at::Tensor>& values) {
     save_spec(ctx, "grad_spec", with_placements(spec, reduce_partials(spec.placements)));
+    detail::save_comm_scope(ctx);
     return detail::make_dtensor((values ? *values : local).detach(), spec);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const CommScopeGuard scope = detail::restore_comm_scope(ctx);
     const DTensorSpec& target = load_spec(ctx, "grad_spec");
     const at::Tensor& grad = require_dtensor(grads[0], "from_local backward");
     at::Tensor local = redistribute_local(detail::local_tensor(grad), dtensor_spec(grad), target.placements);

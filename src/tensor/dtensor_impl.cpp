@@ -24,8 +24,19 @@ void check_local_matches(const at::Tensor& local, const DTensorSpec& spec) {
 
 }  // namespace
 
+namespace {
+// The device a DTensor reports: its local tensor's, except that a meta local on a CPU mesh (a plan dry run,
+// dry_run.h) reports the CPU, as PyTorch's fake tensors do: LibTorch's device-keyed choices (the CPU
+// attention kernel scaled_dot_product_attention picks, for one) then take the path a real CPU run takes, and
+// the locals stay meta (no memory).
+c10::Device reported_device(const at::Tensor& local, const DTensorSpec& spec) {
+  if (local.is_meta() && spec.mesh.device_type() == "cpu") return c10::Device(c10::kCPU);
+  return local.device();
+}
+}  // namespace
+
 DTensorImpl::DTensorImpl(at::Tensor local, DTensorSpec spec)
-    : c10::TensorImpl(c10::DispatchKeySet(kDTensorKey), local.dtype(), local.device()),
+    : c10::TensorImpl(c10::DispatchKeySet(kDTensorKey), local.dtype(), reported_device(local, spec)),
       local_(std::move(local)), spec_(std::move(spec)) {
   check_local_matches(local_, spec_);
   set_storage_access_should_throw();

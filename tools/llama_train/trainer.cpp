@@ -32,14 +32,13 @@ int64_t sum_values(const std::map<std::string, int64_t>& m) {
 
 double scalar(const at::Tensor& t) { return (dtensor::is_dtensor(t) ? dtensor::to_local(t) : t).item<double>(); }
 
-// Mean next-token cross-entropy. With loss parallel the logits are Shard(-1) (vocab) and the guard makes
-// log_softmax / nll_loss reduce across ranks instead of gathering the logits.
+
+}  // namespace
+
 at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& labels) {
   // The labels are plain and the same on every rank, as PyTorch's loss_parallel takes them.
   return at::cross_entropy_loss(logits.flatten(0, 1), labels.flatten(0, 1));
 }
-
-}  // namespace
 
 int64_t StepRecord::total_counts() const { return sum_values(fwd_bwd_counts) + sum_values(update_counts); }
 int64_t StepRecord::total_bytes() const { return sum_values(fwd_bwd_bytes) + sum_values(update_bytes); }

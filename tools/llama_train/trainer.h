@@ -41,6 +41,11 @@ struct TrainResult {
   int64_t num_params = 0;  // of the whole model
 };
 
+// Mean next-token cross-entropy of logits [b, s, vocab] against labels [b, s]. With loss parallel the logits
+// are Shard(-1) (vocab) and a LossParallelGuard makes log_softmax / nll_loss reduce across ranks instead of
+// gathering the logits.
+at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& labels);
+
 // The model for `options`, initialized from options.seed (the same on every rank), not yet parallelized.
 llama::LlamaForCausalLM make_model(const TrainOptions& options);
 // The mesh for `options` over a world of `world_size` ranks: 1-D ("tp") at dp 1, else 2-D ("dp", "tp") with

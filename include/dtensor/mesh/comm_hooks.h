@@ -32,6 +32,24 @@ class CommObserverGuard {
   size_t slot_;
 };
 
+// What issued a collective, for accounting by module (CommDebugMode, the plan dry run): the path of the
+// innermost hooked module whose forward is running (module_hooks.h sets it), and, in backward, the path
+// its forward ran under: a differentiable collective (autograd_collectives.h) records the scope in forward
+// and restores it while its backward runs. "" outside any recorded module.
+const std::string& current_comm_scope();
+
+// Sets the calling thread's comm scope until it dies.
+class CommScopeGuard {
+ public:
+  explicit CommScopeGuard(std::string scope);
+  ~CommScopeGuard();
+  CommScopeGuard(const CommScopeGuard&) = delete;
+  CommScopeGuard& operator=(const CommScopeGuard&) = delete;
+
+ private:
+  std::string previous_;
+};
+
 namespace detail {
 void notify_comm_observers(const CommEvent& event);
 

@@ -9,20 +9,42 @@
 #include <torch/nn/modules/normalization.h>
 #include <torch/nn/pimpl.h>
 
+#include <optional>
+
 #include "dtensor/parallel/module_hooks.h"
 
 namespace dtensor::nn {
 
+// While alive on this thread, Linear, Embedding and RMSNorm below create their parameters on `device`
+// (PyTorch's `with torch.device("meta"):`, limited to these layers: LibTorch has no default device). On
+// the meta device a model of any size costs no memory: the plan dry run builds its models so
+// (dtensor/parallel/dry_run.h). Initialization runs on that device (on meta it computes nothing).
+class DefaultDeviceGuard {
+ public:
+  explicit DefaultDeviceGuard(at::Device device);
+  ~DefaultDeviceGuard();
+  DefaultDeviceGuard(const DefaultDeviceGuard&) = delete;
+  DefaultDeviceGuard& operator=(const DefaultDeviceGuard&) = delete;
+  // The device set by the innermost guard, if any.
+  static std::optional<at::Device> current();
+
+ private:
+  std::optional<at::Device> previous_;
+};
+
 class LinearImpl : public torch::nn::LinearImpl {
  public:
-  using torch::nn::LinearImpl::LinearImpl;
+  LinearImpl(int64_t in_features, int64_t out_features) : LinearImpl(torch::nn::LinearOptions(in_features, out_features)) {}
+  explicit LinearImpl(const torch::nn::LinearOptions& options);
   at::Tensor forward(const at::Tensor& input);
 };
 TORCH_MODULE(Linear);
 
 class EmbeddingImpl : public torch::nn::EmbeddingImpl {
  public:
-  using torch::nn::EmbeddingImpl::EmbeddingImpl;
+  EmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim)
+      : EmbeddingImpl(torch::nn::EmbeddingOptions(num_embeddings, embedding_dim)) {}
+  explicit EmbeddingImpl(const torch::nn::EmbeddingOptions& options);
   at::Tensor forward(const at::Tensor& input);
 };
 TORCH_MODULE(Embedding);

@@ -1,0 +1,93 @@
+#include "cost_model.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "dtensor/error.h"
+
+namespace llama_plan {
+
+double CostModel::collective_seconds(const std::string& collective, int64_t input_bytes, int64_t n) const {
+  if (n <= 1) return 0;
+  auto it = collectives.find(collective);
+  if (it == collectives.end()) it = collectives.find("all_reduce");  // broadcast etc.: the all_reduce numbers
+  if (it == collectives.end() || it->second.busbw_gbps <= 0) return 0;
+  const double b = static_cast<double>(input_bytes), ranks = static_cast<double>(n);
+  double wire = b * (ranks - 1) / ranks;
+  if (collective == "all_reduce") wire = 2 * b * (ranks - 1) / ranks;
+  if (collective == "all_gather") wire = b * (ranks - 1);
+  return it->second.latency_us * 1e-6 + wire / (it->second.busbw_gbps * 1e9);
+}
+
+CostModel default_cost_model() {
+  CostModel m;
+  m.collectives = {{"all_reduce", {69.0, 2.81}},
+                   {"all_gather", {160.0, 2.36}},
+                   {"reduce_scatter", {3.5, 1.56}},
+                   {"all_to_all", {2.4, 2.71}}};
+  m.comm_source = "README comm_bench (shm, world 2, this machine)";
+  return m;
+}
+
+void load_comm_table(CostModel& model, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw dtensor::Error("llama_plan: cannot read comm table '" + path + "'");
+  // Each table: "# <collective> [(label)]", a header line, then rows: size count iters time(us) algbw busbw.
+  std::map<std::string, std::vector<std::pair<double, std::pair<double, double>>>> rows;  // size -> (us, busbw)
+  std::string line, current;
+  while (std::getline(in, line)) {
+    if (line.rfind("# ", 0) == 0) {
+      std::istringstream words(line.substr(2));
+      std::string name;
+      words >> name;
+      current = (name == "all_reduce" || name == "all_gather" || name == "reduce_scatter" || name == "all_to_all") &&
+                        !rows.count(name) ? name : "";
+      continue;
+    }
+    if (current.empty()) continue;
+    std::istringstream fields(line);
+    double size, count, iters, us, algbw, busbw;
+    if (fields >> size >> count >> iters >> us >> algbw >> busbw) rows[current].push_back({size, {us, busbw}});
+    else if (!line.empty() && line[0] != ' ' && !std::isdigit(static_cast<unsigned char>(line[0]))) current.clear();
+  }
+  if (rows.empty()) throw dtensor::Error("llama_plan: no comm_bench table in '" + path + "'");
+  for (auto& [name, r] : rows) {
+    std::sort(r.begin(), r.end());
+    model.collectives[name] = {r.front().second.first, r.back().second.second};
+  }
+  model.comm_source = path;
+}
+
+double measure_matmul_gflops() {
+  const int64_t n = 1024;
+  at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+  at::mm(a, b);  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    at::Tensor c = at::mm(a, b);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+double record_seconds(const dtensor::CommRecord& r, const CostModel& model) {
+  if (r.count == 0) return 0;
+  return static_cast<double>(r.count) * model.collective_seconds(r.collective, r.bytes / r.count, r.group_size);
+}
+
+StepEstimate estimate_step(const dtensor::RankReport& rank, const CostModel& model) {
+  StepEstimate e;
+  e.compute_s = model.matmul_gflops > 0 ? rank.matmul_flops / (model.matmul_gflops * 1e9) : 0;
+  for (const auto& r : rank.comms) e.comm_s += record_seconds(r, model);
+  e.step_s = e.compute_s + e.comm_s;
+  return e;
+}
+
+}  // namespace llama_plan

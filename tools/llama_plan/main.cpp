@@ -1,0 +1,46 @@
+// llama_plan: the plan dry run for Llama (plan.h) as a command (options.h), with tables or JSON (report.h)
+// and a step-time estimate (cost_model.h). Exit 2 for bad flags and for a plan the library refuses.
+#include <c10/util/Exception.h>
+
+#include <iostream>
+
+#include "cost_model.h"
+#include "dtensor/error.h"
+#include "options.h"
+#include "report.h"
+
+int main(int argc, char** argv) {
+  llama_plan::CliOptions o;
+  try {
+    o = llama_plan::parse_options(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const tools_cli::UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  if (o.help) {
+    std::cout << llama_plan::help_text();
+    return 0;
+  }
+  try {
+    llama_plan::CostModel cost = llama_plan::default_cost_model();
+    if (!o.comm_table.empty()) llama_plan::load_comm_table(cost, o.comm_table);
+    cost.matmul_gflops = o.mm_gflops > 0 ? o.mm_gflops : llama_plan::measure_matmul_gflops();
+    if (!o.json) std::cerr << "llama_plan: dry run of " << o.plan.model.to_string() << " at tp " << o.plan.tp << "...\n";
+    const dtensor::DryRunReport report = llama_plan::dry_run_llama(o.plan);
+    if (o.json) {
+      std::cout << llama_plan::to_json(o.plan, report, cost).dump(1) << "\n";
+    } else {
+      llama_plan::print_tables(std::cout, o.plan, report, cost);
+    }
+    return 0;
+  } catch (const dtensor::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";  // the plan refused (a shape the TP degree cannot split)
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "llama_plan: " << e.what_without_backtrace() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "llama_plan: " << e.what() << "\n";
+    return 1;
+  }
+}

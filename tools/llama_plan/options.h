@@ -1,0 +1,26 @@
+// llama_plan's command line (tools/common/cli.h grammar; bad flags: one `error:` line, exit 2).
+#pragma once
+
+#include "../common/cli.h"
+
+#include <string>
+#include <vector>
+
+#include "plan.h"
+
+namespace llama_plan {
+
+struct CliOptions {
+  PlanOptions plan;
+  bool json = false;
+  std::string comm_table;   // "": the built-in numbers
+  double mm_gflops = 0;     // 0: measure
+  bool help = false;
+};
+
+// Parses argv (without argv[0]); applies --preset / --hf-config first, then the size flags over them.
+// Throws tools_cli::UsageError.
+CliOptions parse_options(const std::vector<std::string>& args);
+std::string help_text();
+
+}  // namespace llama_plan

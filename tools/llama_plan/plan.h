@@ -1,0 +1,31 @@
+// The Llama plan dry run: llama_train's step (its parallelize: torchtitan's TP plan, loss parallel, DDP or
+// FSDP over dp; AdamW) for one rank of a dp x tp mesh, on meta tensors (dtensor/parallel/dry_run.h). Shared by llama_plan and the tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtensor/parallel/dry_run.h"
+#include "llama/config.h"
+
+namespace llama_plan {
+
+struct PlanOptions {
+  llama::LlamaConfig model;
+  int64_t seq_len = 64;
+  int64_t batch = 4;  // global: each data-parallel rank takes batch / dp sequences
+  int64_t tp = 2;
+  int64_t dp = 1;
+  std::string data_parallel = "ddp";  // over dp, as llama_train's --ddp / --fsdp
+  bool sequence_parallel = true;
+  bool loss_parallel = true;
+  bool optimizer = true;   // AdamW step (llama_train's optimizer)
+  std::vector<int> ranks;  // simulated ranks; empty: rank 0 and the last
+};
+
+// Throws dtensor::Error for what a real run would refuse (the plan's own errors among them, raised by the
+// same code) and for batch not divisible by dp.
+dtensor::DryRunReport dry_run_llama(const PlanOptions& options);
+
+}  // namespace llama_plan

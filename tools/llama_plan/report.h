@@ -1,0 +1,19 @@
+// llama_plan's output: tables (per layer, totals, memory, estimate) or one JSON object, and the summary line.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <ostream>
+
+#include "cost_model.h"
+#include "plan.h"
+
+namespace llama_plan {
+
+void print_tables(std::ostream& os, const PlanOptions& options, const dtensor::DryRunReport& report,
+                  const CostModel& cost);
+nlohmann::json to_json(const PlanOptions& options, const dtensor::DryRunReport& report, const CostModel& cost);
+// "summary key=value ...": the last line of the table output.
+std::string summary_line(const PlanOptions& options, const dtensor::DryRunReport& report, const CostModel& cost);
+
+}  // namespace llama_plan

@@ -1,0 +1,80 @@
+// Async TP's fused ops (dtensor/parallel/async_tp.h) against their unfused reference paths and against the
+// whole computation on one rank, at TP 2 and 4 (ranks as threads, real process groups), for sequence
+// parallel's shapes ([b, s, h], gather / scatter over the sequence dim 1) and plain [m, k] (dim 0).
+#include <gtest/gtest.h>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/parallel/async_tp.h"
+#include "harness/multi_rank.h"
+
+using namespace dtensor;
+using namespace dtensor::testing;
+
+namespace {
+
+double max_rel(const at::Tensor& a, const at::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item<double>();
+}
+
+}  // namespace
+
+// all_gather(A) @ B for each B, with A gathered too: equal to the reference (one all_gather, then the
+// matmuls) and to the full computation, on every rank.
+TEST(AsyncTP, FusedAllGatherMatmulEqualsGatherThenMatmul) {
+  for_each_world({2, 4}, [](int rank, int world) {
+    const DeviceMesh mesh = init_device_mesh("cpu", {world});
+    ProcessGroup& group = mesh.get_group(0);
+    for (const auto& [shape, dim] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{{{2, 16, 24}, 1}, {{32, 24}, 0}}) {
+      const at::Tensor full = seeded_randn(1, shape);
+      const at::Tensor shard = full.chunk(world, dim)[rank].contiguous();
+      const std::vector<at::Tensor> Bs{seeded_randn(2, {24, 40}), seeded_randn(3, {24, 8})};
+      const auto [gathered, outs] = fused_all_gather_matmul(shard, Bs, dim, group);
+      const auto [ref_gathered, ref_outs] = reference::all_gather_matmul(shard, Bs, dim, group);
+      EXPECT_TRUE(at::equal(gathered, full));
+      EXPECT_TRUE(at::equal(ref_gathered, full));
+      ASSERT_EQ(outs.size(), 2u);
+      for (size_t i = 0; i < Bs.size(); ++i) {
+        EXPECT_LE(max_rel(outs[i], ref_outs[i]), 1e-6) << "B " << i << " dim " << dim;
+        EXPECT_LE(max_rel(outs[i], at::matmul(full, Bs[i])), 1e-6) << "B " << i << " dim " << dim;
+      }
+    }
+  });
+}
+
+// reduce_scatter(A @ B): each rank's A is its rowwise-TP partial (its K slice); the sum over ranks,
+// scattered over the rows, equals the reference and this rank's rows of the full product. SUM and AVG,
+// in 1, 2 and 3 slices per block.
+TEST(AsyncTP, FusedMatmulReduceScatterEqualsMatmulThenReduceScatter) {
+  for_each_world({2, 4}, [](int rank, int world) {
+    const DeviceMesh mesh = init_device_mesh("cpu", {world});
+    ProcessGroup& group = mesh.get_group(0);
+    for (const auto& [shape, dim] : std::vector<std::pair<std::vector<int64_t>, int64_t>>{{{2, 16, 32}, 1}, {{24, 32}, 0}}) {
+      const at::Tensor A_full = seeded_randn(4, shape), B_full = seeded_randn(5, {32, 12});
+      // Rowwise TP: rank r holds A's columns and B's rows of its K slice; the products are partial sums.
+      const at::Tensor A = A_full.chunk(world, -1)[rank].contiguous(), B = B_full.chunk(world, 0)[rank].contiguous();
+      const at::Tensor expected = at::matmul(A_full, B_full).chunk(world, dim)[rank];
+      for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG}) {
+        const at::Tensor ref = reference::matmul_reduce_scatter(A, B, op, dim, group);
+        for (int64_t chunks : {1, 2, 3}) {
+          const at::Tensor out = fused_matmul_reduce_scatter(A, B, op, dim, group, chunks);
+          ASSERT_EQ(out.sizes(), ref.sizes());
+          EXPECT_LE(max_rel(out, ref), 1e-6) << "chunks " << chunks << " dim " << dim;
+          EXPECT_LE(max_rel(op == ReduceOp::AVG ? out * world : out, expected), 1e-5) << "chunks " << chunks;
+        }
+      }
+    }
+  });
+}
+
+TEST(AsyncTP, BadDimsAreRefused) {
+  run_ranks(2, [](int, int world) {
+    const DeviceMesh mesh = init_device_mesh("cpu", {world});
+    ProcessGroup& group = mesh.get_group(0);
+    const at::Tensor a = at::ones({6, 4});
+    EXPECT_NE(error_of([&] { fused_all_gather_matmul(a, {at::ones({4, 2})}, 1, group); }).find("not one of its row dims"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { fused_matmul_reduce_scatter(at::ones({5, 4}), at::ones({4, 2}), ReduceOp::SUM, 0, group); })
+                  .find("does not split evenly"),
+              std::string::npos);
+  });
+}

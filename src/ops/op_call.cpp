@@ -35,7 +35,6 @@ bool autograd_zeros(const c10::OperatorHandle& op, const at::Tensor& t) {
   // A meta tensor (a plan dry run) has no values: in these ops' backward it can only be autograd's zeros.
   if (t.is_meta()) return true;
   at::AutoDispatchBelowADInplaceOrView guard;
-  if (t.is_meta()) return true;  // no values to check
   if (!t.is_cpu()) {
     // No host synchronisation on a device: the check runs there and fails the stream if the tensor is not zeros.
     at::_assert_async(t.count_nonzero() == 0, "dtensor: " + name + ": a plain tensor mixed with DTensors must be zeros");

@@ -98,8 +98,11 @@ void FsdpParamGroup::start_unshard(bool async_op) {
   if (dp_ > 1) {
     gather_out_ = at::empty({dp_ * shard_numel_}, gathered_.options());  // [dp * S], rank-major
     ProcessGroup& group = dp_mesh_.get_group(0);
-    gather_work_ = async_op ? group.all_gather_into_async(gather_out_, gather_in_) : Work();
-    if (!async_op) group.all_gather_into(gather_out_, gather_in_);
+    if (async_op) {
+      gather_work_ = group.all_gather_into_async(gather_out_, gather_in_);
+    } else {
+      group.all_gather_into(gather_out_, gather_in_);
+    }
   } else {
     gather_out_ = gather_in_;
   }

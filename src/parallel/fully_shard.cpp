@@ -39,13 +39,19 @@ void remember(const at::Tensor& sharded, const std::shared_ptr<FsdpParamGroup>& 
   registry.push_back(Registered{c10::weak_intrusive_ptr<c10::TensorImpl>(sharded.getIntrusivePtr()), group});
 }
 
+// The registry's entry for `parameter` (null if none); the caller holds registry_mu.
+const Registered* registered(const at::Tensor& parameter) {
+  for (const auto& r : registry) {
+    if (!r.parameter.expired() && r.parameter._unsafe_get_target() == parameter.unsafeGetTensorImpl()) return &r;
+  }
+  return nullptr;
+}
+
 // The group that took `parameter` (null if none).
 std::shared_ptr<FsdpParamGroup> group_of(const at::Tensor& parameter) {
   std::lock_guard<std::mutex> lock(registry_mu);
-  for (const auto& r : registry) {
-    if (!r.parameter.expired() && r.parameter._unsafe_get_target() == parameter.unsafeGetTensorImpl()) return r.group.lock();
-  }
-  return nullptr;
+  const Registered* r = registered(parameter);
+  return r ? r->group.lock() : nullptr;
 }
 
 class GradientArrived final : public torch::autograd::PostAccumulateGradHook {
@@ -114,9 +120,7 @@ FsdpParam shard_parameter(const at::Tensor& p, const std::string& path, const De
 bool is_fully_sharded(const at::Tensor& parameter) {
   if (!parameter.defined()) return false;
   std::lock_guard<std::mutex> lock(registry_mu);
-  return std::any_of(registry.begin(), registry.end(), [&](const auto& r) {
-    return !r.parameter.expired() && r.parameter._unsafe_get_target() == parameter.unsafeGetTensorImpl();
-  });
+  return registered(parameter) != nullptr;
 }
 
 void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOptions options) {

@@ -2,15 +2,9 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
-
 #include "dtensor/error.h"
-#include "dtensor/mesh/comm_hooks.h"
-#include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/parallel/loss_parallel.h"
-#include "dtensor/tensor/dtensor.h"
 #include "llama/model.h"
-#include "llama/parallelize.h"
 #include "trainer.h"
 
 namespace llama_plan {

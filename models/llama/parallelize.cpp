@@ -20,6 +20,7 @@
 #include "llama/parallelize.h"
 
 #include "dtensor/error.h"
+#include "dtensor/parallel/enable_async_tp.h"
 #include "dtensor/parallel/head_replicated_colwise.h"
 #include "dtensor/parallel/style.h"
 
@@ -143,7 +144,13 @@ ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
 }
 
 void apply_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh, const TPOptions& options) {
-  parallelize_module(*model, tp_mesh, torchtitan_plan(model->config, tp_mesh.size(), options));
+  if (options.async_tp && !options.sequence_parallel) {
+    throw dtensor::Error("dtensor: llama TP plan: async TP fuses sequence parallel's all-gathers and reduce-scatters "
+                         "with their matmuls; it needs sequence_parallel");
+  }
+  const ParallelizePlan plan = torchtitan_plan(model->config, tp_mesh.size(), options);
+  parallelize_module(*model, tp_mesh, plan);
+  if (options.async_tp) enable_async_tp(*model, tp_mesh, plan);
 }
 
 void apply_inference_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh) {

@@ -15,6 +15,10 @@ namespace llama {
 struct TPOptions {
   bool sequence_parallel = true;  // false: plain Megatron TP (norms replicated, activations Replicate)
   bool loss_parallel = true;      // lm_head output Shard(-1) for LossParallelGuard; false: Replicate logits
+  // torchtitan's enable_async_tensor_parallel (needs sequence_parallel): the SP all-gathers fused with the
+  // q/k/v, gate/up and lm_head matmuls, the reduce-scatters with o_proj's and down_proj's
+  // (dtensor/parallel/enable_async_tp.h).
+  bool async_tp = false;
 };
 
 // torchtitan's plan for a TP degree `tp`. Throws dtensor::Error naming the module and the sizes when tp
@@ -31,7 +35,8 @@ dtensor::ParallelizePlan hf_plan(const LlamaConfig& config, int64_t tp);
 // and norms whole. k/v heads may be replicated as in torchtitan_plan; the KV cache follows the k/v shards.
 dtensor::ParallelizePlan inference_plan(const LlamaConfig& config, int64_t tp);
 
-// Checks the sizes (the errors above) and applies the plan: nothing moves when a check fails.
+// Checks the sizes (the errors above) and applies the plan: nothing moves when a check fails. With
+// options.async_tp, then enable_async_tp on the same plan (an error without sequence parallel).
 void apply_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh, const TPOptions& options = {});
 void apply_inference_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh);
 void apply_hf_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh);

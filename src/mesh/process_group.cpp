@@ -1,6 +1,7 @@
 // ProcessGroup (a c10d backend with bounded waits, errors that name the collective and the group, and
 // a health state shared with its Works) and Work. World and init_process_group are in world.cpp.
 #include "dtensor/mesh/process_group.h"
+#include "dtensor/mesh/comm_clock.h"
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -101,6 +102,28 @@ Work& Work::operator=(Work&& other) noexcept {
   return *this;
 }
 
+namespace {
+
+// comm_clock.h: nested scopes (a blocking collective's wait inside its start) count once.
+thread_local int64_t exposed_ns = 0;
+thread_local int clock_depth = 0;
+
+struct CommClock {
+  std::chrono::steady_clock::time_point start;
+  CommClock() {
+    if (clock_depth++ == 0) start = std::chrono::steady_clock::now();
+  }
+  ~CommClock() {
+    if (--clock_depth == 0) {
+      exposed_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    }
+  }
+};
+
+}  // namespace
+
+int64_t exposed_comm_ns() { return exposed_ns; }
+
 Work::~Work() {
   if (state_) {
     try {
@@ -115,6 +138,7 @@ Work::Work() noexcept = default;
 
 void Work::wait() {
   if (!state_) return;
+  const CommClock clock;
   auto state = std::move(state_);
   // A group that already failed has a peer that will not answer: do not wait another timeout for it.
   if (state->health->failed && !state->work->isCompleted()) {
@@ -195,6 +219,7 @@ Work ProcessGroup::start(const char* collective, int64_t bytes, bool async_op,
     if (alone) alone();
     return Work();
   }
+  const CommClock clock;
   std::string what = std::string(collective) + " on " + describe();
   if (health_->failed) {
     throw dtensor::Error("dtensor: " + what + " cannot start: the group failed earlier (" + health_->why() +

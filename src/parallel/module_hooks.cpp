@@ -1,5 +1,6 @@
 #include "dtensor/parallel/module_hooks.h"
 #include "dtensor/mesh/comm_hooks.h"
+#include "parallel/forward_override.h"
 #include "dtensor/error.h"
 
 #include <algorithm>
@@ -26,9 +27,10 @@ struct HookSet {
   const torch::nn::Module* address = nullptr;
   std::vector<ForwardPreHook> pre;
   std::vector<ForwardHook> post;
+  std::vector<detail::ForwardOverride> overrides;
   std::string path;
   std::vector<Enclosing> enclosing;
-  bool any_hooks() const { return !pre.empty() || !post.empty(); }
+  bool any_hooks() const { return !pre.empty() || !post.empty() || !overrides.empty(); }
 };
 using HookSetPtr = std::shared_ptr<const HookSet>;
 using Table = std::unordered_map<const torch::nn::Module*, HookSetPtr>;
@@ -197,6 +199,18 @@ void register_forward_hook(torch::nn::Module& module, TensorForwardHook hook) {
   }));
 }
 
+namespace detail {
+
+void register_forward_pre_hook_first(torch::nn::Module& module, ForwardPreHook hook) {
+  edit_hooks(module, [&](HookSet& hooks) { hooks.pre.insert(hooks.pre.begin(), std::move(hook)); });
+}
+
+void register_forward_override(torch::nn::Module& module, ForwardOverride override_body) {
+  edit_hooks(module, [&](HookSet& hooks) { hooks.overrides.push_back(std::move(override_body)); });
+}
+
+}  // namespace detail
+
 bool has_hooks(const torch::nn::Module& module) {
   std::lock_guard<std::mutex> lock(writer_mutex());
   const HookSet* hooks = find_live(*published(), module);
@@ -214,7 +228,11 @@ c10::IValue run_hooked(torch::nn::Module& module, const HookSet& hooks, Args arg
   std::optional<CommScopeGuard> comm_scope;
   if (!hooks.path.empty()) comm_scope.emplace(hooks.path);
   for (const auto& hook : hooks.pre) std::tie(args, kwargs) = hook(module, std::move(args), std::move(kwargs));
-  c10::IValue out = body(args, kwargs);
+  std::optional<c10::IValue> replaced;
+  for (const auto& override_body : hooks.overrides) {
+    if ((replaced = override_body(module, args, kwargs))) break;
+  }
+  c10::IValue out = replaced ? std::move(*replaced) : body(args, kwargs);
   for (const auto& hook : hooks.post) out = hook(module, args, std::move(out));
   return out;
 }

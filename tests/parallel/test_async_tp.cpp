@@ -78,3 +78,44 @@ TEST(AsyncTP, BadDimsAreRefused) {
               std::string::npos);
   });
 }
+
+// Autograd: each fused op's backward (the other fused op, plus plain weight-gradient matmuls) gives the
+// gradients of the unfused path (the autograd collectives), for A's shard and every B, with the gathered A
+// also read directly (its gradient reduce-scattered); fp64, so any indexing slip shows.
+TEST(AsyncTP, GradientsEqualTheUnfusedPaths) {
+  for_each_world({2, 4}, [](int rank, int world) {
+    const DeviceMesh mesh = init_device_mesh("cpu", {world});
+    ProcessGroup& group = mesh.get_group(0);
+    const std::vector<int64_t> shape{2, 8 * world, 12};  // [b, s, h], gathered / scattered over s
+    auto leaf = [&](int seed, std::vector<int64_t> s) { return seeded_randn(seed, s, at::kDouble).requires_grad_(); };
+    {  // all-gather + matmul
+      const at::Tensor full = seeded_randn(11, shape, at::kDouble);
+      std::vector<at::Tensor> grads[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        at::Tensor shard = full.chunk(world, 1)[rank].contiguous().requires_grad_();
+        std::vector<at::Tensor> Bs{leaf(12, {12, 6}), leaf(13, {12, 10})};
+        auto [gathered, outs] = fused ? fused_all_gather_matmul(shard, Bs, 1, mesh, 0)
+                                      : reference::all_gather_matmul(shard, Bs, 1, group);
+        // Weights that differ per rank: each rank's loss reads its own columns (as Colwise ranks do).
+        at::Tensor loss = (outs[0] * seeded_randn(20 + rank, outs[0].sizes(), at::kDouble)).sum() +
+                          (outs[1] * seeded_randn(30 + rank, outs[1].sizes(), at::kDouble)).sum() +
+                          (gathered * gathered).sum() * 0.5;
+        loss.backward();
+        grads[fused] = {shard.grad(), Bs[0].grad(), Bs[1].grad()};
+      }
+      for (size_t i = 0; i < 3; ++i) EXPECT_LE(max_rel(grads[1][i], grads[0][i]), 1e-12) << "all-gather input " << i;
+    }
+    {  // matmul + reduce-scatter, SUM and AVG
+      for (ReduceOp op : {ReduceOp::SUM, ReduceOp::AVG}) {
+        std::vector<at::Tensor> grads[2];
+        for (int fused = 0; fused < 2; ++fused) {
+          at::Tensor A = leaf(40 + rank, {2, 8 * world, 12}), B = leaf(50 + rank, {12, 7});
+          at::Tensor z = fused ? fused_matmul_reduce_scatter(A, B, op, 1, mesh, 0, 3) : reference::matmul_reduce_scatter(A, B, op, 1, group);
+          (z * seeded_randn(60 + rank, z.sizes(), at::kDouble)).sum().backward();
+          grads[fused] = {A.grad(), B.grad()};
+        }
+        for (size_t i = 0; i < 2; ++i) EXPECT_LE(max_rel(grads[1][i], grads[0][i]), 1e-12) << "reduce-scatter input " << i;
+      }
+    }
+  });
+}

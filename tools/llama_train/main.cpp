@@ -95,10 +95,10 @@ int main(int argc, char** argv) {
     llama_train::parallelize(model, options, mesh);
     const int64_t tokens_per_step = options.batch * options.seq_len;
     if (rank == 0) {
-      std::printf("llama_train: device=%s dp=%lld (%s) tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d | %s | corpus %s, %lld tokens\n",
+      std::printf("llama_train: device=%s dp=%lld (%s) tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d async_tp=%d | %s | corpus %s, %lld tokens\n",
                   tp_mesh.device().str().c_str(), static_cast<long long>(options.dp), options.dp > 1 ? options.data_parallel.c_str() : "none",
                   static_cast<long long>(tp_mesh.size()), options.plan.c_str(), options.sequence_parallel,
-                  options.loss_parallel, options.model.to_string().c_str(), corpus.source.c_str(),
+                  options.loss_parallel, options.async_tp, options.model.to_string().c_str(), corpus.source.c_str(),
                   static_cast<long long>(corpus.tokens.numel()));
     }
     const dtensor::DeviceMesh world_mesh = mesh.ndim() == 1 ? mesh : mesh.flatten();  // for the memory line
@@ -107,8 +107,8 @@ int main(int argc, char** argv) {
       if ((r.step + 1) % options.log_every != 0 && r.step != 0 && r.step + 1 != options.steps) return;
       const std::string rss = peak_rss_per_rank(world_mesh);
       if (rank != 0) return;
-      std::printf("step %5lld  loss %.6f  grad_norm %.3f  lr %.2e  %.1f ms/step  %.0f tokens/s  peak_rss_mb %s\n",
-                  static_cast<long long>(r.step + 1), r.loss, r.grad_norm, r.lr, r.ms,
+      std::printf("step %5lld  loss %.6f  grad_norm %.3f  lr %.2e  %.1f ms/step (comm %.1f)  %.0f tokens/s  peak_rss_mb %s\n",
+                  static_cast<long long>(r.step + 1), r.loss, r.grad_norm, r.lr, r.ms, r.comm_ms,
                   static_cast<double>(tokens_per_step) / (r.ms / 1000.0), rss.c_str());
       if (options.comm_detail) {
         auto part = [](const std::map<std::string, int64_t>& counts, const std::map<std::string, int64_t>& bytes) {
@@ -130,13 +130,16 @@ int main(int argc, char** argv) {
     if (rank == 0 && result.steps.empty()) {
       std::printf("summary final_loss=nan steps_run=0 resumed_from=%lld\n", static_cast<long long>(result.start_step));
     } else if (rank == 0) {
-      std::vector<double> ms;
-      for (size_t i = std::min<size_t>(3, result.steps.size() - 1); i < result.steps.size(); ++i) ms.push_back(result.steps[i].ms);
+      std::vector<double> ms, comm_ms;
+      for (size_t i = std::min<size_t>(3, result.steps.size() - 1); i < result.steps.size(); ++i) {
+        ms.push_back(result.steps[i].ms);
+        comm_ms.push_back(result.steps[i].comm_ms);
+      }
       const double med = median(ms);
       const auto& last = result.steps.back();
-      std::printf("summary final_loss=%.6f median_step_ms=%.3f tokens_per_s=%.1f collectives_per_step=%lld "
+      std::printf("summary final_loss=%.6f median_step_ms=%.3f median_comm_ms=%.3f tokens_per_s=%.1f collectives_per_step=%lld "
                   "comm_bytes_per_step=%lld param_bytes_per_rank=%lld steps_run=%zu resumed_from=%lld\n",
-                  last.loss, med, static_cast<double>(tokens_per_step) / (med / 1000.0),
+                  last.loss, med, median(comm_ms), static_cast<double>(tokens_per_step) / (med / 1000.0),
                   static_cast<long long>(last.total_counts()), static_cast<long long>(last.total_bytes()),
                   static_cast<long long>(result.param_bytes_per_rank), result.steps.size(),
                   static_cast<long long>(result.start_step));

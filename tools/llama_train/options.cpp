@@ -41,6 +41,8 @@ std::string help_text() {
     << "  --seed N                  weights and batches (default " << d.seed << ")\n"
     << "  --sequence-parallel / --no-sequence-parallel   (default on)\n"
     << "  --loss-parallel / --no-loss-parallel           (default on)\n"
+    << "  --async-tp                SP's all-gathers and reduce-scatters fused with their matmuls, pipelined\n"
+    << "                            (async TP; needs sequence parallel; default off)\n"
     << "  --gradient-sync / --no-gradient-sync           reduce gradients once after backward (default on)\n"
     << "  --device cpu|cuda         where the model runs (default " << d.device << "; cuda: cuda:LOCAL_RANK, NCCL between\n"
     << "                            ranks, or DTENSOR_CUDA_BACKEND=gloo when ranks share a GPU)\n"
@@ -110,6 +112,8 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
   const tools_cli::FlagOptions flags = {
       {"sequence-parallel", [&] { o.sequence_parallel = true; }},
       {"no-sequence-parallel", [&] { o.sequence_parallel = false; }},
+      {"async-tp", [&] { o.async_tp = true; }},
+      {"no-async-tp", [&] { o.async_tp = false; }},
       {"loss-parallel", [&] { o.loss_parallel = true; }},
       {"no-loss-parallel", [&] { o.loss_parallel = false; }},
       {"gradient-sync", [&] { o.gradient_sync = true; }},
@@ -125,7 +129,11 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
       {"help", [&] { help = true; }},
   };
   tools_cli::parse_args(args, valued, flags);
+  if (o.async_tp && o.plan == "hf") throw UsageError("--async-tp needs --plan torchtitan (the hf plan has no sequence parallel)");
   if (o.plan == "hf") o.sequence_parallel = o.loss_parallel = false;
+  if (o.async_tp && !o.sequence_parallel) {
+    throw UsageError("--async-tp needs sequence parallel (it fuses SP's all-gathers and reduce-scatters with the matmuls)");
+  }
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
     throw UsageError(std::string(o.resume ? "--resume" : "--checkpoint-every") + " needs --checkpoint-dir");
   }

@@ -28,6 +28,7 @@ struct TrainOptions {
   uint64_t seed = 0;
   bool sequence_parallel = true;
   bool loss_parallel = true;
+  bool async_tp = false;  // SP's all-gathers and reduce-scatters fused with their matmuls (needs SP, plan torchtitan)
   // Gradients reduced to their parameters' placements once per backward (dtensor/parallel/gradient_sync.h);
   // off: PyTorch's behaviour (Partial gradients, reduced by every op that reads them).
   bool gradient_sync = true;

@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "dtensor/error.h"
+#include "dtensor/mesh/comm_clock.h"
 #include "dtensor/parallel/comm_debug_mode.h"
 #include "dtensor/parallel/gradient_sync.h"
 #include "dtensor/parallel/loss_parallel.h"
@@ -85,7 +86,7 @@ void parallelize(llama::LlamaForCausalLM& model, const TrainOptions& o, const dt
     if (o.plan == "hf") {
       llama::apply_hf_tp(model, tp_mesh);
     } else {
-      llama::apply_tp(model, tp_mesh, {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel});
+      llama::apply_tp(model, tp_mesh, {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel, .async_tp = o.async_tp});
     }
     if (!o.gradient_sync) dtensor::disable_gradient_sync(*model);
   }
@@ -132,6 +133,7 @@ TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const C
       batch.labels = batch.labels.narrow(0, dp_rank * rows, rows);
     }
     const auto start = std::chrono::steady_clock::now();
+    const int64_t comm_start = dtensor::exposed_comm_ns();
     optimizer.zero_grad();
     {
       dtensor::CommDebugMode comm;
@@ -158,6 +160,7 @@ TrainResult train(llama::LlamaForCausalLM& model, const TrainOptions& o, const C
       rec.update_bytes = comm.get_comm_bytes();
     }
     rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    rec.comm_ms = static_cast<double>(dtensor::exposed_comm_ns() - comm_start) / 1e6;
     result.steps.push_back(rec);
     if (hooks.after_step) hooks.after_step(rec);
     if (o.checkpoint_every > 0 && ((step + 1) % o.checkpoint_every == 0 || step + 1 == end)) {

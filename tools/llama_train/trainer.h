@@ -19,6 +19,7 @@ namespace llama_train {
 struct StepRecord {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, ms = 0;
+  double comm_ms = 0;  // exposed communication: this rank's main thread inside collectives (comm_clock.h)
   std::map<std::string, int64_t> fwd_bwd_counts, fwd_bwd_bytes;  // forward + backward, by collective
   std::map<std::string, int64_t> update_counts, update_bytes;    // grad clipping + optimizer step
   int64_t total_counts() const;

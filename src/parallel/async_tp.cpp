@@ -106,7 +106,8 @@ at::Tensor matmul_reduce_scatter_pipelined(const at::Tensor& A, const at::Tensor
     std::vector<at::Tensor> slices;
     for (int64_t dst = 0; dst < n; ++dst) slices.push_back(a.narrow(0, dst * block + offset, rows[j]));
     inputs.push_back(at::matmul(at::stack(slices, 0), B).contiguous());  // [n, rows_j, ..., N]
-    at::Tensor piece = out.narrow(0, offset, rows[j]);                   // contiguous: a leading-dim slice
+    // [1, rows_j, ..., N]: contiguous (a leading-dim slice), and Gloo wants out.size(0) * n == in.size(0)
+    at::Tensor piece = out.narrow(0, offset, rows[j]).unsqueeze(0);
     reduced[j] = group.reduce_scatter_into_async(piece, inputs.back(), op);
   }
   for (auto& w : reduced) w.wait();

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "dtensor/error.h"
 #include "dtensor/parallel/async_tp.h"
@@ -77,7 +78,8 @@ nn::ForwardPreHook gather_and_multiply(std::shared_ptr<GatherSite> site) {
     const int64_t d = normalize_dim(site->dim, arrived.dim());
     if (d < 0 || d >= arrived.dim() - 1) return std::make_pair(args, kwargs);  // a gather along K: not fused
     at::Tensor x = is_dtensor(arrived) ? arrived : DTensor::from_local(arrived, site->mesh, {Shard(d)});
-    if (!is_shard_on(x, site->mesh, d)) return std::make_pair(args, kwargs);  // the style moves it as it is
+    // The style moves it as it is when it is not this rank's even Shard(d) (the fused gather takes equal shards).
+    if (!is_shard_on(x, site->mesh, d) || x.size(d) % site->mesh.size() != 0) return std::make_pair(args, kwargs);
     std::vector<std::shared_ptr<torch::nn::Module>> fused;
     std::vector<at::Tensor> Bs;
     for (const auto& weak : site->consumers) {
@@ -91,8 +93,11 @@ nn::ForwardPreHook gather_and_multiply(std::shared_ptr<GatherSite> site) {
     at::Tensor replicated = GatheredInputFn::apply(x, gathered.detach(), d);
     site->gathered = gathered.data_ptr();
     for (size_t i = 0; i < fused.size(); ++i) {
-      // Colwise: the product is Shard(-1) (this rank's output features), as the Linear would give it.
-      at::Tensor y = DTensor::from_local(products[i], site->mesh, {Shard(-1)});
+      // Colwise: the product is Shard(-1) (this rank's output features), as the Linear would give it; the
+      // global shape is stated, as features may split unevenly.
+      std::vector<int64_t> shape = x.sizes().vec();
+      shape.back() = as_linear(*fused[i]).weight.size(0);
+      at::Tensor y = DTensor::from_local(products[i], site->mesh, {Shard(-1)}, /*run_check=*/false, shape);
       const at::Tensor& bias = as_linear(*fused[i]).bias;
       site->products[fused[i].get()] = bias.defined() ? y + bias : y;
     }
@@ -151,7 +156,9 @@ void install_scatter_site(torch::nn::Module& m, const DeviceMesh& mesh, int64_t 
         // Rowwise: x[..., in / tp] @ W^T[in / tp, out] is Partial; its reduce-scatter is Shard(d).
         at::Tensor z = fused_matmul_reduce_scatter(to_local(x), to_local(linear.weight).t(), ReduceOp::SUM, d,
                                                    mesh.get_group(0));
-        at::Tensor y = DTensor::from_local(z, mesh, {Shard(d)});
+        std::vector<int64_t> shape = x.sizes().vec();  // x's global shape, its features now the output's
+        shape.back() = linear.weight.size(0);
+        at::Tensor y = DTensor::from_local(z, mesh, {Shard(d)}, /*run_check=*/false, shape);
         return c10::IValue(linear.bias.defined() ? y + linear.bias : y);
       });
 }

@@ -1,10 +1,17 @@
 // Async TP's fused ops (dtensor/parallel/async_tp.h) against their unfused reference paths and against the
 // whole computation on one rank, at TP 2 and 4 (ranks as threads, real process groups), for sequence
-// parallel's shapes ([b, s, h], gather / scatter over the sequence dim 1) and plain [m, k] (dim 0).
+// parallel's shapes ([b, s, h], gather / scatter over the sequence dim 1) and plain [m, k] (dim 0); their
+// gradients; and the pass (enable_async_tp.h) on a block of the user's own.
 #include <gtest/gtest.h>
 
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/parallel/async_tp.h"
+#include "dtensor/parallel/comm_debug_mode.h"
+#include "dtensor/parallel/enable_async_tp.h"
+#include "dtensor/parallel/hooked_module.h"
+#include "dtensor/parallel/layers.h"
+#include "dtensor/parallel/parallelize.h"
+#include "dtensor/tensor/dtensor.h"
 #include "harness/multi_rank.h"
 
 using namespace dtensor;
@@ -117,5 +124,60 @@ TEST(AsyncTP, GradientsEqualTheUnfusedPaths) {
         for (size_t i = 0; i < 2; ++i) EXPECT_LE(max_rel(grads[1][i], grads[0][i]), 1e-12) << "reduce-scatter input " << i;
       }
     }
+  });
+}
+
+namespace {
+
+// A feed-forward block as a user writes it (biases), for the pass.
+struct GatedImpl : torch::nn::Module {
+  GatedImpl()
+      : a(register_module("a", nn::Linear(torch::nn::LinearOptions(12, 8)))),
+        b(register_module("b", nn::Linear(torch::nn::LinearOptions(12, 8)))),
+        out(register_module("out", nn::Linear(torch::nn::LinearOptions(8, 12)))) {}
+  at::Tensor forward(const at::Tensor& x) { return out(a(x) * b(x)); }
+  nn::Linear a, b, out;
+};
+DTENSOR_MODULE(Gated);
+
+}  // namespace
+
+// enable_async_tp on a plan of the user's own (PrepareModuleInput on the block itself, Colwise a and b with
+// biases, Rowwise out with a bias and output Shard(1)): outputs and every gradient equal the synchronous
+// plan's, at TP 2 and 4, and the fused ops replace the collectives.
+TEST(AsyncTP, EnableAsyncTPMatchesTheSynchronousPlan) {
+  for_each_world({2, 4}, [](int rank, int world) {
+    const DeviceMesh mesh = init_device_mesh("cpu", {world});
+    const ParallelizePlan plan = {
+        {"", PrepareModuleInput({.input_layouts = {Shard(1)}, .desired_input_layouts = {Replicate()}})},
+        {"a", ColwiseParallel()},
+        {"b", ColwiseParallel()},
+        {"out", RowwiseParallel({.output_layouts = Shard(1)})},
+    };
+    const at::Tensor x_full = seeded_randn(70, {2, 4 * world, 12});
+    std::map<std::string, at::Tensor> grads[2];
+    at::Tensor outputs[2], input_grads[2];
+    std::map<std::string, int64_t> counts[2];
+    for (int async = 0; async < 2; ++async) {
+      torch::manual_seed(5);
+      Gated model;
+      parallelize_module(*model, mesh, plan);
+      if (async) EXPECT_EQ(enable_async_tp(*model, mesh, plan), 2);  // the block's gather and out's scatter
+      at::Tensor x = x_full.chunk(world, 1)[rank].contiguous().requires_grad_();
+      CommDebugMode comm;
+      at::Tensor y = model(x);  // this rank's Shard(1) rows, local
+      (y * seeded_randn(80 + rank, y.sizes())).sum().backward();
+      counts[async] = comm.get_comm_counts();
+      outputs[async] = y.detach();
+      input_grads[async] = x.grad();
+      for (const auto& p : model->named_parameters()) grads[async][p.key()] = full_tensor(p.value().grad());
+    }
+    EXPECT_LE(max_rel(outputs[1], outputs[0]), 1e-6);
+    EXPECT_LE(max_rel(input_grads[1], input_grads[0]), 1e-6);
+    for (const auto& [name, g] : grads[0]) EXPECT_LE(max_rel(grads[1].at(name), g), 1e-6) << name;
+    EXPECT_EQ(counts[1]["fused_all_gather_matmul"], 2);      // forward a+b; backward of out
+    EXPECT_EQ(counts[1]["fused_matmul_reduce_scatter"], 2);  // forward out; backward of a+b
+    EXPECT_EQ(counts[1]["all_gather"] + counts[1]["reduce_scatter"], 0);
+    EXPECT_EQ(counts[0]["all_gather"], 2);
   });
 }

@@ -1,0 +1,23 @@
+// tprun's command line: torchrun's options that a static single- or multi-node launch needs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tprun {
+
+struct Options {
+  long nproc = 1;
+  long nnodes = 1;
+  long node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  long master_port = 29500;
+  double grace_seconds = 5;
+  bool prefix = true;
+  std::vector<std::string> command;  // program + its arguments
+};
+
+// Parses argv; --help prints the usage and exits 0, a bad option prints one error and exits 2.
+Options parse_args(int argc, char** argv);
+
+}  // namespace tprun

@@ -1,0 +1,176 @@
+#include "spawn.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+extern char** environ;
+
+namespace tprun {
+namespace {
+
+// The handlers only write the signal number into the self-pipe, which the supervisor's poll loop watches.
+int g_sigpipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  int saved = errno;
+  unsigned char b = static_cast<unsigned char>(sig);
+  [[maybe_unused]] ssize_t r = write(g_sigpipe[1], &b, 1);
+  errno = saved;
+}
+
+constexpr int kHandled[] = {SIGINT, SIGTERM, SIGCHLD};
+
+}  // namespace
+
+void install_signal_handlers() {
+  if (pipe2(g_sigpipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    std::perror("tprun: error: pipe2");
+    std::exit(1);
+  }
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int s : kHandled) sigaction(s, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the launcher
+}
+
+namespace {
+
+void block_handled_signals(int how) {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : kHandled) sigaddset(&set, s);
+  sigprocmask(how, &set, nullptr);
+}
+
+std::vector<std::string> rank_environment(const Options& o, long port, long local) {
+  long rank = o.node_rank * o.nproc + local;
+  long world = o.nnodes * o.nproc;
+  const std::pair<const char*, std::string> vars[] = {
+      {"RANK", std::to_string(rank)},          {"WORLD_SIZE", std::to_string(world)},
+      {"LOCAL_RANK", std::to_string(local)},   {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
+      {"GROUP_RANK", std::to_string(o.node_rank)},
+      {"ROLE_RANK", std::to_string(rank)},     {"ROLE_WORLD_SIZE", std::to_string(world)},
+      {"ROLE_NAME", "default"},                {"MASTER_ADDR", o.master_addr},
+      {"MASTER_PORT", std::to_string(port)},   {"TORCHELASTIC_RUN_ID", "none"}};
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    std::string key = kv.substr(0, kv.find('='));
+    bool overridden = std::any_of(std::begin(vars), std::end(vars),
+                                  [&](const auto& v) { return key == v.first; });
+    if (!overridden) env.push_back(kv);
+  }
+  for (const auto& [k, v] : vars) env.push_back(std::string(k) + "=" + v);
+  if (o.nproc > 1 && !std::getenv("OMP_NUM_THREADS")) env.push_back("OMP_NUM_THREADS=1");
+  return env;
+}
+
+// Runs in the forked child: never returns.
+[[noreturn]] void exec_rank(const Options& o, const std::string& path,
+                            std::vector<std::string>& env, int out_w, int err_w) {
+  setpgid(0, 0);  // own process group, so kill(-pid) reaches the whole tree
+  for (int s : kHandled) signal(s, SIG_DFL);
+  signal(SIGPIPE, SIG_DFL);
+  block_handled_signals(SIG_UNBLOCK);
+  // Ranks are not in the terminal's foreground group: reading a tty would
+  // stop them with SIGTTIN, so give them /dev/null instead of a terminal.
+  if (isatty(0)) {
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) dup2(null_fd, 0);
+  }
+  dup2(out_w, 1);
+  dup2(err_w, 2);
+
+  std::vector<char*> argv, envp;
+  for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  if (!path.empty()) execve(path.c_str(), argv.data(), envp.data());
+  else execvpe(argv[0], argv.data(), envp.data());
+  std::fprintf(stderr, "tprun: error: cannot execute '%s': %s\n",
+               o.command[0].c_str(), std::strerror(errno));
+  _exit(127);
+}
+
+}  // namespace
+
+int signal_pipe() { return g_sigpipe[0]; }
+
+// Asks the kernel for a free port by binding 127.0.0.1:0. The port is only
+// free "right now"; rank 0 is expected to bind it soon after (as torchrun).
+long pick_free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::fprintf(stderr, "tprun: error: cannot pick a free port: %s\n",
+                 std::strerror(errno));
+    std::exit(1);
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// A bare program name is looked up next to the tprun executable first, so
+// tools installed alongside tprun win over PATH. Returns "" to mean "use PATH".
+std::string resolve_program(const std::string& prog) {
+  if (prog.find('/') != std::string::npos) return prog;
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  std::string dir(buf, static_cast<size_t>(n));
+  std::string candidate = dir.substr(0, dir.rfind('/') + 1) + prog;
+  struct stat st;
+  if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+      access(candidate.c_str(), X_OK) == 0)
+    return candidate;
+  return "";
+}
+
+// Forks one rank; returns false (with a message) if fork or pipe failed.
+bool spawn_rank(const Options& o, const std::string& path, long port, Rank& r) {
+  // Close-on-exec, so no rank inherits another rank's pipe (or EOF never
+  // comes). On failure tprun stops anyway, so a leaked fd does not matter.
+  int out_p[2], err_p[2];
+  if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0) {
+    std::perror("tprun: error: pipe2");
+    return false;
+  }
+  std::vector<std::string> env = rank_environment(o, port, r.local);
+  block_handled_signals(SIG_BLOCK);  // no handler may run in the child
+  pid_t pid = fork();
+  if (pid == 0) exec_rank(o, path, env, out_p[1], err_p[1]);
+  int fork_errno = errno;
+  if (pid > 0) setpgid(pid, pid);  // also in the parent, to avoid a race
+  block_handled_signals(SIG_UNBLOCK);
+  close(out_p[1]);
+  close(err_p[1]);
+  if (pid < 0) {
+    std::fprintf(stderr, "tprun: error: fork: %s\n", std::strerror(fork_errno));
+    close(out_p[0]); close(err_p[0]);
+    return false;
+  }
+  r.pid = pid;
+  r.out = {out_p[0], 1, {}};
+  r.err = {err_p[0], 2, {}};
+  return true;
+}
+
+}  // namespace tprun

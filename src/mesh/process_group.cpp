@@ -135,6 +135,7 @@ Work::~Work() {
 }
 
 Work::Work() noexcept = default;
+Work::Work(Work&&) noexcept = default;
 
 void Work::wait() {
   if (!state_) return;

@@ -55,7 +55,7 @@ std::pair<at::Tensor, std::vector<at::Tensor>> all_gather_matmul_pipelined(const
   shape[0] = rows * n;
   at::Tensor gathered = at::empty(shape, mine.options());  // [n * rows, ..., K], rank r's rows at r * rows
   std::vector<at::Tensor> pieces(n);
-  std::vector<Work> arrived(n);  // (Work moves only by assignment outside process_group.cpp)
+  std::vector<Work> arrived(n);
   {
     auto uncounted = report_fused("fused_all_gather_matmul", nbytes(A_shard), group);
     for (int r = 0; r < n; ++r) {  // the same sequence of broadcasts on every rank: r = 0, 1, ...

@@ -3,6 +3,8 @@
 // failures that surface at wait() rather than at issue. Results are compared with Gloo's.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <atomic>
@@ -53,6 +55,14 @@ TEST(ShmAsync, WorksWaitedOnLaterInAnyOrderMatchGloo) {
     EXPECT_TRUE(at::allclose(b, rb));
     EXPECT_TRUE(at::equal(gathered, rg));
     EXPECT_GT(busy.abs().sum().item<float>(), 0);
+    // A Work moves: into a container, and out of it into another Work.
+    std::vector<Work> moved;
+    at::Tensor d = at::full({3}, 1.0);
+    moved.push_back(fast->all_reduce_async(d, ReduceOp::SUM));
+    Work taken(std::move(moved.back()));
+    EXPECT_FALSE(moved.back().pending());
+    taken.wait();
+    EXPECT_TRUE(at::equal(d, at::full({3}, 2.0)));
   });
 }
 

@@ -39,7 +39,7 @@ struct GroupHealth;
 class Work {
  public:
   Work() noexcept;  // a finished collective (wait() returns at once)
-  Work(Work&&) noexcept = default;
+  Work(Work&&) noexcept;  // out of line: State is complete only in process_group.cpp
   Work& operator=(Work&&) noexcept;
   ~Work();
   void wait();

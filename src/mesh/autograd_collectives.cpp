@@ -16,11 +16,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Groups live in their World's cache for the World's lifetime; the graph keeps a plain pointer.
-c10::IValue save_group(ProcessGroup& g) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(&g)); }
-ProcessGroup& load_group(AutogradContext* ctx) {
-  return *reinterpret_cast<ProcessGroup*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
-}
 c10::IValue save_sizes(const std::vector<int64_t>& v) { return c10::IValue(v); }
 std::vector<int64_t> load_sizes(AutogradContext* ctx, const char* key) { return ctx->saved_data[key].toIntVector(); }
 
@@ -47,7 +42,7 @@ struct AllGatherFn : torch::autograd::Function<AllGatherFn> {
     detail::save_comm_scope(ctx);
     // Resolve the sizes now so that the backward reduce-scatter splits the grad the same way.
     if (!sizes) sizes = exchange_sizes(x.size(dim < 0 ? dim + x.dim() : dim), *g);
-    ctx->saved_data["group"] = save_group(*g);
+    detail::save_group(ctx, *g);
     ctx->saved_data["dim"] = dim;
     ctx->saved_data["sizes"] = save_sizes(*sizes);
     return all_gather(x, dim, *g, sizes);
@@ -56,7 +51,7 @@ struct AllGatherFn : torch::autograd::Function<AllGatherFn> {
     const CommScopeGuard scope = detail::restore_comm_scope(ctx);
     // Every rank's loss reads the whole gathered tensor: this rank's input grad is the sum over ranks of
     // their grads' slices at this rank's rows.
-    at::Tensor gx = reduce_scatter(grads[0], ReduceOp::SUM, ctx->saved_data["dim"].toInt(), load_group(ctx),
+    at::Tensor gx = reduce_scatter(grads[0], ReduceOp::SUM, ctx->saved_data["dim"].toInt(), detail::load_group(ctx),
                                    load_sizes(ctx, "sizes"));
     return {gx, {}, {}, {}};
   }
@@ -70,7 +65,7 @@ struct ReduceScatterFn : torch::autograd::Function<ReduceScatterFn> {
                                reduce_op_name(op));
     }
     int64_t d = dim < 0 ? dim + x.dim() : dim;
-    ctx->saved_data["group"] = save_group(*g);
+    detail::save_group(ctx, *g);
     ctx->saved_data["dim"] = d;
     ctx->saved_data["sizes"] = save_sizes(chunk_sizes(x.size(d), g->size()));
     ctx->saved_data["scale"] = op == ReduceOp::AVG ? 1.0 / g->size() : 1.0;
@@ -78,7 +73,7 @@ struct ReduceScatterFn : torch::autograd::Function<ReduceScatterFn> {
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const CommScopeGuard scope = detail::restore_comm_scope(ctx);
-    at::Tensor gx = all_gather(grads[0], ctx->saved_data["dim"].toInt(), load_group(ctx), load_sizes(ctx, "sizes"));
+    at::Tensor gx = all_gather(grads[0], ctx->saved_data["dim"].toInt(), detail::load_group(ctx), load_sizes(ctx, "sizes"));
     double scale = ctx->saved_data["scale"].toDouble();
     return {scale == 1.0 ? gx : gx * scale, {}, {}, {}};
   }
@@ -92,7 +87,7 @@ struct AllToAllFn : torch::autograd::Function<AllToAllFn> {
     int64_t c = concat_dim < 0 ? concat_dim + x.dim() : concat_dim;
     if (!concat_sizes) concat_sizes = exchange_sizes(x.size(c), *g);
     auto split_sizes = chunk_sizes(x.size(s), g->size());
-    ctx->saved_data["group"] = save_group(*g);
+    detail::save_group(ctx, *g);
     ctx->saved_data["s"] = s;
     ctx->saved_data["c"] = c;
     ctx->saved_data["split_sizes"] = save_sizes(split_sizes);
@@ -103,7 +98,7 @@ struct AllToAllFn : torch::autograd::Function<AllToAllFn> {
     const CommScopeGuard scope = detail::restore_comm_scope(ctx);
     // The reverse exchange: split the grad along concat_dim by the forward's concat sizes and gather the
     // pieces back along split_dim with the forward's split sizes.
-    at::Tensor gx = all_to_all(grads[0], ctx->saved_data["c"].toInt(), ctx->saved_data["s"].toInt(), load_group(ctx),
+    at::Tensor gx = all_to_all(grads[0], ctx->saved_data["c"].toInt(), ctx->saved_data["s"].toInt(), detail::load_group(ctx),
                                load_sizes(ctx, "split_sizes"), load_sizes(ctx, "concat_sizes"));
     return {gx, {}, {}, {}, {}};
   }
@@ -112,13 +107,13 @@ struct AllToAllFn : torch::autograd::Function<AllToAllFn> {
 struct BroadcastFn : torch::autograd::Function<BroadcastFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t src, ProcessGroup* g) {
     detail::save_comm_scope(ctx);
-    ctx->saved_data["group"] = save_group(*g);
+    detail::save_group(ctx, *g);
     ctx->saved_data["src"] = src;
     return broadcast(x, static_cast<int>(src), *g);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const CommScopeGuard scope = detail::restore_comm_scope(ctx);
-    ProcessGroup& g = load_group(ctx);
+    ProcessGroup& g = detail::load_group(ctx);
     at::Tensor total = all_reduce(grads[0], ReduceOp::SUM, g);
     if (g.rank() != ctx->saved_data["src"].toInt()) total.zero_();
     return {total, {}, {}};

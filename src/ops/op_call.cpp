@@ -54,28 +54,13 @@ bool replicated_when_plain(const c10::OperatorHandle& op, size_t arg) {
   return arg_name == "target" || arg_name == "weight" || arg_name == "total_weight";
 }
 
-}  // namespace
-
-namespace {
-
 // A plan dry run (parallel/dry_run.h) holds DTensors whose locals are meta, and keeps the plain tensors the
 // user's code makes beside them (token ids, rotary tables, targets) small and on the CPU: the Meta backend
 // outranks ours in dispatch, so a plain meta tensor meeting a DTensor would skip this dispatch altogether.
-// Once in here, those CPU tensors (plain, or a DTensor's local) become meta like the rest, so that the local
-// computation runs the meta kernels (no values are read). CPU scalars (0-d) stay: meta kernels take them.
+// Once in here (an input DTensor's local is meta), those CPU tensors (plain, or a DTensor's local) become
+// meta like the rest, so that the local computation runs the meta kernels (no values are read). CPU scalars
+// (0-d) stay: meta kernels take them.
 void unify_meta_inputs(torch::jit::Stack& stack, size_t first) {
-  auto meta_local = [](const at::Tensor& t) {
-    return t.defined() && detail::get_impl(t) && detail::get_impl(t)->local().is_meta();
-  };
-  bool meta_world = false;
-  for (size_t i = first; i < stack.size() && !meta_world; ++i) {
-    const c10::IValue& v = stack[i];
-    if (v.isTensor()) meta_world = meta_local(v.toTensor());
-    if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList().vec()) meta_world = meta_world || meta_local(t);
-    }
-  }
-  if (!meta_world) return;
   auto to_meta = [](const at::Tensor& t) -> at::Tensor {
     if (!t.defined()) return t;
     if (auto* impl = detail::get_impl(t)) {
@@ -105,28 +90,40 @@ void unify_meta_inputs(torch::jit::Stack& stack, size_t first) {
 
 OpCall::OpCall(const c10::OperatorHandle& op_, torch::jit::Stack* stack_)
     : op(op_), stack(stack_), first_(stack_->size() - op_.schema().arguments().size()) {
-  unify_meta_inputs(*stack, first_);
-  const size_t n = num_args();
-  for (size_t i = 0; i < n; ++i) {
-    const c10::IValue& v = (*stack)[first_ + i];
-    auto add = [&](const at::Tensor& t, int list_index) {
-      if (!t.defined()) return;
-      const DTensorSpec* spec = detail::get_impl(t) ? &detail::get_impl(t)->spec() : nullptr;
-      if (spec && !mesh) mesh = &spec->mesh;
-      tensors.push_back(TensorInput{static_cast<int>(i), list_index, t, spec});
-    };
-    if (v.isTensor()) {
-      add(v.toTensor(), -1);
-    } else if (v.isTensorList()) {
-      auto list = v.toTensorList();
-      for (size_t k = 0; k < list.size(); ++k) add(list.get(k), static_cast<int>(k));
-    } else if (v.isList()) {
-      // Tensor?[] (index ops)
-      auto list = v.toListRef();
-      for (size_t k = 0; k < list.size(); ++k) {
-        if (list[k].isTensor()) add(list[k].toTensor(), static_cast<int>(k));
+  // Collects the tensor inputs; returns whether a DTensor's local is meta (a plan dry run).
+  auto collect = [&] {
+    bool meta_local = false;
+    const size_t n = num_args();
+    for (size_t i = 0; i < n; ++i) {
+      const c10::IValue& v = (*stack)[first_ + i];
+      auto add = [&](const at::Tensor& t, int list_index) {
+        if (!t.defined()) return;
+        const detail::DTensorImpl* impl = detail::get_impl(t);
+        const DTensorSpec* spec = impl ? &impl->spec() : nullptr;
+        if (spec && !mesh) mesh = &spec->mesh;
+        meta_local = meta_local || (impl && impl->local().is_meta());
+        tensors.push_back(TensorInput{static_cast<int>(i), list_index, t, spec});
+      };
+      if (v.isTensor()) {
+        add(v.toTensor(), -1);
+      } else if (v.isTensorList()) {
+        auto list = v.toTensorList();
+        for (size_t k = 0; k < list.size(); ++k) add(list.get(k), static_cast<int>(k));
+      } else if (v.isList()) {
+        // Tensor?[] (index ops)
+        auto list = v.toListRef();
+        for (size_t k = 0; k < list.size(); ++k) {
+          if (list[k].isTensor()) add(list[k].toTensor(), static_cast<int>(k));
+        }
       }
     }
+    return meta_local;
+  };
+  if (collect()) {  // a dry run only: the CPU tensors beside meta ones become meta, then collected again
+    unify_meta_inputs(*stack, first_);
+    tensors.clear();
+    mesh = nullptr;
+    collect();
   }
   for (const auto& t : tensors) {
     if (t.spec && t.spec->mesh != *mesh) fail("got DTensors on different meshes");

@@ -28,6 +28,14 @@ int64_t row_dim(int64_t dim, const at::Tensor& t, const char* op) {
   return d;
 }
 
+// B must be [K, N] for A [..., K].
+void check_rhs(const at::Tensor& B, const at::Tensor& A, const char* op) {
+  if (B.dim() != 2 || B.size(0) != A.size(-1)) {
+    throw dtensor::Error(std::string("dtensor: ") + op + ": B of shape " + c10::str(B.sizes()) +
+                         " does not multiply A of shape " + c10::str(A.sizes()) + " (B is [K, N])");
+  }
+}
+
 int64_t nbytes(const at::Tensor& t) { return static_cast<int64_t>(t.numel() * t.element_size()); }
 
 // One event for the fused op, under its own name, with the bytes of the collective it replaces; the
@@ -114,12 +122,6 @@ at::Tensor matmul_reduce_scatter_pipelined(const at::Tensor& A, const at::Tensor
   return out.movedim(0, s).contiguous();
 }
 
-// Groups live in their World's cache for the World's lifetime; the graph keeps a plain pointer.
-c10::IValue save_group(ProcessGroup& g) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(&g)); }
-ProcessGroup& load_group(AutogradContext* ctx) {
-  return *reinterpret_cast<ProcessGroup*>(static_cast<intptr_t>(ctx->saved_data["group"].toInt()));
-}
-
 // dB for Y = A @ B: (dY^T @ A)^T over the flattened rows, the product the unfused Linear's backward
 // computes for its weight (W = B^T), so the weight gradient's rounding is the same.
 at::Tensor weight_side_grad(const at::Tensor& A, const at::Tensor& dY) { return rows_of(dY).t().mm(rows_of(A)).t(); }
@@ -134,7 +136,7 @@ struct AllGatherMatmulFn : torch::autograd::Function<AllGatherMatmulFn> {
     variable_list saved{gathered};
     saved.insert(saved.end(), Bs.begin(), Bs.end());
     ctx->save_for_backward(saved);
-    ctx->saved_data["group"] = save_group(*g);
+    detail::save_group(ctx, *g);
     ctx->saved_data["dim"] = dim;
     variable_list result{gathered};
     result.insert(result.end(), outs.begin(), outs.end());
@@ -145,7 +147,7 @@ struct AllGatherMatmulFn : torch::autograd::Function<AllGatherMatmulFn> {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& gathered = saved[0];
     const int64_t d = ctx->saved_data["dim"].toInt();
-    ProcessGroup& g = load_group(ctx);
+    ProcessGroup& g = detail::load_group(ctx);
     variable_list result{at::Tensor()};
     // dA = sum_i dY_i @ B_i^T = cat_i(dY_i) @ cat_i(B_i^T): Partial over ranks (each holds its columns),
     // reduce-scattered to this rank's rows, pipelined.
@@ -183,7 +185,7 @@ struct MatmulReduceScatterFn : torch::autograd::Function<MatmulReduceScatterFn> 
     }
     detail::save_comm_scope(ctx);
     ctx->save_for_backward({A, B});
-    ctx->saved_data["group"] = save_group(*g);
+    detail::save_group(ctx, *g);
     ctx->saved_data["dim"] = dim;
     ctx->saved_data["scale"] = op == ReduceOp::AVG ? 1.0 / g->size() : 1.0;
     return matmul_reduce_scatter_pipelined(A, B, op, dim, *g, chunks);
@@ -196,7 +198,7 @@ struct MatmulReduceScatterFn : torch::autograd::Function<MatmulReduceScatterFn> 
     if (scale != 1.0) dZ = dZ * scale;
     const at::Tensor Bt = saved[1].t();
     auto [dZ_all, dAs] = all_gather_matmul_pipelined(dZ, at::TensorList(&Bt, 1), ctx->saved_data["dim"].toInt(),
-                                                     load_group(ctx));
+                                                     detail::load_group(ctx));
     return {dAs[0], weight_side_grad(saved[0], dZ_all), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
@@ -207,12 +209,7 @@ std::pair<at::Tensor, std::vector<at::Tensor>> fused_all_gather_matmul(const at:
                                                                        const std::vector<at::Tensor>& Bs,
                                                                        int64_t gather_dim, ProcessGroup& group) {
   const int64_t d = row_dim(gather_dim, A_shard, "fused_all_gather_matmul");
-  for (const auto& B : Bs) {
-    if (B.dim() != 2 || B.size(0) != A_shard.size(-1)) {
-      throw dtensor::Error("dtensor: fused_all_gather_matmul: B of shape " + std::string(c10::str(B.sizes())) +
-                           " does not multiply A of shape " + std::string(c10::str(A_shard.sizes())) + " (B is [K, N])");
-    }
-  }
+  for (const auto& B : Bs) check_rhs(B, A_shard, "fused_all_gather_matmul");
   variable_list out = AllGatherMatmulFn::apply(A_shard, at::TensorList(Bs), d, &group);
   at::Tensor gathered = out[0];
   return {gathered, std::vector<at::Tensor>(out.begin() + 1, out.end())};
@@ -226,10 +223,7 @@ at::Tensor fused_matmul_reduce_scatter(const at::Tensor& A, const at::Tensor& B,
                          std::to_string(A.size(s)) + " does not split evenly over " + group.describe());
   }
   if (chunks < 1) throw dtensor::Error("dtensor: fused_matmul_reduce_scatter: chunks must be >= 1");
-  if (B.dim() != 2 || B.size(0) != A.size(-1)) {
-    throw dtensor::Error("dtensor: fused_matmul_reduce_scatter: B of shape " + std::string(c10::str(B.sizes())) +
-                         " does not multiply A of shape " + std::string(c10::str(A.sizes())) + " (B is [K, N])");
-  }
+  check_rhs(B, A, "fused_matmul_reduce_scatter");
   return MatmulReduceScatterFn::apply(A, B, op, s, &group, chunks);
 }
 

@@ -22,9 +22,6 @@ void check_local_matches(const at::Tensor& local, const DTensorSpec& spec) {
   if (local.requires_grad()) throw dtensor::Error("dtensor: a DTensor's local tensor must not require grad");
 }
 
-}  // namespace
-
-namespace {
 // The device a DTensor reports: its local tensor's, except that a meta local on a CPU mesh (a plan dry run,
 // dry_run.h) reports the CPU, as PyTorch's fake tensors do: LibTorch's device-keyed choices (the CPU
 // attention kernel scaled_dot_product_attention picks, for one) then take the path a real CPU run takes, and

@@ -53,23 +53,36 @@ bool members_share_host(c10d::Store& store, const std::vector<int>& global_ranks
   return true;
 }
 
-std::string describe_members(c10d::Store& store, const std::vector<int>& global_ranks, int my_global_rank) {
+std::vector<Member> read_members(c10d::Store& store, const std::vector<int>& global_ranks) {
+  std::vector<Member> members;
+  members.reserve(global_ranks.size());
+  for (int r : global_ranks) {
+    Member m;
+    m.global_rank = r;
+    if (store.check({key_of(r)})) {
+      Published p = parse(store.get(key_of(r)));
+      m.identity = std::move(p.identity);
+      m.pid = p.pid;
+    }
+    members.push_back(std::move(m));
+  }
+  return members;
+}
+
+std::string describe_members(const std::vector<Member>& members, int my_global_rank) {
   const std::string here = host_identity();
   std::string out;
-  for (int r : global_ranks) {
-    if (r == my_global_rank) continue;
+  for (const Member& m : members) {
+    if (m.global_rank == my_global_rank) continue;
     if (!out.empty()) out += "; ";
-    out += "rank " + std::to_string(r) + ": ";
-    if (!store.check({key_of(r)})) {
+    out += "rank " + std::to_string(m.global_rank) + ": ";
+    if (m.identity.empty()) {
       out += "unknown (it never published its host)";
-      continue;
+    } else if (m.identity != here || m.pid <= 0) {
+      out += "on host " + m.identity.substr(0, m.identity.find(' ')) + " (not checkable from here)";
+    } else {
+      out += std::string(describe(process_state(m.pid))) + " (pid " + std::to_string(m.pid) + ", this host)";
     }
-    const Published p = parse(store.get(key_of(r)));
-    if (p.identity != here || p.pid <= 0) {
-      out += "on host " + p.identity.substr(0, p.identity.find(' ')) + " (not checkable from here)";
-      continue;
-    }
-    out += std::string(describe(process_state(p.pid))) + " (pid " + std::to_string(p.pid) + ", this host)";
   }
   return out;
 }

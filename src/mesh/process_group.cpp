@@ -61,23 +61,11 @@ struct detail::GroupHealth {
 
 namespace {
 
-// A failed collective's error `why`, with what became of the other members (host_identity.h). Bounded by
-// 2 s of its own: the store it reads is served by rank 0, which may be the member that died or froze.
+// A failed collective's error `why`, with what became of the other members (host_identity.h: read from what
+// they published when the group was made, and from /proc; no store, whose server may be the member that died).
 std::string with_members(const detail::GroupHealth& health, const std::string& why) {
   if (!health.describe_members) return why;
-  auto answer = std::make_shared<std::string>();
-  bool answered = false;
-  try {
-    answered = detail::finish_within(std::chrono::milliseconds(2000),
-                                     [answer, describe = health.describe_members] { *answer = describe(); });
-  } catch (const std::exception& e) {
-    return why + "; the members' state is unknown: the store failed too (" + message_of(e) + ")";
-  }
-  if (!answered) {
-    return why + "; the members' state is unknown: the store (served by rank 0) did not answer within 2 s, so "
-                 "rank 0 died or froze";
-  }
-  return why + "; members: " + *answer;
+  return why + "; members: " + health.describe_members();
 }
 
 }  // namespace

@@ -163,16 +163,19 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
   // serves its clients from one loop, so a member frozen in the middle of a store request can stall every
   // store op of every rank with no timeout firing. Past the deadline the helper is abandoned (deadline.h).
   auto slot = std::make_shared<c10::intrusive_ptr<c10d::Backend>>();
+  auto members = std::make_shared<std::vector<detail::Member>>();
   auto step = std::make_shared<std::atomic<const char*>>("announcing itself on the store");
   const auto bound = options_.timeout + std::chrono::milliseconds(2000);
   const std::string what = "dtensor: rank " + std::to_string(rank_) + " could not connect process group [" +
                            join(global_ranks, ", ") + "] within ";
   bool finished = false;
   try {
-    finished = detail::finish_within(bound, [this, slot, step, prefixed, global_ranks, group_rank] {
+    finished = detail::finish_within(bound, [this, slot, members, step, prefixed, global_ranks, group_rank] {
       prefixed->set(joined_key(group_rank), std::vector<uint8_t>{1});
       *step = "connecting Gloo (addresses through the store, then a TCP pair to each member)";
       auto made = connect_gloo(prefixed, group_rank, static_cast<int>(global_ranks.size()));
+      *step = "reading the members' hosts and pids";  // all published before joining (World's constructor)
+      *members = detail::read_members(*store_, global_ranks);
       if (options_.backend != "gloo" && global_ranks.size() > 1) {
         *step = "setting up shared memory (comparing hosts, mapping the segment)";
         made = with_shared_memory(std::move(made), *prefixed, global_ranks, group_rank);
@@ -191,8 +194,8 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
   c10::intrusive_ptr<c10d::Backend> backend = std::move(*slot);
   auto group = std::make_shared<ProcessGroup>(backend, global_ranks, rank_, options_.timeout);
   group->set_cuda_backend_factory(cuda_backend_factory(backend, global_ranks, group_rank));
-  group->set_member_diagnosis([store = store_, global_ranks, rank = rank_] {
-    return detail::describe_members(*store, global_ranks, rank);
+  group->set_member_diagnosis([members = std::move(*members), rank = rank_] {
+    return detail::describe_members(members, rank);
   });
   groups_->by_ranks.emplace(global_ranks, group);
   return group;

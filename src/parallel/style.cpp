@@ -26,10 +26,18 @@ PartitionFn partition_params(ParamPlacements placements, std::optional<int> src)
 }
 
 // input_fn: the first positional input arrives as `layout` and is moved to `desired`; the rest pass through.
-InputFn first_input_to(const std::string& style, Placement layout, Placement desired) {
-  return [=](torch::nn::Module&, nn::Args args, nn::KwArgs kwargs, const DeviceMesh& mesh) {
+// With `in_features_of` (a Rowwise Linear, `path`), an input sharded on its last dim has the weight's
+// in_features there globally, so Colwise -> Rowwise works for uneven features (10 over 4 ranks: 3, 3, 3, 1),
+// where assuming even shards would give each rank a different global shape.
+InputFn first_input_to(const std::string& style, Placement layout, Placement desired, const std::string& path = "",
+                       bool in_features_of = false) {
+  return [=](torch::nn::Module& m, nn::Args args, nn::KwArgs kwargs, const DeviceMesh& mesh) {
     at::Tensor& x = first_tensor_input(args, style);
-    x = prepare_input(x, mesh, layout, desired);
+    std::optional<int64_t> sharded_size;
+    if (in_features_of && x.dim() > 0 && layout.is_shard() && layout.normalized(x.dim()).dim() == x.dim() - 1) {
+      sharded_size = m.named_parameters(/*recurse=*/false)["weight"].size(1);
+    }
+    x = prepare_input(x, mesh, layout, desired, sharded_size, style + " on '" + path + "'");
     return std::make_pair(std::move(args), std::move(kwargs));
   };
 }
@@ -170,7 +178,7 @@ void RowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const
   auto placements = linear ? ParamPlacements{{"weight", {Shard(1)}}, {"bias", {Replicate()}}} : ParamPlacements{{"weight", {Shard(0)}}};
   // The output is Partial: to Replicate = all-reduce, to Shard(d) = reduce-scatter.
   distribute_module(m, mesh, partition_params(std::move(placements), src),
-                    first_input_to(name(), input_layouts, linear ? Shard(-1) : Replicate()),
+                    first_input_to(name(), input_layouts, linear ? Shard(-1) : Replicate(), path, linear),
                     output_to(output_layouts, use_local_output), src);
 }
 

@@ -8,6 +8,7 @@
 
 #include "dtensor/parallel/layers.h"
 #include "dtensor/tensor/dtensor.h"
+#include "dtensor/tensor/shard_layout.h"
 
 namespace dtensor::detail {
 
@@ -37,8 +38,34 @@ void require_hookable(const torch::nn::Module& m, const std::string& style, cons
   plain(dynamic_cast<const torch::nn::DropoutImpl*>(&m), dynamic_cast<const nn::DropoutImpl*>(&m), "dtensor::nn::Dropout");
 }
 
-at::Tensor prepare_input(const at::Tensor& x, const DeviceMesh& mesh, const Placement& layout, const Placement& desired) {
-  at::Tensor dt = is_dtensor(x) ? x : DTensor::from_local(x, mesh, {layout});
+namespace {
+
+// The global shape of local `x` whose dim `d` is Shard(d) of `global_size` over the mesh (torch.chunk's sizes).
+std::vector<int64_t> global_shape(const at::Tensor& x, const DeviceMesh& mesh, int64_t d, int64_t global_size,
+                                  const std::string& what) {
+  const int64_t local = x.size(d);
+  const auto sizes = chunk_sizes(global_size, mesh.size(0));
+  const int64_t expected = sizes[mesh.get_local_rank(0)];
+  if (local != expected) {
+    throw dtensor::Error("dtensor: " + what + ": the input's dim " + std::to_string(d) + " has " +
+                         std::to_string(local) + " local entries, but Shard(" + std::to_string(d) + ") of " +
+                         std::to_string(global_size) + " over " + std::to_string(mesh.size(0)) + " ranks gives rank " +
+                         std::to_string(mesh.get_local_rank(0)) + " " + std::to_string(expected));
+  }
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape[d] = global_size;
+  return shape;
+}
+
+}  // namespace
+
+at::Tensor prepare_input(const at::Tensor& x, const DeviceMesh& mesh, const Placement& layout, const Placement& desired,
+                         std::optional<int64_t> sharded_size, const std::string& what) {
+  std::optional<std::vector<int64_t>> shape;
+  if (!is_dtensor(x) && sharded_size && layout.is_shard() && x.dim() > 0) {
+    shape = global_shape(x, mesh, layout.normalized(x.dim()).dim(), *sharded_size, what);
+  }
+  at::Tensor dt = is_dtensor(x) ? x : DTensor::from_local(x, mesh, {layout}, /*run_check=*/false, shape);
   if (placements(dt)[0] != desired.normalized(dt.dim())) dt = redistribute(dt, mesh, {desired});
   return dt;
 }

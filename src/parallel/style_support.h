@@ -5,6 +5,7 @@
 #include <ATen/core/ivalue.h>
 #include <torch/nn/module.h>
 
+#include <optional>
 #include <string>
 
 #include "dtensor/mesh/device_mesh.h"
@@ -23,8 +24,13 @@ void require_1d(const DeviceMesh& mesh, const std::string& style);
 // layers have none, so a style on one of them would do nothing at run time. Refused up front.
 void require_hookable(const torch::nn::Module& m, const std::string& style, const std::string& path);
 
-// An input as it arrives (a plain tensor is this rank's local part with `layout`) moved to `desired`.
-at::Tensor prepare_input(const at::Tensor& x, const DeviceMesh& mesh, const Placement& layout, const Placement& desired);
+// An input as it arrives (a plain tensor is this rank's local part with `layout`) moved to `desired`. A plain
+// tensor's global shape is its local shape times the mesh along a Shard dim (PyTorch's from_local: even
+// shards), unless `sharded_size` gives that dim's global size, which a style knows from its module (a
+// Rowwise Linear's in_features): then uneven shards (10 features over 4 ranks: 3, 3, 3, 1) work, and a local
+// size that is not this rank's chunk of it is refused, naming `what`.
+at::Tensor prepare_input(const at::Tensor& x, const DeviceMesh& mesh, const Placement& layout, const Placement& desired,
+                         std::optional<int64_t> sharded_size = std::nullopt, const std::string& what = "");
 // An output moved to `desired` (when it is a DTensor), made local when asked.
 at::Tensor prepare_output(const at::Tensor& out, const DeviceMesh& mesh, const Placement& desired, bool use_local);
 // A boxed input a style has a layout for: a tensor is prepared (and made local when asked), None stays None,

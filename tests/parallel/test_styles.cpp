@@ -155,3 +155,49 @@ TEST(Styles, SequenceParallelDropoutIsTheSameMaskAtAnyShardingAndItsGradientFoll
   EXPECT_GT(kept, 0.5);  // 96 values, 3/4 kept on average
   EXPECT_LT(kept, 0.95);
 }
+
+// Colwise -> Rowwise over features that do not divide by the ranks (10 over 3: 4, 4, 2; over 4: 3, 3, 3, 1).
+// The Colwise output is made local, so the Rowwise layer takes the global size of its input's last dim from
+// its weight's in_features (PyTorch assumes even shards there and fails). Output and every gradient equal the
+// single-device model's; an input whose last dim is not this rank's chunk of in_features is refused.
+TEST(Styles, ColwiseThenRowwiseWithUnevenFeatures) {
+  for (int world : {3, 4}) {
+    run_ranks(world, [&](int rank, int) {
+      auto make = [] {
+        return torch::nn::Sequential(nn::Linear(8, 10), nn::Linear(10, 8));
+      };
+      torch::nn::Sequential ref = make(), par = make();
+      {
+        at::NoGradGuard no_grad;
+        int64_t seed = 40;
+        auto ref_params = ref->parameters();
+        auto par_params = par->parameters();
+        for (size_t i = 0; i < ref_params.size(); ++i) {
+          ref_params[i].copy_(seeded_randn(seed, ref_params[i].sizes()));
+          par_params[i].copy_(seeded_randn(seed++, par_params[i].sizes()));
+        }
+      }
+      const at::Tensor x = seeded_randn(41, {2, 5, 8}), w = seeded_randn(42, {2, 5, 8});
+      (ref->forward(x) * w).sum().backward();
+      auto mesh = init_device_mesh("cpu", {world});
+      parallelize_module(*par, mesh, ParallelizePlan{{"0", ColwiseParallel()}, {"1", RowwiseParallel()}});
+      at::Tensor y = par->forward(x);
+      EXPECT_TRUE(at::allclose(y, ref->forward(x).detach(), 1e-5, 1e-6));
+      (y * w).sum().backward();
+      auto ref_params = ref->named_parameters();
+      for (const auto& p : par->named_parameters()) {
+        EXPECT_TRUE(at::allclose(full_of(p.value().grad()), ref_params[p.key()].grad(), 1e-5, 1e-6)) << p.key();
+      }
+      // The whole 10 features handed to the Rowwise layer, as if its input were not Colwise's output.
+      auto* row = par[1]->as<nn::Linear>();
+      try {
+        row->forward(at::ones({2, 10}));
+        ADD_FAILURE() << "a full input was taken as a shard";
+      } catch (const std::exception& e) {
+        const std::string expected = "RowwiseParallel on '1': the input's dim 1 has 10 local entries, but Shard(1) of 10 over " +
+                                     std::to_string(world) + " ranks gives rank " + std::to_string(rank);
+        EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+      }
+    });
+  }
+}

@@ -180,6 +180,13 @@ int enable_async_tp(torch::nn::Module& model, const DeviceMesh& mesh, const Para
   }
   int sites = 0;
   auto modules = model.named_modules();  // "" is the model itself
+  // A second pass would fuse the fused sites again (each consumer computing its products twice over).
+  for (const auto& item : modules) {
+    if (nn::detail::has_forward_override(*item.value())) {
+      throw dtensor::Error("dtensor: enable_async_tp was already applied to this model (module '" + item.key() +
+                           "' computes through a fused op); apply it once, after parallelize_module");
+    }
+  }
   for (const auto& [pattern, style] : plan) {
     const ParallelStyle* s = style.ptr().get();
     std::optional<int64_t> gather;

@@ -17,5 +17,6 @@ void register_forward_pre_hook_first(torch::nn::Module& module, ForwardPreHook h
 using ForwardOverride =
     std::function<std::optional<c10::IValue>(torch::nn::Module& module, const Args& args, const KwArgs& kwargs)>;
 void register_forward_override(torch::nn::Module& module, ForwardOverride override_body);
+bool has_forward_override(const torch::nn::Module& module);
 
 }  // namespace dtensor::nn::detail

@@ -209,6 +209,12 @@ void register_forward_override(torch::nn::Module& module, ForwardOverride overri
   edit_hooks(module, [&](HookSet& hooks) { hooks.overrides.push_back(std::move(override_body)); });
 }
 
+bool has_forward_override(const torch::nn::Module& module) {
+  std::lock_guard<std::mutex> lock(writer_mutex());
+  const HookSet* hooks = find_live(*published(), module);
+  return hooks && !hooks->overrides.empty();
+}
+
 }  // namespace detail
 
 bool has_hooks(const torch::nn::Module& module) {

@@ -166,7 +166,11 @@ TEST(AsyncTP, EnableAsyncTPMatchesTheSynchronousPlan) {
         for (auto& p : model->parameters()) p.copy_(seeded_randn(seed++, p.sizes()));
       }
       parallelize_module(*model, mesh, plan);
-      if (async) EXPECT_EQ(enable_async_tp(*model, mesh, plan), 2);  // the block's gather and out's scatter
+      if (async) {
+        EXPECT_EQ(enable_async_tp(*model, mesh, plan), 2);  // the block's gather and out's scatter
+        const std::string twice = dtensor::testing::error_of([&] { enable_async_tp(*model, mesh, plan); });
+        EXPECT_NE(twice.find("enable_async_tp was already applied to this model"), std::string::npos) << twice;
+      }
       at::Tensor x = x_full.chunk(world, 1)[rank].contiguous().requires_grad_();
       CommDebugMode comm;
       at::Tensor y = model(x);  // this rank's Shard(1) rows, local

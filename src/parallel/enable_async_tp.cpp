@@ -60,7 +60,10 @@ struct GatherSite {
   DeviceMesh mesh;
   int64_t dim;  // as the plan gives it (may be negative)
   std::vector<std::weak_ptr<torch::nn::Module>> consumers;
-  const void* gathered = nullptr;  // the storage of this forward's gathered input
+  // This forward's gathered input, as its consumers receive it: the local tensor of the Replicate DTensor
+  // handed to the body (a tensor, not a storage address: a view of it is another input, and meta tensors, a
+  // dry run's, have no address).
+  const c10::TensorImpl* gathered = nullptr;
   std::unordered_map<const torch::nn::Module*, at::Tensor> products;
   void clear() {
     gathered = nullptr;
@@ -91,7 +94,7 @@ nn::ForwardPreHook gather_and_multiply(std::shared_ptr<GatherSite> site) {
     if (fused.empty()) return std::make_pair(args, kwargs);
     auto [gathered, products] = fused_all_gather_matmul(to_local(x), Bs, d, site->mesh.get_group(0));
     at::Tensor replicated = GatheredInputFn::apply(x, gathered.detach(), d);
-    site->gathered = gathered.data_ptr();
+    site->gathered = detail::local_tensor(replicated).unsafeGetTensorImpl();
     for (size_t i = 0; i < fused.size(); ++i) {
       // Colwise: the product is Shard(-1) (this rank's output features), as the Linear would give it; the
       // global shape is stated, as features may split unevenly.
@@ -111,7 +114,9 @@ nn::detail::ForwardOverride take_product(std::shared_ptr<GatherSite> site) {
   return [site](torch::nn::Module& m, const nn::Args& args, const nn::KwArgs&) -> std::optional<c10::IValue> {
     if (!site->gathered || args.empty() || !args[0].isTensor()) return std::nullopt;
     const at::Tensor& x = args[0].toTensor();
-    if (!x.defined() || (is_dtensor(x) ? detail::local_tensor(x) : x).data_ptr() != site->gathered) return std::nullopt;
+    if (!x.defined() || !is_dtensor(x) || detail::local_tensor(x).unsafeGetTensorImpl() != site->gathered) {
+      return std::nullopt;
+    }
     auto product = site->products.find(&m);
     if (product == site->products.end()) return std::nullopt;
     at::Tensor y = std::move(product->second);

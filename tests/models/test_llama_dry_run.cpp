@@ -55,6 +55,7 @@ llama_plan::PlanOptions plan_options_of(const llama_train::TrainOptions& o, int 
   p.data_parallel = o.data_parallel;
   p.sequence_parallel = o.sequence_parallel;
   p.loss_parallel = o.loss_parallel;
+  p.async_tp = o.async_tp;
   for (int r = 0; r < o.dp * tp; ++r) p.ranks.push_back(r);
   return p;
 }
@@ -112,6 +113,30 @@ TEST(LlamaDryRun, WithoutSequenceOrLossParallelEqualsARealRun) {
   o.sequence_parallel = false;
   o.loss_parallel = false;
   expect_dry_run_equals_real_run(o, 2);
+}
+
+// Async TP (llama_plan --async-tp): the fused ops counted as the real run counts them, every op with a meta
+// kernel, and the same matmul FLOPs and bytes as the synchronous plan (each consumer takes its product from
+// the fused op; none computes it again).
+TEST(LlamaDryRun, AsyncTPEqualsARealRunAndTheSynchronousPlansWork) {
+  auto o = llama_test::small_options();
+  o.async_tp = true;
+  expect_dry_run_equals_real_run(o, 2);
+  const auto async_plan = plan_options_of(o, 2);
+  EXPECT_TRUE(dtensor::find_missing_meta_kernels([&] { llama_plan::dry_run_llama(async_plan); }).empty());
+  const dtensor::RankReport fused = llama_plan::dry_run_llama(async_plan).ranks.front();
+  o.async_tp = false;
+  const dtensor::RankReport plain = llama_plan::dry_run_llama(plan_options_of(o, 2)).ranks.front();
+  const int64_t layers = o.model.num_hidden_layers;
+  auto counts = plus(fused.counts(StepPhase::FORWARD), fused.counts(StepPhase::BACKWARD));
+  EXPECT_EQ(counts["fused_all_gather_matmul"], 4 * layers + 1);
+  EXPECT_EQ(counts["fused_matmul_reduce_scatter"], 4 * layers + 1);
+  EXPECT_EQ(fused.matmul_flops, plain.matmul_flops);
+  int64_t fused_bytes = 0, plain_bytes = 0;
+  for (const auto& c : fused.comms) fused_bytes += c.bytes;
+  for (const auto& c : plain.comms) plain_bytes += c.bytes;
+  EXPECT_EQ(fused_bytes, plain_bytes);
+  EXPECT_EQ(fused.peak_bytes, plain.peak_bytes);
 }
 
 // Data parallel beside TP on a 2x2 ("dp", "tp") mesh, as llama_train plans it: DDP's bucketed gradient

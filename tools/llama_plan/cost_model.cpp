@@ -13,8 +13,15 @@
 
 namespace llama_plan {
 
-double CostModel::collective_seconds(const std::string& collective, int64_t input_bytes, int64_t n) const {
+std::string replaced_collective(const std::string& collective) {
+  if (collective == "fused_all_gather_matmul") return "all_gather";
+  if (collective == "fused_matmul_reduce_scatter") return "reduce_scatter";
+  return collective;
+}
+
+double CostModel::collective_seconds(const std::string& fused_or_plain, int64_t input_bytes, int64_t n) const {
   if (n <= 1) return 0;
+  const std::string collective = replaced_collective(fused_or_plain);
   auto it = collectives.find(collective);
   if (it == collectives.end()) it = collectives.find("all_reduce");  // broadcast etc.: the all_reduce numbers
   if (it == collectives.end() || it->second.busbw_gbps <= 0) return 0;
@@ -85,8 +92,13 @@ double record_seconds(const dtensor::CommRecord& r, const CostModel& model) {
 StepEstimate estimate_step(const dtensor::RankReport& rank, const CostModel& model) {
   StepEstimate e;
   e.compute_s = model.matmul_gflops > 0 ? rank.matmul_flops / (model.matmul_gflops * 1e9) : 0;
-  for (const auto& r : rank.comms) e.comm_s += record_seconds(r, model);
+  for (const auto& r : rank.comms) {
+    const double s = record_seconds(r, model);
+    e.comm_s += s;
+    if (replaced_collective(r.collective) != r.collective) e.fused_comm_s += s;
+  }
   e.step_s = e.compute_s + e.comm_s;
+  e.step_overlapped_s = e.compute_s + (e.comm_s - e.fused_comm_s) + std::max(0.0, e.fused_comm_s - e.compute_s);
   return e;
 }
 

@@ -2,6 +2,8 @@
 // collective as latency + bytes on the wire / bus bandwidth (an alpha-beta model, per collective type, from
 // comm_bench's table), with no overlap of compute and communication. A rough bound to compare plans by,
 // not a prediction for other hardware unless its own numbers are given (--mm-gflops, --comm-table).
+// Async TP's fused ops (dtensor/parallel/async_tp.h) cost what the collective they replace costs; beside the
+// no-overlap step, a best case hides them behind the matmuls (step_overlapped_s).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +43,11 @@ double measure_matmul_gflops();
 
 struct StepEstimate {
   double compute_s = 0, comm_s = 0, step_s = 0;
+  double fused_comm_s = 0;       // of comm_s: async TP's fused collectives
+  double step_overlapped_s = 0;  // compute + the other comm + what of the fused comm the compute cannot hide
 };
+// The collective an async TP fused op replaces ("fused_all_gather_matmul" -> "all_gather"); others: itself.
+std::string replaced_collective(const std::string& collective);
 StepEstimate estimate_step(const dtensor::RankReport& rank, const CostModel& model);
 // The estimated seconds of one record (all `count` collectives of it).
 double record_seconds(const dtensor::CommRecord& record, const CostModel& model);

@@ -57,6 +57,7 @@ std::string help_text() {
      << "  --ddp / --fsdp            data parallel over dp: replicate (default) or fully_shard, as llama_train\n"
      << "  --sequence-parallel / --no-sequence-parallel   (default on)\n"
      << "  --loss-parallel / --no-loss-parallel           (default on)\n"
+     << "  --async-tp                SP's all-gathers and reduce-scatters fused with their matmuls (needs SP)\n"
      << "  --no-optimizer            no AdamW step\n"
      << "  --ranks all|R,R,...       ranks to simulate (default: 0 and the last)\n"
      << "  --comm-table FILE         collective latency/bandwidth from comm_bench's output (default: built in)\n"
@@ -115,12 +116,16 @@ CliOptions parse_options(const std::vector<std::string>& args) {
           {"no-sequence-parallel", [&] { o.plan.sequence_parallel = false; }},
           {"loss-parallel", [&] { o.plan.loss_parallel = true; }},
           {"no-loss-parallel", [&] { o.plan.loss_parallel = false; }},
+          {"async-tp", [&] { o.plan.async_tp = true; }},
           {"no-optimizer", [&] { o.plan.optimizer = false; }},
           {"ddp", [&] { o.plan.data_parallel = "ddp"; }},
           {"fsdp", [&] { o.plan.data_parallel = "fsdp"; }},
           {"json", [&] { o.json = true; }},
           {"help", [&] { o.help = true; }},
       });
+  if (o.plan.async_tp && !o.plan.sequence_parallel) {
+    throw UsageError("--async-tp needs sequence parallel (drop --no-sequence-parallel)");
+  }
   m.max_position_embeddings = std::max(m.max_position_embeddings, o.plan.seq_len);
   if (o.plan.ranks.size() == 1 && o.plan.ranks[0] == -1) {
     o.plan.ranks.resize(o.plan.tp * o.plan.dp);

@@ -19,6 +19,7 @@ llama_train::TrainOptions train_options_of(const PlanOptions& o) {
   t.data_parallel = o.data_parallel;
   t.sequence_parallel = o.sequence_parallel;
   t.loss_parallel = o.loss_parallel;
+  t.async_tp = o.async_tp;
   return t;
 }
 

@@ -20,6 +20,7 @@ struct PlanOptions {
   std::string data_parallel = "ddp";  // over dp, as llama_train's --ddp / --fsdp
   bool sequence_parallel = true;
   bool loss_parallel = true;
+  bool async_tp = false;   // SP's boundaries through async TP's fused ops, as llama_train's --async-tp
   bool optimizer = true;   // AdamW step (llama_train's optimizer)
   std::vector<int> ranks;  // simulated ranks; empty: rank 0 and the last
 };

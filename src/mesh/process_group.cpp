@@ -83,7 +83,7 @@ struct Work::State {
 Work& Work::operator=(Work&& other) noexcept {
   if (this != &other) {
     if (state_) {
-      try { wait(); } catch (const std::exception& e) { std::cerr << e.what() << std::endl; }
+      try { wait(); } catch (const std::exception& e) { std::cerr << (std::string(e.what()) + "\n") << std::flush; }
     }
     state_ = std::move(other.state_);
   }
@@ -117,7 +117,7 @@ Work::~Work() {
     try {
       wait();
     } catch (const std::exception& e) {
-      std::cerr << "dtensor: an unwaited collective failed: " << e.what() << std::endl;
+      std::cerr << ("dtensor: an unwaited collective failed: " + std::string(e.what()) + "\n") << std::flush;
     }
   }
 }

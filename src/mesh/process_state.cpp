@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace dtensor::detail {
@@ -17,7 +18,17 @@ ProcessState process_state(int pid) {
   if (!std::getline(stat, line)) return ProcessState::RUNNING;  // no /proc: trust kill()
   const auto close_paren = line.rfind(')');
   if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return ProcessState::RUNNING;
-  switch (line[close_paren + 2]) {
+  // After the state: ppid pgrp session tty_nr tpgid flags. A process being killed closes its sockets and
+  // unmaps its memory before it becomes a zombie; its flags say PF_EXITING (0x4) from the start, so a peer
+  // that sees the connection drop does not find it "running".
+  std::istringstream rest(line.substr(close_paren + 2));
+  char state = 0;
+  long ppid = 0, pgrp = 0, session = 0, tty = 0, tpgid = 0;
+  unsigned long flags = 0;
+  rest >> state >> ppid >> pgrp >> session >> tty >> tpgid >> flags;
+  constexpr unsigned long kExiting = 0x4;  // PF_EXITING, include/linux/sched.h
+  if (rest && (flags & kExiting)) return ProcessState::GONE;
+  switch (state) {
     case 'Z': case 'X': return ProcessState::GONE;
     case 'T': case 't': return ProcessState::STOPPED;
     default: return ProcessState::RUNNING;

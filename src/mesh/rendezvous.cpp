@@ -55,7 +55,7 @@ class BackgroundWaitReporter {
           std::unique_lock<std::mutex> lock(mutex_);
           while (!done_) {
             if (cv_.wait_until(lock, start + next, [this] { return done_; })) break;
-            std::cerr << line(next) << std::endl;
+            std::cerr << (line(next) + "\n") << std::flush;  // one write: other ranks' threads print too
             next += kWaitReportEvery;
           }
         }) {}
@@ -155,9 +155,10 @@ void wait_for_all_ranks(c10d::Store& store, int rank, int world_size, millisecon
       }
       if (waited >= next_report) {
         auto [joined, missing] = joined_and_missing(store, world_size);
-        std::cerr << "dtensor: " << who << " waiting at " << where << " for ranks " << list(missing)
-                  << " to join (joined: " << list(joined) << "; " << seconds(next_report) << " of " << seconds(timeout)
-                  << ")" << std::endl;
+        // One write per line: rank threads of one process report at the same moments.
+        std::cerr << ("dtensor: " + who + " waiting at " + where + " for ranks " + list(missing) + " to join (joined: " +
+                      list(joined) + "; " + seconds(next_report) + " of " + seconds(timeout) + ")\n")
+                  << std::flush;
         next_report += kWaitReportEvery;
       }
       std::this_thread::sleep_for(std::min(poll, timeout - waited));

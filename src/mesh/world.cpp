@@ -282,8 +282,9 @@ bool release_within_timeout(std::shared_ptr<World>& world) {
   const auto limit = world->timeout();
   const int rank = world->rank();
   if (detail::finish_within(limit, [last = std::move(world)]() mutable { last.reset(); })) return true;
-  std::cerr << "dtensor: rank " << rank << ": shutting down its process groups did not finish within "
-            << limit.count() << " ms (a peer is not answering); leaving them to the OS" << std::endl;
+  std::cerr << ("dtensor: rank " + std::to_string(rank) + ": shutting down its process groups did not finish within " +
+                std::to_string(limit.count()) + " ms (a peer is not answering); leaving them to the OS\n")
+            << std::flush;
   return false;
 }
 

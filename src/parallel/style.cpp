@@ -1,6 +1,8 @@
 #include "dtensor/parallel/style.h"
 #include "dtensor/error.h"
 
+#include <torch/nn/modules/linear.h>
+
 #include "dtensor/parallel/distribute_module.h"
 #include "dtensor/tensor/dtensor.h"
 #include "parallel/distribute_params.h"
@@ -31,13 +33,15 @@ PartitionFn partition_params(ParamPlacements placements, std::optional<int> src)
 // where assuming even shards would give each rank a different global shape.
 InputFn first_input_to(const std::string& style, Placement layout, Placement desired, const std::string& path = "",
                        bool in_features_of = false) {
+  const std::string what = style + " on '" + path + "'";
   return [=](torch::nn::Module& m, nn::Args args, nn::KwArgs kwargs, const DeviceMesh& mesh) {
     at::Tensor& x = first_tensor_input(args, style);
     std::optional<int64_t> sharded_size;
-    if (in_features_of && x.dim() > 0 && layout.is_shard() && layout.normalized(x.dim()).dim() == x.dim() - 1) {
-      sharded_size = m.named_parameters(/*recurse=*/false)["weight"].size(1);
+    if (in_features_of && !is_dtensor(x) && x.dim() > 0 && layout.is_shard() &&
+        layout.normalized(x.dim()).dim() == x.dim() - 1) {
+      sharded_size = static_cast<torch::nn::LinearImpl&>(m).weight.size(1);  // a Linear (apply checked)
     }
-    x = prepare_input(x, mesh, layout, desired, sharded_size, style + " on '" + path + "'");
+    x = prepare_input(x, mesh, layout, desired, sharded_size, what);
     return std::make_pair(std::move(args), std::move(kwargs));
   };
 }

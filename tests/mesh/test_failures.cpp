@@ -111,6 +111,29 @@ TEST(Failures, FrozenRankIsNamedOnGloo) {
       << r0.output;
 }
 
+TEST(Failures, KilledStoreServerIsNamedOnGloo) {
+  // Rank 0, whose process serves the job's store, SIGKILLs itself mid-all-reduce, on Gloo. The survivors'
+  // errors still say what became of it: they describe the members from what they read when the group was
+  // made, not from the store, which died with rank 0. No launcher.
+  const int world = 3, port = free_port();
+  const std::string out = "/tmp/dtensor_kill_server_" + std::to_string(getpid()) + "_";
+  std::vector<int> pids;
+  for (int r = 0; r < world; ++r) {
+    auto env = rank_env(r, world, port);
+    env["DTENSOR_BACKEND"] = "gloo";
+    pids.push_back(start_process({bin_path("dist_e2e"), "kill_mid", "0"}, env, out + std::to_string(r)));
+  }
+  wait_process(pids[0], out + "0", 60);
+  for (int r : {1, 2}) {
+    auto res = wait_process(pids[r], out + std::to_string(r), 60);
+    EXPECT_FALSE(res.timed_out);
+    EXPECT_EQ(res.exit_code, 1) << res.output;
+    EXPECT_TRUE(contains(res.output, "error: dtensor: all_reduce on group [0, 1, 2] (rank " + std::to_string(r) + " of 3)"))
+        << res.output;
+    EXPECT_TRUE(contains(res.output, "rank 0: exited (pid " + std::to_string(pids[0]) + ", this host)")) << res.output;
+  }
+}
+
 TEST(Failures, BadEnvironmentIsNamed) {
   auto r = run_process({bin_path("dist_e2e"), "ok"}, {{"RANK", ""}, {"WORLD_SIZE", "2"}}, 30);
   EXPECT_EQ(r.exit_code, 1);

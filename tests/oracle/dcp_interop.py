@@ -20,6 +20,7 @@ def main():
     from torch.distributed.checkpoint import HuggingFaceStorageReader, HuggingFaceStorageWriter
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from peer_exit import end_process_group
 
     mode, ckpt, ref_path = sys.argv[1:4]
     torch.set_num_threads(1)
@@ -43,9 +44,7 @@ def main():
         dcp.save(state, storage_writer=HuggingFaceStorageWriter(ckpt, save_distributed=True))
         if rank == 0:
             save_file(full, ref_path)
-        dist.barrier()
-        dist.destroy_process_group()
-        return 0
+        end_process_group(0)
 
     ref = load_file(ref_path)
     cycle = [lambda t: [Shard(0)], lambda t: [Shard(t.dim() - 1)], lambda t: [Replicate()]]
@@ -63,9 +62,8 @@ def main():
         for line in bad:
             print("mismatch:", line)
         print(f"dcp_interop load world={world} tensors={len(ref)} mismatches={len(bad)}")
-    dist.destroy_process_group()
-    return 1 if bad else 0
+    end_process_group(1 if bad else 0)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

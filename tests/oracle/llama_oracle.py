@@ -48,6 +48,7 @@ def worker(dump, dp=1):
     from torch.distributed.tensor.parallel import loss_parallel
     from torch.utils._python_dispatch import TorchDispatchMode
     from llama_torch import apply_torchtitan_tp, build_llama
+    from peer_exit import end_process_group
 
     torch.set_num_threads(1)
     meta = json.load(open(dump + ".json"))
@@ -142,7 +143,7 @@ def worker(dump, dp=1):
             rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
             print(f"step {step + 1} loss {value:.6f} update {update_mode.get_total_counts()} comm {comm} | "
                   f"ms {ms:.1f} peak_rss_mb {rss:.0f}", flush=True)
-    dist.destroy_process_group()
+    end_process_group(0)
 
 
 def parse_ours(text):

@@ -25,6 +25,8 @@ import tempfile
 import time
 import traceback
 
+from peer_exit import end_process_group
+
 
 def free_port():
     """A TCP port on 127.0.0.1 that is free right now."""
@@ -81,7 +83,7 @@ def _worker(rank, world_size, port, setup, run_case, cases, outdir, pg_timeout_s
     with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
         json.dump({"results": results, "torch_version": torch.__version__,
                    "t_init": t_init - t_start, "t_cases": time.time() - t_init}, f)
-    dist.destroy_process_group()
+    end_process_group(0)
 
 
 def run_on_ranks(world_size, setup, run_case, cases, *, total_timeout_s=150, pg_timeout_s=20):

@@ -14,6 +14,7 @@ import tempfile
 
 PYTORCH_TP = r'''
 import os, torch, torch.nn as nn
+from peer_exit import end_process_group
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel, RowwiseParallel
 
@@ -40,6 +41,7 @@ for i in range(10):
         print(f"loss {i} {loss.item():.7f}", flush=True)
     loss.backward()
     opt.step()
+end_process_group(0)  # tests/oracle/peer_exit.py: every rank leaves together, after a barrier
 '''
 
 
@@ -49,7 +51,7 @@ def losses(text):
 
 def main():
     bin_dir = sys.argv[1]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.path.dirname(os.path.abspath(__file__)))
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(PYTORCH_TP)
         script = f.name

@@ -1,8 +1,13 @@
 """What the Python benchmark twins share, timed as tools/bench/bench_util.h times the C++ ones."""
+import os
 import statistics
+import sys
 import time
 
 import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "oracle"))
+from peer_exit import end_process_group  # noqa: E402,F401  (how the torchrun benchmarks end: see peer_exit.py)
 
 
 def batched_median_us(iters, fn):

@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-from bench_util import batched_median_us
+from bench_util import batched_median_us, end_process_group
 
 
 def main():
@@ -42,7 +42,7 @@ def main():
         t_dt, t_local = batched_median_us(args.iters, dt), batched_median_us(args.iters, local)
         if dist.get_rank() == 0:
             print(f"{name:<42} {t_dt:>10.2f} {t_local:>10.2f} {t_dt - t_local:>10.2f}", flush=True)
-    dist.destroy_process_group()
+    end_process_group(0)
 
 
 if __name__ == "__main__":

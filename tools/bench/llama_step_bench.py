@@ -26,6 +26,7 @@ def worker(args):
     from torch.distributed.tensor.parallel import loss_parallel
     sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "oracle"))
     from llama_torch import apply_torchtitan_tp, build_llama
+    from peer_exit import end_process_group
 
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
@@ -53,7 +54,7 @@ def worker(args):
         times.append((time.perf_counter() - t0) * 1e3)
     if dist.get_rank() == 0:
         print(f"median_step_ms={statistics.median(times[3:]):.3f}", flush=True)  # as llama_train: 3 warm-up steps
-    dist.destroy_process_group()
+    end_process_group(0)
 
 
 def main():

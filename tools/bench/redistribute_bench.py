@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
-from bench_util import synchronized_median_us
+from bench_util import end_process_group, synchronized_median_us
 
 
 def main():
@@ -58,7 +58,7 @@ def main():
             bare = synchronized_median_us(args.iters, raw)
             if rank == 0:
                 print(f"{name:<26} {full.numel():>10} {ours:>12.1f} {bare:>12.1f} {ours - bare:>12.1f}", flush=True)
-    dist.destroy_process_group()
+    end_process_group(0)
 
 
 if __name__ == "__main__":

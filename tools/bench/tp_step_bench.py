@@ -12,7 +12,7 @@ import torch.nn as nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.debug import CommDebugMode
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-from bench_util import batched_median_us
+from bench_util import batched_median_us, end_process_group
 
 BATCH, IN, HIDDEN, OUT = 8, 64, 256, 64
 
@@ -60,7 +60,7 @@ def main():
         print(f"{'TP step':<12} {'shard step':>12} {'all_reduce':>12} {'overhead':>12}")
         print(f"{t_tp:<12.1f} {t_shard:>12.1f} {t_comm:>12.1f} {t_tp - t_shard - t_comm:>12.1f}")
         print(f"collectives per TP step: {comms or 'none'}", flush=True)
-    dist.destroy_process_group()
+    end_process_group(0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,190 @@
+"""Runs the tests that can fail by chance N times under both backends, beside a CPU hog, and tables the passes.
+
+    scripts/flake_check.sh N [--hogs H] [--only REGEX]
+
+What runs (each round, for DTENSOR_BACKEND=shm then gloo):
+- dtensor_tests: the multi-process, fault, rendezvous, size-agreement, shared-memory, launcher, checkpoint-error,
+  checkpoint-interop (torchrun + PyTorch DCP), async and oracle-replay suites;
+- llama_tests: the command-line, checkpoint, HF (transformers) oracle, generation, data-parallel and async TP suites;
+- the PyTorch-beside-us oracles that ctest runs (toy TP, Llama TP+SP, FSDP2 x TP, generation vs transformers);
+- fault_soak: 6 random fault trials (a rank SIGKILLed or SIGSTOPped at a random phase) with this round's seed.
+Once per round, before them (they do not read DTENSOR_BACKEND): the PyTorch DTensor and TP-style oracle generators
+(spawned Gloo ranks), whose JSON the Oracle.* replays read.
+Every command is bounded by --timeout. H busy loops (default 1) run for the whole sweep. A failed run's output is
+kept in build/flake_check/. The last line is `summary ...`; the exit status is 1 if anything failed.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BUILD = os.path.join(ROOT, "build")
+BIN = os.path.join(BUILD, "bin")
+PY = sys.executable
+LOGS = os.path.join(BUILD, "flake_check")
+
+DTENSOR_SUITES = ["Failures", "Rendezvous", "SizeMismatch", "ShmBackend", "ShmAsync", "Tprun", "LaunchEnv",
+                  "CheckpointErrors", "CheckpointInterop", "AsyncTP", "Oracle", "Parallelize"]
+LLAMA_SUITES = ["LlamaTrainCli", "LlamaCheckpoint", "LlamaHF", "LlamaGenerate", "LlamaGenerateCli", "LlamaAsyncTP",
+                "LlamaDataParallelMesh", "LlamaDataParallelCheckpoint"]
+ORACLES = {  # ctest name -> command (as tests/CMakeLists.txt registers it)
+    "toy_tp_vs_pytorch": [PY, f"{ROOT}/tests/oracle/toy_tp_oracle.py", BIN],
+    "llama_vs_pytorch": [PY, f"{ROOT}/tests/oracle/llama_oracle.py", BIN],
+    "llama_fsdp_tp_vs_pytorch": [PY, f"{ROOT}/tests/oracle/llama_oracle.py", BIN, "--fsdp-2d"],
+    "llama_generate_vs_hf": [PY, f"{ROOT}/tests/oracle/hf_generate_oracle.py", BIN],
+}
+GENERATORS = {  # backend-independent: PyTorch alone
+    "oracle_generate": [PY, f"{ROOT}/tests/oracle/dtensor_oracle.py", f"{BUILD}/oracle/dtensor_cases.json"],
+    "oracle_styles_generate": [PY, f"{ROOT}/tests/oracle/tp_styles_oracle.py", f"{BUILD}/oracle/tp_styles.json"],
+}
+
+
+def run(cmd, env, timeout):
+    """(exit status, output); 124 when the bound ran out (the process group is killed)."""
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         start_new_session=True, cwd=BUILD)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, _ = p.communicate()
+        return 124, out + f"\n[flake_check] killed after {timeout} s\n"
+
+
+class Tally:
+    def __init__(self):
+        self.runs, self.passes, self.order = {}, {}, []
+
+    def add(self, test, backend, ok):
+        key = (test, backend)
+        if test not in self.order:
+            self.order.append(test)
+        self.runs[key] = self.runs.get(key, 0) + 1
+        self.passes[key] = self.passes.get(key, 0) + (1 if ok else 0)
+
+    def failures(self):
+        return sum(self.runs[k] - self.passes[k] for k in self.runs)
+
+    def table(self, backends):
+        width = max([len(t) for t in self.order] + [4])
+        lines = [f"{'test':<{width}}  " + "  ".join(f"{b:>7}" for b in backends)]
+        for t in self.order:
+            cells = []
+            for b in backends:
+                k = (t, b)
+                cells.append(f"{self.passes[k]:>3}/{self.runs[k]:<3}" if k in self.runs else f"{'-':>7}")
+            lines.append(f"{t:<{width}}  " + "  ".join(cells))
+        return "\n".join(lines)
+
+
+def save_log(tag, out):
+    os.makedirs(LOGS, exist_ok=True)
+    path = os.path.join(LOGS, re.sub(r"[^A-Za-z0-9_.-]", "_", tag) + ".log")
+    with open(path, "w") as f:
+        f.write(out)
+    return path
+
+
+def gtest(binary, suites, backend, rnd, env, tally, timeout, only):
+    """Runs the suites in one process; every test's pass or failure goes to the tally. A crash or overrun
+    (no JSON report) is a failure of the row '<binary> (whole run)'."""
+    filt = ":".join(s + ".*" for s in suites if not only or re.search(only, s))
+    if not filt:
+        return
+    report = os.path.join(LOGS, f"{binary}.json")
+    os.makedirs(LOGS, exist_ok=True)
+    if os.path.exists(report):
+        os.remove(report)
+    t0 = time.time()
+    rc, out = run([os.path.join(BIN, binary), f"--gtest_filter={filt}", f"--gtest_output=json:{report}"], env, timeout)
+    doc = None
+    if os.path.exists(report):
+        with open(report) as f:
+            doc = json.load(f)
+    failed = []
+    if doc is not None:
+        for suite in doc.get("testsuites", []):
+            for t in suite.get("testsuite", []):
+                if t.get("result", "COMPLETED") != "COMPLETED" or t.get("status") == "NOTRUN":
+                    continue
+                ok = not t.get("failures")
+                tally.add(f"{suite['name']}.{t['name']}", backend, ok)
+                if not ok:
+                    failed.append(f"{suite['name']}.{t['name']}")
+    whole_ok = doc is not None and (rc == 0) == (not failed)
+    tally.add(f"{binary} (whole run)", backend, whole_ok)
+    if failed or not whole_ok:
+        path = save_log(f"round{rnd}-{backend}-{binary}", out)
+        print(f"[flake] round {rnd} {backend}: {binary} FAILED {failed or f'(exit {rc}, no report)'}; output in {path}",
+              flush=True)
+    print(f"[flake] round {rnd} {backend}: {binary} ({filt.count(":") + 1} suites) in {time.time() - t0:.0f} s", flush=True)
+
+
+def command(name, cmd, backend, rnd, env, tally, timeout):
+    t0 = time.time()
+    rc, out = run(cmd, env, timeout)
+    tally.add(name, backend, rc == 0)
+    note = ""
+    if rc != 0:
+        note = f" FAILED (exit {rc}); output in {save_log(f'round{rnd}-{backend}-{name}', out)}"
+    print(f"[flake] round {rnd} {backend}: {name} {time.time() - t0:.0f} s{note}", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="flake_check.sh", description=__doc__.split("\n")[0])
+    ap.add_argument("rounds", type=int, help="rounds (N); the bar is 0 failures at N >= 20")
+    ap.add_argument("--hogs", type=int, default=1, help="busy loops beside the tests (default 1)")
+    ap.add_argument("--only", default="", help="only the suites / oracles whose name matches this regex")
+    ap.add_argument("--backends", default="shm,gloo", help="DTENSOR_BACKEND values (default shm,gloo)")
+    ap.add_argument("--timeout", type=int, default=900, help="bound of each command, in seconds (default 900)")
+    ap.add_argument("--seed", type=int, default=1000, help="fault_soak's seed in round r is seed + r")
+    args = ap.parse_args()
+    if args.rounds < 1 or args.hogs < 0 or args.timeout < 1:
+        ap.error("rounds and timeout must be >= 1, hogs >= 0")
+    backends = [b for b in args.backends.split(",") if b]
+    if any(b not in ("shm", "gloo") for b in backends):
+        ap.error(f"--backends takes shm and/or gloo, not {args.backends!r}")
+    only = args.only
+    hogs = [subprocess.Popen(["bash", "-c", "while :; do :; done"]) for _ in range(args.hogs)]
+    tally, t_start = Tally(), time.time()
+    print(f"[flake] {args.rounds} rounds, backends {backends}, {args.hogs} CPU hog(s), bound {args.timeout} s per "
+          f"command", flush=True)
+    try:
+        for rnd in range(1, args.rounds + 1):
+            base = dict(os.environ, OMP_NUM_THREADS="1")
+            for name, cmd in GENERATORS.items():
+                if not only or re.search(only, name):
+                    command(name, cmd, "any", rnd, base, tally, args.timeout)
+            for backend in backends:
+                env = dict(base, DTENSOR_BACKEND=backend)
+                gtest("dtensor_tests", DTENSOR_SUITES, backend, rnd, env, tally, args.timeout, only)
+                gtest("llama_tests", LLAMA_SUITES, backend, rnd, env, tally, args.timeout, only)
+                for name, cmd in ORACLES.items():
+                    if not only or re.search(only, name):
+                        command(name, cmd, backend, rnd, env, tally, args.timeout)
+                if not only or re.search(only, "fault_soak"):
+                    soak = [os.path.join(BIN, "fault_soak"), "--trials", "6", "--jobs", "2", "--timeout", "3",
+                            "--slack", "5", "--backends", backend, "--seed", str(args.seed + rnd)]
+                    command("fault_soak (6 trials)", soak, backend, rnd, env, tally, args.timeout)
+            print(f"[flake] round {rnd}/{args.rounds} done: {tally.failures()} failures so far, "
+                  f"{time.time() - t_start:.0f} s", flush=True)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    print()
+    print(tally.table([b for b in ["any"] + backends if any(k[1] == b for k in tally.runs)]))
+    tests = len(tally.order)
+    print(f"summary rounds={args.rounds} tests={tests} test_runs={sum(tally.runs.values())} "
+          f"failures={tally.failures()} hogs={args.hogs} backends={'+'.join(backends)} "
+          f"wall_s={time.time() - t_start:.0f}")
+    return 1 if tally.failures() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -122,7 +122,7 @@ def gtest(binary, suites, backend, rnd, env, tally, timeout, only):
         path = save_log(f"round{rnd}-{backend}-{binary}", out)
         print(f"[flake] round {rnd} {backend}: {binary} FAILED {failed or f'(exit {rc}, no report)'}; output in {path}",
               flush=True)
-    print(f"[flake] round {rnd} {backend}: {binary} ({filt.count(":") + 1} suites) in {time.time() - t0:.0f} s", flush=True)
+    print(f"[flake] round {rnd} {backend}: {binary} ({filt.count(':') + 1} suites) in {time.time() - t0:.0f} s", flush=True)
 
 
 def command(name, cmd, backend, rnd, env, tally, timeout):

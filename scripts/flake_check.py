@@ -2,14 +2,19 @@
 
     scripts/flake_check.sh N [--hogs H] [--only REGEX]
 
-What runs (each round, for DTENSOR_BACKEND=shm then gloo):
-- dtensor_tests: the multi-process, fault, rendezvous, size-agreement, shared-memory, launcher, checkpoint-error,
-  checkpoint-interop (torchrun + PyTorch DCP), async and oracle-replay suites;
-- llama_tests: the command-line, checkpoint, HF (transformers) oracle, generation, data-parallel and async TP suites;
-- the PyTorch-beside-us oracles that ctest runs (toy TP, Llama TP+SP, FSDP2 x TP, generation vs transformers);
-- fault_soak: 6 random fault trials (a rank SIGKILLed or SIGSTOPped at a random phase) with this round's seed.
-Once per round, before them (they do not read DTENSOR_BACKEND): the PyTorch DTensor and TP-style oracle generators
-(spawned Gloo ranks), whose JSON the Oracle.* replays read.
+What runs in each round:
+- first, once (PyTorch alone; DTENSOR_BACKEND means nothing to them): the PyTorch DTensor and TP-style oracle
+  generators (spawned Gloo ranks), whose JSON the Oracle.* replays read;
+- for DTENSOR_BACKEND=shm, then gloo:
+  - dtensor_tests: the multi-process, fault, rendezvous, size-agreement, shared-memory, launcher, checkpoint-error,
+    checkpoint-interop (torchrun + PyTorch DCP), async and oracle-replay suites;
+  - llama_tests: the command-line, checkpoint, generation, data-parallel and async TP suites;
+  - fault_soak: 4 random fault trials (a rank SIGKILLed or SIGSTOPped at a random phase), this round's seed;
+- once, under one backend, alternating from round to round (shm in odd rounds, gloo in even ones): the
+  transformers oracle (LlamaHF.*) and the PyTorch-beside-us oracles that ctest runs (toy TP, Llama TP+SP,
+  FSDP2 x TP, generation vs transformers). Their PyTorch side (torchrun, Gloo) does not read DTENSOR_BACKEND, so
+  each PyTorch launch runs N times; our side runs N/2 times on each backend. (Every round on both backends would
+  make a 20-round sweep take 2 h 20 min on 2 cores; this keeps it near 1 h 40 min.)
 Every command is bounded by --timeout. H busy loops (default 1) run for the whole sweep. A failed run's output is
 kept in build/flake_check/. The last line is `summary ...`; the exit status is 1 if anything failed.
 """
@@ -29,8 +34,9 @@ LOGS = os.path.join(BUILD, "flake_check")
 
 DTENSOR_SUITES = ["Failures", "Rendezvous", "SizeMismatch", "ShmBackend", "ShmAsync", "Tprun", "LaunchEnv",
                   "CheckpointErrors", "CheckpointInterop", "AsyncTP", "Oracle", "Parallelize"]
-LLAMA_SUITES = ["LlamaTrainCli", "LlamaCheckpoint", "LlamaHF", "LlamaGenerate", "LlamaGenerateCli", "LlamaAsyncTP",
+LLAMA_SUITES = ["LlamaTrainCli", "LlamaCheckpoint", "LlamaGenerate", "LlamaGenerateCli", "LlamaAsyncTP",
                 "LlamaDataParallelMesh", "LlamaDataParallelCheckpoint"]
+LLAMA_ORACLE_SUITES = ["LlamaHF"]  # transformers in a Python process beside each test
 ORACLES = {  # ctest name -> command (as tests/CMakeLists.txt registers it)
     "toy_tp_vs_pytorch": [PY, f"{ROOT}/tests/oracle/toy_tp_oracle.py", BIN],
     "llama_vs_pytorch": [PY, f"{ROOT}/tests/oracle/llama_oracle.py", BIN],
@@ -92,10 +98,11 @@ def save_log(tag, out):
 
 def gtest(binary, suites, backend, rnd, env, tally, timeout, only):
     """Runs the suites in one process; every test's pass or failure goes to the tally. A crash or overrun
-    (no JSON report) is a failure of the row '<binary> (whole run)'."""
-    filt = ":".join(s + ".*" for s in suites if not only or re.search(only, s))
-    if not filt:
+    (no JSON report) is a failure of the row '<binary> process (...)'."""
+    suites = [s for s in suites if not only or re.search(only, s)]
+    if not suites:
         return
+    filt = ":".join(s + ".*" for s in suites)
     report = os.path.join(LOGS, f"{binary}.json")
     os.makedirs(LOGS, exist_ok=True)
     if os.path.exists(report):
@@ -117,12 +124,12 @@ def gtest(binary, suites, backend, rnd, env, tally, timeout, only):
                 if not ok:
                     failed.append(f"{suite['name']}.{t['name']}")
     whole_ok = doc is not None and (rc == 0) == (not failed)
-    tally.add(f"{binary} (whole run)", backend, whole_ok)
+    tally.add(f"{binary} process ({suites[0] if len(suites) == 1 else f'{len(suites)} suites'})", backend, whole_ok)
     if failed or not whole_ok:
         path = save_log(f"round{rnd}-{backend}-{binary}", out)
         print(f"[flake] round {rnd} {backend}: {binary} FAILED {failed or f'(exit {rc}, no report)'}; output in {path}",
               flush=True)
-    print(f"[flake] round {rnd} {backend}: {binary} ({filt.count(':') + 1} suites) in {time.time() - t0:.0f} s", flush=True)
+    print(f"[flake] round {rnd} {backend}: {binary} ({len(suites)} suites) in {time.time() - t0:.0f} s", flush=True)
 
 
 def command(name, cmd, backend, rnd, env, tally, timeout):
@@ -164,13 +171,16 @@ def main():
                 env = dict(base, DTENSOR_BACKEND=backend)
                 gtest("dtensor_tests", DTENSOR_SUITES, backend, rnd, env, tally, args.timeout, only)
                 gtest("llama_tests", LLAMA_SUITES, backend, rnd, env, tally, args.timeout, only)
-                for name, cmd in ORACLES.items():
-                    if not only or re.search(only, name):
-                        command(name, cmd, backend, rnd, env, tally, args.timeout)
                 if not only or re.search(only, "fault_soak"):
-                    soak = [os.path.join(BIN, "fault_soak"), "--trials", "6", "--jobs", "2", "--timeout", "3",
+                    soak = [os.path.join(BIN, "fault_soak"), "--trials", "4", "--jobs", "2", "--timeout", "3",
                             "--slack", "5", "--backends", backend, "--seed", str(args.seed + rnd)]
-                    command("fault_soak (6 trials)", soak, backend, rnd, env, tally, args.timeout)
+                    command("fault_soak (4 trials)", soak, backend, rnd, env, tally, args.timeout)
+            backend = backends[(rnd - 1) % len(backends)]
+            env = dict(base, DTENSOR_BACKEND=backend)
+            gtest("llama_tests", LLAMA_ORACLE_SUITES, backend, rnd, env, tally, args.timeout, only)
+            for name, cmd in ORACLES.items():
+                if not only or re.search(only, name):
+                    command(name, cmd, backend, rnd, env, tally, args.timeout)
             print(f"[flake] round {rnd}/{args.rounds} done: {tally.failures()} failures so far, "
                   f"{time.time() - t_start:.0f} s", flush=True)
     finally:

@@ -175,7 +175,7 @@ dtensor::testing::ProcessResult run_llama_train(const std::vector<std::string>& 
 // reaches the same step-8 loss, and its save replaces the leftover.
 // Whether the .partial is left is a race that both outcomes of are right: rank 0 removes it when its next
 // collective fails, unless tprun (which ends the survivors once a rank dies, as torchrun does) ends rank 0 first.
-// Idle, tprun mostly wins; under load rank 0 sometimes does (scripts/flake_check.sh: 1 run in 30). So the test
+// Idle, tprun mostly wins; under load rank 0 sometimes does (scripts/flake_check.sh 20: once in 20 Gloo runs). So the test
 // checks what is guaranteed either way, and when rank 0 did clean up, it plants the leftover a killed rank 0
 // would have left (rank 1's shard, no index), so the resumed save always meets one.
 TEST(LlamaCheckpoint, RankKilledDuringSaveLeavesThePreviousCheckpoint) {

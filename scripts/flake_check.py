@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -37,16 +38,14 @@ DTENSOR_SUITES = ["Failures", "Rendezvous", "SizeMismatch", "ShmBackend", "ShmAs
 LLAMA_SUITES = ["LlamaTrainCli", "LlamaCheckpoint", "LlamaGenerate", "LlamaGenerateCli", "LlamaAsyncTP",
                 "LlamaDataParallelMesh", "LlamaDataParallelCheckpoint"]
 LLAMA_ORACLE_SUITES = ["LlamaHF"]  # transformers in a Python process beside each test
-ORACLES = {  # ctest name -> command (as tests/CMakeLists.txt registers it)
-    "toy_tp_vs_pytorch": [PY, f"{ROOT}/tests/oracle/toy_tp_oracle.py", BIN],
-    "llama_vs_pytorch": [PY, f"{ROOT}/tests/oracle/llama_oracle.py", BIN],
-    "llama_fsdp_tp_vs_pytorch": [PY, f"{ROOT}/tests/oracle/llama_oracle.py", BIN, "--fsdp-2d"],
-    "llama_generate_vs_hf": [PY, f"{ROOT}/tests/oracle/hf_generate_oracle.py", BIN],
-}
-GENERATORS = {  # backend-independent: PyTorch alone
-    "oracle_generate": [PY, f"{ROOT}/tests/oracle/dtensor_oracle.py", f"{BUILD}/oracle/dtensor_cases.json"],
-    "oracle_styles_generate": [PY, f"{ROOT}/tests/oracle/tp_styles_oracle.py", f"{BUILD}/oracle/tp_styles.json"],
-}
+# ctest entries, run through ctest so their commands have one home (tests/CMakeLists.txt).
+ORACLES = ["toy_tp_vs_pytorch", "llama_vs_pytorch", "llama_fsdp_tp_vs_pytorch", "llama_generate_vs_hf"]
+GENERATORS = ["oracle_generate", "oracle_styles_generate"]  # backend-independent: PyTorch alone
+CTEST = shutil.which("ctest", path=os.path.dirname(PY) + os.pathsep + os.environ.get("PATH", "")) or "ctest"
+
+
+def ctest(name):
+    return [CTEST, "-R", f"^{name}$", "--output-on-failure"]
 
 
 def run(cmd, env, timeout):
@@ -164,9 +163,9 @@ def main():
     try:
         for rnd in range(1, args.rounds + 1):
             base = dict(os.environ, OMP_NUM_THREADS="1")
-            for name, cmd in GENERATORS.items():
+            for name in GENERATORS:
                 if not only or re.search(only, name):
-                    command(name, cmd, "any", rnd, base, tally, args.timeout)
+                    command(name, ctest(name), "any", rnd, base, tally, args.timeout)
             for backend in backends:
                 env = dict(base, DTENSOR_BACKEND=backend)
                 gtest("dtensor_tests", DTENSOR_SUITES, backend, rnd, env, tally, args.timeout, only)
@@ -178,9 +177,9 @@ def main():
             backend = backends[(rnd - 1) % len(backends)]
             env = dict(base, DTENSOR_BACKEND=backend)
             gtest("llama_tests", LLAMA_ORACLE_SUITES, backend, rnd, env, tally, args.timeout, only)
-            for name, cmd in ORACLES.items():
+            for name in ORACLES:
                 if not only or re.search(only, name):
-                    command(name, cmd, backend, rnd, env, tally, args.timeout)
+                    command(name, ctest(name), backend, rnd, env, tally, args.timeout)
             print(f"[flake] round {rnd}/{args.rounds} done: {tally.failures()} failures so far, "
                   f"{time.time() - t_start:.0f} s", flush=True)
     finally:

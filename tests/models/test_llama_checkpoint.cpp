@@ -177,7 +177,7 @@ dtensor::testing::ProcessResult run_llama_train(const std::vector<std::string>& 
 // collective fails, unless tprun (which ends the survivors once a rank dies, as torchrun does) ends rank 0 first.
 // Idle, tprun mostly wins; under load rank 0 sometimes does (scripts/flake_check.sh 20: once in 20 Gloo runs). So the test
 // checks what is guaranteed either way, and when rank 0 did clean up, it plants the leftover a killed rank 0
-// would have left (rank 1's shard, no index), so the resumed save always meets one.
+// would have left (shard files, no index), so the resumed save always meets one.
 TEST(LlamaCheckpoint, RankKilledDuringSaveLeavesThePreviousCheckpoint) {
   const std::string dir = fresh("killed") + "/ck";
   auto first = run_llama_train({"--checkpoint-dir", dir, "--checkpoint-every", "4", "--stop-after", "4"});

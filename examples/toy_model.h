@@ -4,7 +4,7 @@
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/module.h>
 
-#include "dtensor/parallel/layers.h"
+#include "dtensor/nn/layers.h"
 
 struct ToyModelImpl : torch::nn::Module {
   ToyModelImpl()

@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/parallel/parallelize.h"
+#include "dtensor/tp/parallelize.h"
 #include "toy_model.h"
 
 void train(ToyModel& model, torch::optim::Optimizer& optimizer, int train_step, int rank) {

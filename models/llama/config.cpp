@@ -5,13 +5,13 @@
 #include <fstream>
 #include <sstream>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace llama {
 
 void LlamaConfig::validate() const {
   auto positive = [](const char* name, int64_t v) {
-    if (v <= 0) throw dtensor::Error(std::string("dtensor: llama config: ") + name + " must be positive, got " + std::to_string(v));
+    DTENSOR_CHECK(v > 0, "dtensor: llama config: ", name, " must be positive, got ", v);
   };
   positive("vocab_size", vocab_size);
   positive("hidden_size", hidden_size);
@@ -19,17 +19,12 @@ void LlamaConfig::validate() const {
   positive("num_attention_heads", num_attention_heads);
   positive("num_key_value_heads", num_key_value_heads);
   positive("intermediate_size", intermediate_size);
-  if (hidden_size % num_attention_heads != 0) {
-    throw dtensor::Error("dtensor: llama config: hidden_size " + std::to_string(hidden_size) +
-                         " is not divisible by num_attention_heads " + std::to_string(num_attention_heads));
-  }
-  if (head_dim() % 2 != 0) {
-    throw dtensor::Error("dtensor: llama config: head_dim " + std::to_string(head_dim()) + " must be even for rotary embeddings");
-  }
-  if (num_attention_heads % num_key_value_heads != 0) {
-    throw dtensor::Error("dtensor: llama config: num_attention_heads " + std::to_string(num_attention_heads) +
-                         " is not divisible by num_key_value_heads " + std::to_string(num_key_value_heads));
-  }
+  DTENSOR_CHECK(hidden_size % num_attention_heads == 0, "dtensor: llama config: hidden_size ", hidden_size,
+                " is not divisible by num_attention_heads ", num_attention_heads);
+  DTENSOR_CHECK(head_dim() % 2 == 0, "dtensor: llama config: head_dim ", head_dim(),
+                " must be even for rotary embeddings");
+  DTENSOR_CHECK(num_attention_heads % num_key_value_heads == 0, "dtensor: llama config: num_attention_heads ",
+                num_attention_heads, " is not divisible by num_key_value_heads ", num_key_value_heads);
 }
 
 std::string LlamaConfig::to_string() const {
@@ -42,12 +37,12 @@ std::string LlamaConfig::to_string() const {
 
 LlamaConfig config_from_hf_json(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw dtensor::Error("dtensor: llama config: cannot open '" + path + "'");
+  DTENSOR_CHECK(in, "dtensor: llama config: cannot open '", path, "'");
   nlohmann::json j;
   try {
     in >> j;
   } catch (const std::exception& e) {
-    throw dtensor::Error("dtensor: llama config: '" + path + "' is not valid JSON: " + e.what());
+    throw DTENSOR_ERROR("dtensor: llama config: '", path, "' is not valid JSON: ", e.what());
   }
   LlamaConfig c;
   auto read = [&](const char* key, auto& field) {
@@ -69,7 +64,8 @@ LlamaConfig config_from_hf_json(const std::string& path) {
     const auto& rope = j[key];
     if (rope.contains("rope_theta")) c.rope_theta = rope["rope_theta"].get<double>();
     const std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
-    if (type != "default") throw dtensor::Error("dtensor: llama config: '" + path + "': rope_type '" + type + "' is not supported (only 'default')");
+    DTENSOR_CHECK(type == "default", "dtensor: llama config: '", path, "': rope_type '", type,
+                  "' is not supported (only 'default')");
   }
   read("rms_norm_eps", c.rms_norm_eps);
   read("tie_word_embeddings", c.tie_word_embeddings);

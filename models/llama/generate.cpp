@@ -7,7 +7,7 @@
 #include <chrono>
 #include <string>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace llama {
 namespace {
@@ -19,24 +19,20 @@ double ms_since(Clock::time_point start) {
 }
 
 void check_prompts(const LlamaConfig& config, const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens) {
-  if (prompts.empty()) throw dtensor::Error("llama generate: no prompts");
-  if (max_new_tokens <= 0) throw dtensor::Error("llama generate: max_new_tokens must be positive, got " + std::to_string(max_new_tokens));
+  DTENSOR_CHECK(!prompts.empty(), "llama generate: no prompts");
+  DTENSOR_CHECK(max_new_tokens > 0, "llama generate: max_new_tokens must be positive, got ", max_new_tokens);
   size_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    if (prompts[i].empty()) throw dtensor::Error("llama generate: prompt " + std::to_string(i) + " is empty");
+    DTENSOR_CHECK(!prompts[i].empty(), "llama generate: prompt ", i, " is empty");
     for (int64_t id : prompts[i]) {
-      if (id < 0 || id >= config.vocab_size) {
-        throw dtensor::Error("llama generate: prompt " + std::to_string(i) + " has token id " + std::to_string(id) +
-                             ", outside the vocabulary [0, " + std::to_string(config.vocab_size) + ")");
-      }
+      DTENSOR_CHECK(id >= 0 && id < config.vocab_size, "llama generate: prompt ", i, " has token id ", id,
+                    ", outside the vocabulary [0, ", config.vocab_size, ")");
     }
     longest = std::max(longest, prompts[i].size());
   }
-  if (static_cast<int64_t>(longest) + max_new_tokens > config.max_position_embeddings) {
-    throw dtensor::Error("llama generate: prompt (" + std::to_string(longest) + ") + max_new_tokens (" +
-                         std::to_string(max_new_tokens) + ") exceeds max_position_embeddings " +
-                         std::to_string(config.max_position_embeddings));
-  }
+  DTENSOR_CHECK(static_cast<int64_t>(longest) + max_new_tokens <= config.max_position_embeddings,
+                "llama generate: prompt (", longest, ") + max_new_tokens (", max_new_tokens,
+                ") exceeds max_position_embeddings ", config.max_position_embeddings);
 }
 
 }  // namespace

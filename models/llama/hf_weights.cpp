@@ -9,9 +9,9 @@
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/checkpoint/state_dict.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "llama/parallelize.h"
 
 namespace fs = std::filesystem;
@@ -22,10 +22,8 @@ namespace {
 // The sizes that decide the weights' shapes and meaning must agree; the rest (max positions) may differ.
 void check_config(const std::string& dir, const LlamaConfig& file, const LlamaConfig& model) {
   auto check = [&](const char* field, double a, double b) {
-    if (a != b) {
-      throw dtensor::Error("dtensor: load_hf_llama('" + dir + "'): config.json has " + field + " = " + std::to_string(a) +
-                           ", the model " + std::to_string(b));
-    }
+    DTENSOR_CHECK(a == b, "dtensor: load_hf_llama('", dir, "'): config.json has ", field, " = ", std::to_string(a),
+                  ", the model ", std::to_string(b));
   };
   check("vocab_size", file.vocab_size, model.vocab_size);
   check("hidden_size", file.hidden_size, model.hidden_size);
@@ -41,7 +39,8 @@ std::string hf_dtype_name(at::ScalarType dtype) {
     case at::kFloat: return "float32";
     case at::kBFloat16: return "bfloat16";
     case at::kHalf: return "float16";
-    default: throw dtensor::Error(std::string("dtensor: save_hf_llama: dtype ") + c10::toString(dtype) + " (use float32, bfloat16 or float16)");
+    default: throw DTENSOR_ERROR("dtensor: save_hf_llama: dtype ", c10::toString(dtype),
+                                 " (use float32, bfloat16 or float16)");
   }
 }
 
@@ -98,7 +97,7 @@ LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMe
     } else if (plan == "torchtitan") {
       apply_tp(model, *tp_mesh);
     } else {
-      throw dtensor::Error("dtensor: from_pretrained: unknown plan '" + plan + "' (hf or torchtitan)");
+      throw DTENSOR_ERROR("dtensor: from_pretrained: unknown plan '", plan, "' (hf or torchtitan)");
     }
   }
   load_hf_llama(dir, model);

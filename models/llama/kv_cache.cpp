@@ -4,28 +4,25 @@
 
 #include <string>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace llama {
 
 KVCache::KVCache(int64_t max_len) : max_len_(max_len) {
-  if (max_len <= 0) throw dtensor::Error("llama: KVCache max_len must be positive, got " + std::to_string(max_len));
+  DTENSOR_CHECK(max_len > 0, "llama: KVCache max_len must be positive, got ", max_len);
 }
 
 std::pair<at::Tensor, at::Tensor> KVCache::update(const at::Tensor& k, const at::Tensor& v) {
   const int64_t s = k.size(2);
-  if (length_ + s > max_len_) {
-    throw dtensor::Error("llama: KVCache holds " + std::to_string(max_len_) + " positions; " +
-                         std::to_string(length_) + " are filled and " + std::to_string(s) + " more were given");
-  }
+  DTENSOR_CHECK(length_ + s <= max_len_, "llama: KVCache holds ", max_len_, " positions; ", length_,
+                " are filled and ", s, " more were given");
   if (!k_.defined()) {
     // [b, kv_heads, max_len, head_dim]; under TP the heads dim keeps k's shard: only this rank's heads.
     k_ = k.new_zeros({k.size(0), k.size(1), max_len_, k.size(3)});
     v_ = v.new_zeros({v.size(0), v.size(1), max_len_, v.size(3)});
   } else if (k.size(0) != k_.size(0) || k.size(1) != k_.size(1)) {
-    throw dtensor::Error("llama: KVCache was filled for batch " + std::to_string(k_.size(0)) + " and " +
-                         std::to_string(k_.size(1)) + " heads; got batch " + std::to_string(k.size(0)) + " and " +
-                         std::to_string(k.size(1)) + " heads (clear the cache between generations)");
+    throw DTENSOR_ERROR("llama: KVCache was filled for batch ", k_.size(0), " and ", k_.size(1), " heads; got batch ",
+                        k.size(0), " and ", k.size(1), " heads (clear the cache between generations)");
   }
   k_.narrow(2, length_, s).copy_(k);
   v_.narrow(2, length_, s).copy_(v);

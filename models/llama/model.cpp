@@ -10,8 +10,8 @@
 #include <string>
 #include <tuple>
 
-#include "dtensor/error.h"
-#include "dtensor/parallel/parameter_replacement.h"
+#include "dtensor/core/error.h"
+#include "dtensor/nn/parameter_replacement.h"
 
 namespace llama {
 namespace {
@@ -50,12 +50,9 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 
 AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s) {
   const int64_t b = attention_mask.size(0), t = past + s;
-  if (attention_mask.dim() != 2 || attention_mask.size(1) != t) {
-    throw dtensor::Error("llama: attention_mask must be [batch, " + std::to_string(t) + "] (cached " +
-                         std::to_string(past) + " + new " + std::to_string(s) + " positions), got " +
-                         std::to_string(attention_mask.dim()) + "-d with last size " +
-                         std::to_string(attention_mask.size(-1)));
-  }
+  DTENSOR_CHECK(attention_mask.dim() == 2 && attention_mask.size(1) == t, "llama: attention_mask must be [batch, ", t,
+                "] (cached ", past, " + new ", s, " positions), got ", attention_mask.dim(), "-d with last size ",
+                attention_mask.size(-1));
   at::Tensor real = attention_mask.to(at::kBool);                                        // [b, t]
   at::Tensor pos = (real.to(at::kLong).cumsum(1) - 1).clamp_min(0).narrow(1, past, s);  // [b, s]
   auto [cos_table, sin_table] = rotary_tables(config, t, attention_mask.device());      // [t, d]

@@ -4,7 +4,7 @@
 // embeddings. Parameter names are HF's (model.layers.0.self_attn.q_proj.weight, ...).
 //
 // No parallel code: the plans (llama/parallelize.h) hook the layers from outside. The model only follows
-// the two rules of dtensor/parallel/module_hooks.h: hookable layers (dtensor::nn::Linear, Embedding,
+// the two rules of dtensor/nn/module_hooks.h: hookable layers (dtensor::nn::Linear, Embedding,
 // RMSNorm), and DTENSOR_MODULE for the blocks a plan targets directly (attention and feed-forward).
 // Shapes are read from tensors (`view({b, s, -1, head_dim})`, n_rep = q heads / k heads), so the same code
 // runs on global-shaped DTensors (torchtitan's plan) and on local shards (HF's plan).
@@ -24,8 +24,8 @@
 #include <utility>
 #include <vector>
 
-#include "dtensor/parallel/hooked_module.h"
-#include "dtensor/parallel/layers.h"
+#include "dtensor/nn/hooked_module.h"
+#include "dtensor/nn/layers.h"
 #include "llama/config.h"
 #include "llama/kv_cache.h"
 

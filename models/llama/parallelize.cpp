@@ -19,10 +19,12 @@
 //                        the caller feeds it the last position only, as generate does)
 #include "llama/parallelize.h"
 
-#include "dtensor/error.h"
-#include "dtensor/parallel/enable_async_tp.h"
-#include "dtensor/parallel/head_replicated_colwise.h"
-#include "dtensor/parallel/style.h"
+#include "dtensor/core/error.h"
+#include "dtensor/dp/gradient_sync.h"
+#include "dtensor/dp/replicate.h"
+#include "dtensor/tp/enable_async_tp.h"
+#include "dtensor/tp/head_replicated_colwise.h"
+#include "dtensor/tp/style.h"
 
 namespace llama {
 namespace {
@@ -30,27 +32,23 @@ namespace {
 using namespace dtensor;
 
 void require_divisible(const std::string& module, const std::string& what, int64_t size, int64_t tp) {
-  if (size % tp != 0) {
-    throw dtensor::Error("dtensor: llama TP plan: '" + module + "' has " + std::to_string(size) + " " + what +
-                         ", not divisible by the TP degree " + std::to_string(tp));
-  }
+  DTENSOR_CHECK(size % tp == 0, "dtensor: llama TP plan: '", module, "' has ", size, " ", what,
+                ", not divisible by the TP degree ", tp);
 }
 
 void check_sizes(const LlamaConfig& c, int64_t tp, bool allow_replicated_kv) {
   require_divisible("model.layers.*.self_attn.q_proj", "query heads", c.num_attention_heads, tp);
   const int64_t kv = c.num_key_value_heads;
-  if (allow_replicated_kv && kv % tp != 0 && tp % kv != 0) {
-    throw dtensor::Error("dtensor: llama TP plan: 'model.layers.*.self_attn.k_proj' has " + std::to_string(kv) +
-                         " key/value heads and the TP degree is " + std::to_string(tp) +
-                         ": they divide neither way (kv heads % tp == 0, or tp % kv heads == 0 to replicate heads)");
-  }
+  DTENSOR_CHECK(!allow_replicated_kv || kv % tp == 0 || tp % kv == 0,
+                "dtensor: llama TP plan: 'model.layers.*.self_attn.k_proj' has ", kv,
+                " key/value heads and the TP degree is ", tp,
+                ": they divide neither way (kv heads % tp == 0, or tp % kv heads == 0 to replicate heads)");
   if (!allow_replicated_kv) require_divisible("model.layers.*.self_attn.k_proj", "key/value heads", kv, tp);
   require_divisible("model.layers.*.mlp.gate_proj", "intermediate features", c.intermediate_size, tp);
   require_divisible("lm_head", "vocabulary entries", c.vocab_size, tp);
-  if (c.tie_word_embeddings && tp > 1) {
-    throw dtensor::Error("dtensor: llama TP plan: tied embeddings (lm_head.weight is model.embed_tokens.weight) "
-                         "are not supported at TP degree " + std::to_string(tp));
-  }
+  DTENSOR_CHECK(!c.tie_word_embeddings || tp <= 1,
+                "dtensor: llama TP plan: tied embeddings (lm_head.weight is model.embed_tokens.weight) "
+                "are not supported at TP degree ", tp);
 }
 
 }  // namespace
@@ -58,45 +56,30 @@ void check_sizes(const LlamaConfig& c, int64_t tp, bool allow_replicated_kv) {
 ParallelizePlan torchtitan_plan(const LlamaConfig& c, int64_t tp, const TPOptions& o) {
   check_sizes(c, tp, /*allow_replicated_kv=*/true);
   const Placement act = o.sequence_parallel ? Placement(Shard(1)) : Placement(Replicate());  // between blocks
-
-  RowwiseParallel embed;
-  embed.input_layouts = Replicate();
-  embed.output_layouts = act;
-  ColwiseParallel head;
-  head.input_layouts = act;
-  head.output_layouts = o.loss_parallel ? Placement(Shard(-1)) : Placement(Replicate());
-  head.use_local_output = !o.loss_parallel;
-  PrepareModuleInput attention_input;  // (x, cos, sin, mask)
-  attention_input.input_layouts = {act, Replicate(), Replicate(), Replicate()};
-  attention_input.desired_input_layouts = {Replicate(), Replicate(), Replicate(), Replicate()};
-  PrepareModuleInput mlp_input;
-  mlp_input.input_layouts = {act};
-  mlp_input.desired_input_layouts = {Replicate()};
-  ColwiseParallel colwise_dtensor;  // q: views see global shapes
-  colwise_dtensor.use_local_output = false;
-  HeadReplicatedColwiseParallel kv;  // k, v: GQA heads replicated when tp > kv heads
-  kv.num_heads = c.num_key_value_heads;
-  kv.head_dim = c.head_dim();
-  kv.tp_degree = tp;
-  RowwiseParallel rowwise_out;
-  rowwise_out.output_layouts = act;
+  const Placement logits = o.loss_parallel ? Placement(Shard(-1)) : Placement(Replicate());
+  // k, v: GQA heads replicated on the ranks that share them when the TP degree exceeds the kv heads.
+  const HeadReplicatedColwiseParallel kv({.num_heads = c.num_key_value_heads, .head_dim = c.head_dim()});
+  const RowwiseParallel rowwise_out({.output_layouts = act});
 
   ParallelizePlan plan = {
-      {"model.embed_tokens", make_style(embed)},
-      {"lm_head", make_style(head)},
-      {"model.layers.*.self_attn", make_style(attention_input)},
-      {"model.layers.*.self_attn.q_proj", make_style(colwise_dtensor)},
-      {"model.layers.*.self_attn.k_proj", make_style(kv)},
-      {"model.layers.*.self_attn.v_proj", make_style(kv)},
-      {"model.layers.*.self_attn.o_proj", make_style(rowwise_out)},
-      {"model.layers.*.mlp", make_style(mlp_input)},
-      {"model.layers.*.mlp.gate_proj", make_style<ColwiseParallel>()},
-      {"model.layers.*.mlp.up_proj", make_style<ColwiseParallel>()},
-      {"model.layers.*.mlp.down_proj", make_style(rowwise_out)},
+      {"model.embed_tokens", RowwiseParallel({.input_layouts = Replicate(), .output_layouts = act})},
+      {"lm_head", ColwiseParallel({.input_layouts = act, .output_layouts = logits, .use_local_output = !o.loss_parallel})},
+      // (x, cos, sin, mask)
+      {"model.layers.*.self_attn", PrepareModuleInput({.input_layouts = {act, Replicate(), Replicate(), Replicate()},
+                                                       .desired_input_layouts = {Replicate(), Replicate(), Replicate(),
+                                                                                 Replicate()}})},
+      {"model.layers.*.self_attn.q_proj", ColwiseParallel({.use_local_output = false})},  // views see global shapes
+      {"model.layers.*.self_attn.k_proj", kv},
+      {"model.layers.*.self_attn.v_proj", kv},
+      {"model.layers.*.self_attn.o_proj", rowwise_out},
+      {"model.layers.*.mlp", PrepareModuleInput({.input_layouts = {act}, .desired_input_layouts = {Replicate()}})},
+      {"model.layers.*.mlp.gate_proj", ColwiseParallel()},
+      {"model.layers.*.mlp.up_proj", ColwiseParallel()},
+      {"model.layers.*.mlp.down_proj", rowwise_out},
   };
   if (o.sequence_parallel) {
     for (const char* norm : {"model.norm", "model.layers.*.input_layernorm", "model.layers.*.post_attention_layernorm"}) {
-      plan.emplace_back(norm, make_style<SequenceParallel>());
+      plan.emplace_back(norm, SequenceParallel());
     }
   }
   return plan;
@@ -104,28 +87,23 @@ ParallelizePlan torchtitan_plan(const LlamaConfig& c, int64_t tp, const TPOption
 
 ParallelizePlan inference_plan(const LlamaConfig& c, int64_t tp) {
   check_sizes(c, tp, /*allow_replicated_kv=*/true);
-  PrepareModuleInput attention_input;  // (x, cos, sin, mask): replicated plain tensors become Replicate DTensors
-  attention_input.input_layouts = {Replicate(), Replicate(), Replicate(), Replicate()};
-  attention_input.desired_input_layouts = {Replicate(), Replicate(), Replicate(), Replicate()};
-  ColwiseParallel colwise_dtensor;  // q: views into heads see global shapes
-  colwise_dtensor.use_local_output = false;
-  HeadReplicatedColwiseParallel kv;  // k, v: their output, and so the KV cache, is Shard(1) by heads
-  kv.num_heads = c.num_key_value_heads;
-  kv.head_dim = c.head_dim();
-  kv.tp_degree = tp;
-  ColwiseParallel gathered_logits;  // Shard(-1) -> Replicate: one all-gather of [b, 1, vocab] per step
-  gathered_logits.output_layouts = Replicate();
+  // k, v: their output, and so the KV cache, is Shard(1) by heads.
+  const HeadReplicatedColwiseParallel kv({.num_heads = c.num_key_value_heads, .head_dim = c.head_dim()});
   // model.embed_tokens and the norms are not in the plan: their weights stay whole on every rank.
   return {
-      {"model.layers.*.self_attn", attention_input},
-      {"model.layers.*.self_attn.q_proj", colwise_dtensor},
+      // (x, cos, sin, mask): replicated plain tensors become Replicate DTensors
+      {"model.layers.*.self_attn", PrepareModuleInput({.input_layouts = {Replicate(), Replicate(), Replicate(), Replicate()},
+                                                       .desired_input_layouts = {Replicate(), Replicate(), Replicate(),
+                                                                                 Replicate()}})},
+      {"model.layers.*.self_attn.q_proj", ColwiseParallel({.use_local_output = false})},  // views into heads
       {"model.layers.*.self_attn.k_proj", kv},
       {"model.layers.*.self_attn.v_proj", kv},
       {"model.layers.*.self_attn.o_proj", RowwiseParallel()},  // Partial -> Replicate: all-reduce
       {"model.layers.*.mlp.gate_proj", ColwiseParallel()},
       {"model.layers.*.mlp.up_proj", ColwiseParallel()},
       {"model.layers.*.mlp.down_proj", RowwiseParallel()},  // Partial -> Replicate: all-reduce
-      {"lm_head", gathered_logits},
+      // Shard(-1) -> Replicate: one all-gather of [b, 1, vocab] per step
+      {"lm_head", ColwiseParallel({.output_layouts = Replicate()})},
   };
 }
 
@@ -144,10 +122,9 @@ ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
 }
 
 void apply_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh, const TPOptions& options) {
-  if (options.async_tp && !options.sequence_parallel) {
-    throw dtensor::Error("dtensor: llama TP plan: async TP fuses sequence parallel's all-gathers and reduce-scatters "
-                         "with their matmuls; it needs sequence_parallel");
-  }
+  DTENSOR_CHECK(!options.async_tp || options.sequence_parallel,
+                "dtensor: llama TP plan: async TP fuses sequence parallel's all-gathers and reduce-scatters "
+                "with their matmuls; it needs sequence_parallel");
   const ParallelizePlan plan = torchtitan_plan(model->config, tp_mesh.size(), options);
   parallelize_module(*model, tp_mesh, plan);
   if (options.async_tp) enable_async_tp(*model, tp_mesh, plan);
@@ -164,6 +141,35 @@ void apply_hf_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh) {
 void apply_fsdp(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const dtensor::FullyShardOptions& options) {
   for (const auto& layer : *model->model->layers) dtensor::fully_shard(*layer, mesh, options);
   dtensor::fully_shard(*model, mesh, options);
+}
+
+bool loss_parallel_enabled(const models::ParallelDims& dims, const ParallelizeConfig& config) {
+  return dims.tp_enabled() && config.plan == TPPlan::torchtitan && config.tp.loss_parallel;
+}
+
+void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config) {
+  const DeviceMesh& mesh = dims.world_mesh();
+  if (dims.tp_enabled()) {
+    const DeviceMesh tp_mesh = dims.tp_mesh();
+    switch (config.plan) {
+      case TPPlan::torchtitan: apply_tp(model, tp_mesh, config.tp); break;
+      case TPPlan::hf: apply_hf_tp(model, tp_mesh); break;
+    }
+    if (!config.gradient_sync) disable_gradient_sync(*model);
+  }
+  if (!dims.dp_enabled()) return;
+  switch (dims.data_parallel) {
+    case models::DataParallel::ddp: replicate(*model, mesh); break;
+    case models::DataParallel::fsdp: apply_fsdp(model, mesh, config.fsdp); break;
+  }
+}
+
+std::string to_string(TPPlan plan) { return plan == TPPlan::hf ? "hf" : "torchtitan"; }
+
+TPPlan tp_plan_from_string(const std::string& name) {
+  if (name == "torchtitan") return TPPlan::torchtitan;
+  if (name == "hf") return TPPlan::hf;
+  throw DTENSOR_ERROR("dtensor: llama TP plan '", name, "' is not torchtitan or hf");
 }
 
 }  // namespace llama

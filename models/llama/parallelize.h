@@ -1,12 +1,16 @@
-// Tensor-parallel plans for the Llama model (torchtitan's models/llama3/infra/parallelize.py apply_tp, and
-// HF transformers' base_model_tp_plan), kept apart from the model as torchtitan keeps them.
+// Parallelizing the Llama model (torchtitan's models/llama3/infra/parallelize.py): parallelize_llama applies the
+// TP plan (torchtitan's apply_tp, or HF transformers' base_model_tp_plan) on the "tp" dim and then DDP or FSDP2
+// on the "dp" dim. Kept apart from the model, as torchtitan keeps it.
 #pragma once
 
 #include <cstdint>
 
+#include <string>
+
+#include "common/parallel_dims.h"
+#include "dtensor/dp/fully_shard.h"
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/parallel/fully_shard.h"
-#include "dtensor/parallel/parallelize.h"
+#include "dtensor/tp/parallelize.h"
 #include "llama/config.h"
 #include "llama/model.h"
 
@@ -17,7 +21,7 @@ struct TPOptions {
   bool loss_parallel = true;      // lm_head output Shard(-1) for LossParallelGuard; false: Replicate logits
   // torchtitan's enable_async_tensor_parallel (needs sequence_parallel): the SP all-gathers fused with the
   // q/k/v, gate/up and lm_head matmuls, the reduce-scatters with o_proj's and down_proj's
-  // (dtensor/parallel/enable_async_tp.h).
+  // (dtensor/tp/enable_async_tp.h).
   bool async_tp = false;
 };
 
@@ -44,5 +48,27 @@ void apply_hf_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh);
 // FSDP2 the torchtitan way (apply_fsdp): fully_shard each decoder layer, then the root (embeddings, final
 // norm, lm_head), over the "dp" dim of `mesh` (after apply_tp on mesh["tp"], or on a plain model).
 void apply_fsdp(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const dtensor::FullyShardOptions& options = {});
+
+// Which TP plan parallelize_llama applies.
+enum class TPPlan {
+  torchtitan,  // torchtitan_plan: sequence parallel and loss parallel as TPOptions say
+  hf,          // hf_plan: no sequence or loss parallel
+};
+std::string to_string(TPPlan plan);
+TPPlan tp_plan_from_string(const std::string& name);  // "torchtitan" or "hf"; else dtensor::Error
+
+// What parallelize_llama does on each dim (torchtitan's job_config.parallelism).
+struct ParallelizeConfig {
+  TPPlan plan = TPPlan::torchtitan;
+  TPOptions tp = {};                  // the torchtitan plan's options
+  bool gradient_sync = true;          // false: Partial gradients reduced by every op that reads them (PyTorch's way)
+  dtensor::FullyShardOptions fsdp = {};  // with DataParallel::fsdp
+};
+
+// torchtitan's parallelize_llama: the TP plan on dims.tp_mesh() (nothing at TP 1: the plain model), then, at
+// dp > 1, dims.data_parallel over the whole mesh (replicate or apply_fsdp). dims must hold its mesh.
+void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
+// Whether a step must hold a LossParallelGuard: the logits come Shard(-1) (vocab).
+bool loss_parallel_enabled(const models::ParallelDims& dims, const ParallelizeConfig& config);
 
 }  // namespace llama

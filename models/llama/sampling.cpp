@@ -6,13 +6,13 @@
 #include <limits>
 #include <string>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace llama {
 
 void SamplingOptions::validate() const {
-  if (top_k < 0) throw dtensor::Error("llama: top_k must be >= 0 (0: off), got " + std::to_string(top_k));
-  if (!(top_p > 0.0 && top_p <= 1.0)) throw dtensor::Error("llama: top_p must be in (0, 1], got " + std::to_string(top_p));
+  DTENSOR_CHECK(top_k >= 0, "llama: top_k must be >= 0 (0: off), got ", top_k);
+  DTENSOR_CHECK(top_p > 0.0 && top_p <= 1.0, "llama: top_p must be in (0, 1], got ", std::to_string(top_p));
 }
 
 Sampler::Sampler(const SamplingOptions& options)

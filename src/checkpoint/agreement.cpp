@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/mesh/process_group.h"
 
@@ -38,7 +38,7 @@ void agree_or_throw(ProcessGroup* group, const std::string& local_error) {
   for (size_t r = 0; r < errors.size(); ++r) {
     if (errors[r].empty()) continue;
     if (errors.size() == 1) throw Error(errors[r]);
-    throw Error(errors[r] + " (found by rank " + std::to_string(r) + ")");
+    throw DTENSOR_ERROR(errors[r], " (found by rank ", r, ")");
   }
 }
 

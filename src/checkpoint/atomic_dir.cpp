@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace fs = std::filesystem;
 
@@ -16,7 +16,7 @@ namespace dtensor::checkpoint::detail {
 namespace {
 
 [[noreturn]] void fail(const std::string& what) {
-  throw Error("dtensor: checkpoint: " + what + ": " + std::strerror(errno));
+  throw DTENSOR_ERROR("dtensor: checkpoint: ", what, ": ", std::strerror(errno));
 }
 
 #ifndef RENAME_EXCHANGE
@@ -36,9 +36,9 @@ std::string staging_dir_for(const std::string& dir) {
 void make_empty_dir(const std::string& path) {
   std::error_code ec;
   fs::remove_all(path, ec);
-  if (ec) throw Error("dtensor: checkpoint: cannot remove '" + path + "': " + ec.message());
+  DTENSOR_CHECK(!ec, "dtensor: checkpoint: cannot remove '", path, "': ", ec.message());
   fs::create_directories(path, ec);
-  if (ec) throw Error("dtensor: checkpoint: cannot create '" + path + "': " + ec.message());
+  DTENSOR_CHECK(!ec, "dtensor: checkpoint: cannot create '", path, "': ", ec.message());
 }
 
 void fsync_path(const std::string& path) {

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "dtensor/error.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/core/error.h"
+#include "dtensor/api/dtensor_api.h"
 
 namespace dtensor::checkpoint::detail {
 
@@ -55,11 +55,9 @@ void require_boxes(const DTensorSpec& spec) {
     for (int64_t i = spec.mesh.ndim() - 1, rest = r; i >= 0; rest /= spec.mesh.size(i), --i) {
       c[i] = rest % spec.mesh.size(i);
     }
-    if (!local_shard(spec.meta.shape, spec.mesh, spec.placements, c).box) {
-      throw dtensor::Error("dtensor: checkpoint: a " + to_string(spec.placements) + " tensor on " +
-                           spec.mesh.to_string() + " has shards that are not one box (a _StridedShard of uneven "
-                           "pieces); redistribute it first");
-    }
+    DTENSOR_CHECK(local_shard(spec.meta.shape, spec.mesh, spec.placements, c).box, "dtensor: checkpoint: a ",
+                  to_string(spec.placements), " tensor on ", spec.mesh.to_string(),
+                  " has shards that are not one box (a _StridedShard of uneven pieces); redistribute it first");
   }
 }
 

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "dtensor/checkpoint/checkpoint.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace fs = std::filesystem;
 
@@ -18,7 +18,7 @@ namespace dtensor::checkpoint::detail {
 namespace {
 
 [[noreturn]] void fail(const std::string& dir, const std::string& what) {
-  throw Error("dtensor: checkpoint: " + dir + ": " + what);
+  throw DTENSOR_ERROR("dtensor: checkpoint: ", dir, ": ", what);
 }
 
 std::string hex32(uint32_t v) {

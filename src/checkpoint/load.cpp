@@ -8,7 +8,7 @@
 #include "checkpoint/chunks.h"
 #include "checkpoint/contents.h"
 #include "dtensor/checkpoint/checkpoint.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
 
 namespace dtensor::checkpoint {
@@ -51,22 +51,17 @@ Plan make_plan(const std::string& dir, const StateDict& state, const LoadOptions
   for (const auto& [name, _] : entries) {
     if (!state.count(name)) unused.push_back(name);
   }
-  if (!missing.empty()) throw Error(where + "not in the checkpoint: " + name_list(missing));
-  if (!unused.empty() && !options.allow_unused) {
-    throw Error(where + "in the checkpoint but not in the state: " + name_list(unused) +
-                " (LoadOptions::allow_unused ignores them)");
-  }
+  DTENSOR_CHECK(missing.empty(), where, "not in the checkpoint: ", name_list(missing));
+  DTENSOR_CHECK(unused.empty() || options.allow_unused, where, "in the checkpoint but not in the state: ",
+                name_list(unused), " (LoadOptions::allow_unused ignores them)");
 
   for (const auto& [name, t] : state) {
     const detail::SavedEntry& e = entries.at(name);
-    if (t.sizes().vec() != e.shape) {
-      throw Error(where + "'" + name + "' has shape " + shape_str(e.shape) + " in the checkpoint, " +
-                  shape_str(t.sizes().vec()) + " in the state");
-    }
-    if (t.scalar_type() != e.dtype && !options.allow_dtype_cast) {
-      throw Error(where + "'" + name + "' is " + c10::toString(e.dtype) + " in the checkpoint, " +
-                  c10::toString(t.scalar_type()) + " in the state (LoadOptions::allow_dtype_cast converts)");
-    }
+    DTENSOR_CHECK(t.sizes().vec() == e.shape, where, "'", name, "' has shape ", shape_str(e.shape),
+                  " in the checkpoint, ", shape_str(t.sizes().vec()), " in the state");
+    DTENSOR_CHECK(t.scalar_type() == e.dtype || options.allow_dtype_cast, where, "'", name, "' is ",
+                  c10::toString(e.dtype), " in the checkpoint, ", c10::toString(t.scalar_type()),
+                  " in the state (LoadOptions::allow_dtype_cast converts)");
     const auto h = detail::held(t);
     if (!h || h->box.numel() == 0) continue;
     if (h->zero_on_load) {
@@ -82,10 +77,8 @@ Plan make_plan(const std::string& dir, const StateDict& state, const LoadOptions
                              detail::narrow_to(chunk.file->view(*chunk.stored), chunk.box, *part)});
       covered += part->numel();
     }
-    if (covered != h->box.numel()) {
-      throw Error(where + "the saved chunks of '" + name + "' cover " + std::to_string(covered) + " of the " +
-                  std::to_string(h->box.numel()) + " elements of " + h->box.to_string() + " that this rank holds");
-    }
+    DTENSOR_CHECK(covered == h->box.numel(), where, "the saved chunks of '", name, "' cover ", covered, " of the ",
+                  h->box.numel(), " elements of ", h->box.to_string(), " that this rank holds");
   }
   return plan;
 }

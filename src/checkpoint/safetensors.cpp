@@ -14,7 +14,7 @@
 #include <cstring>
 #include <utility>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace dtensor::checkpoint {
 namespace {
@@ -27,7 +27,7 @@ const std::vector<std::pair<std::string, at::ScalarType>>& dtype_table() {
 }
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw Error("dtensor: checkpoint: " + path + ": " + what);
+  throw DTENSOR_ERROR("dtensor: checkpoint: ", path, ": ", what);
 }
 
 std::string errno_text() { return std::strerror(errno); }
@@ -40,14 +40,14 @@ std::string safetensors_dtype(at::ScalarType dtype) {
   for (const auto& [name, t] : dtype_table()) {
     if (t == dtype) return name;
   }
-  throw Error(std::string("dtensor: checkpoint: dtype ") + c10::toString(dtype) + " has no safetensors name");
+  throw DTENSOR_ERROR("dtensor: checkpoint: dtype ", c10::toString(dtype), " has no safetensors name");
 }
 
 at::ScalarType scalar_type_from_safetensors(const std::string& name) {
   for (const auto& [n, t] : dtype_table()) {
     if (n == name) return t;
   }
-  throw Error("dtensor: checkpoint: unknown safetensors dtype '" + name + "'");
+  throw DTENSOR_ERROR("dtensor: checkpoint: unknown safetensors dtype '", name, "'");
 }
 
 int64_t TensorInfo::nbytes() const {

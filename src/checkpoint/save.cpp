@@ -18,9 +18,9 @@
 #include "checkpoint/contents.h"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/safetensors.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 
 namespace fs = std::filesystem;
 
@@ -70,10 +70,8 @@ void save(const std::string& dir, const StateDict& state, const SaveOptions& opt
   const std::string mine = signature(state);
   const auto all = detail::all_gather_strings(group, mine);
   for (int r = 1; r < world; ++r) {
-    if (all[r] != all[0]) {
-      throw Error("dtensor: checkpoint: save('" + dir + "'): rank " + std::to_string(r) +
-                  "'s state differs from rank 0's near entry '" + first_line_difference(all[r], all[0]) + "'");
-    }
+    DTENSOR_CHECK(all[r] == all[0], "dtensor: checkpoint: save('", dir, "'): rank ", r,
+                  "'s state differs from rank 0's near entry '", first_line_difference(all[r], all[0]), "'");
   }
 
   // 2. Values to store: a Partial DTensor is stored as its reduced value (Partial -> Replicate = all-reduce),

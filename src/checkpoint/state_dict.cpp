@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace dtensor::checkpoint {
 namespace {
@@ -73,9 +73,8 @@ void set_adamw_steps(torch::optim::AdamW& optimizer, const torch::nn::Module& mo
   for (const auto& [name, p] : named_optimizer_params(optimizer, module)) {
     const auto it = state.find("state." + name + ".step");
     auto slot = optimizer.state().find(p.unsafeGetTensorImpl());
-    if (it == state.end() || slot == optimizer.state().end()) {
-      throw Error("dtensor: checkpoint: set_adamw_steps: no state for parameter '" + name + "' (use adamw_state_dict)");
-    }
+    DTENSOR_CHECK(it != state.end() && slot != optimizer.state().end(),
+                  "dtensor: checkpoint: set_adamw_steps: no state for parameter '", name, "' (use adamw_state_dict)");
     static_cast<torch::optim::AdamWParamState&>(*slot->second).step(static_cast<int64_t>(it->second.item<double>()));
   }
 }

@@ -1,5 +1,5 @@
 #include "dtensor/mesh/autograd_collectives.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -7,8 +7,9 @@
 #include <stdexcept>
 
 #include "dtensor/mesh/functional_collectives.h"
-#include "dtensor/tensor/shard_layout.h"
+#include "dtensor/core/chunking.h"
 #include "mesh/autograd_comm_scope.h"
+#include "mesh/uneven_gather.h"
 
 namespace dtensor {
 namespace {
@@ -32,7 +33,7 @@ struct AllReduceFn : torch::autograd::Function<AllReduceFn> {
     // SUM: y = sum_r x_r and each rank's loss term reads y locally, so d(loss)/dx_r is that rank's grad.
     if (op == ReduceOp::SUM) return {grads[0], {}, {}};
     if (op == ReduceOp::AVG) return {grads[0] / ctx->saved_data["n"].toInt(), {}, {}};
-    throw dtensor::Error(std::string("dtensor: all_reduce with ") + reduce_op_name(op) + " has no backward");
+    throw DTENSOR_ERROR("dtensor: all_reduce with ", reduce_op_name(op), " has no backward");
   }
 };
 
@@ -41,11 +42,15 @@ struct AllGatherFn : torch::autograd::Function<AllGatherFn> {
                             std::optional<std::vector<int64_t>> sizes) {
     detail::save_comm_scope(ctx);
     // Resolve the sizes now so that the backward reduce-scatter splits the grad the same way.
-    if (!sizes) sizes = exchange_sizes(x.size(dim < 0 ? dim + x.dim() : dim), *g);
+    const int64_t d = dim < 0 ? dim + x.dim() : dim;
+    DTENSOR_CHECK(d >= 0 && d < x.dim(), "dtensor: all_gather dim ", dim, " is out of range for a ", x.dim(),
+                  "-D tensor");
+    const bool agreed = !sizes;
+    if (!sizes) sizes = g->exchange_row_counts(x.movedim(d, 0));
     detail::save_group(ctx, *g);
     ctx->saved_data["dim"] = dim;
     ctx->saved_data["sizes"] = save_sizes(*sizes);
-    return all_gather(x, dim, *g, sizes);
+    return detail::all_gather_sized(x, d, *g, *sizes, agreed);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const CommScopeGuard scope = detail::restore_comm_scope(ctx);
@@ -60,10 +65,8 @@ struct AllGatherFn : torch::autograd::Function<AllGatherFn> {
 struct ReduceScatterFn : torch::autograd::Function<ReduceScatterFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, ReduceOp op, int64_t dim, ProcessGroup* g) {
     detail::save_comm_scope(ctx);
-    if (op != ReduceOp::SUM && op != ReduceOp::AVG) {
-      throw dtensor::Error(std::string("dtensor: reduce_scatter_autograd supports sum and avg, not ") +
-                               reduce_op_name(op));
-    }
+    DTENSOR_CHECK(op == ReduceOp::SUM || op == ReduceOp::AVG,
+                  "dtensor: reduce_scatter_autograd supports sum and avg, not ", reduce_op_name(op));
     int64_t d = dim < 0 ? dim + x.dim() : dim;
     detail::save_group(ctx, *g);
     ctx->saved_data["dim"] = d;

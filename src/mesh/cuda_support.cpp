@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <mutex>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/cuda.h"
 #include <cstdlib>
 
@@ -65,7 +65,7 @@ int local_rank_from_environ() {
   if (v == nullptr || *v == '\0') return 0;
   char* end = nullptr;
   const long r = std::strtol(v, &end, 10);
-  if (*end != '\0' || r < 0) throw dtensor::Error(std::string("dtensor: LOCAL_RANK=") + v + " is not a rank");
+  DTENSOR_CHECK(*end == '\0' && r >= 0, "dtensor: LOCAL_RANK=", v, " is not a rank");
   return static_cast<int>(r);
 }
 
@@ -103,7 +103,7 @@ std::string cuda_unavailable_reason() {
 c10::Device select_cuda_device() {
   std::string why;
   const detail::CudaSupport* s = detail::cuda_support(&why);
-  if (!s || s->device_count() == 0) throw dtensor::Error("dtensor: CUDA is unavailable: " + why);
+  DTENSOR_CHECK(s && s->device_count() != 0, "dtensor: CUDA is unavailable: ", why);
   const int index = detail::local_rank_from_environ() % s->device_count();
   s->set_device(index);
   return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(index));

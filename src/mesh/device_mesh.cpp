@@ -1,5 +1,5 @@
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/cuda.h"
 
 #include <algorithm>
@@ -55,38 +55,29 @@ DeviceMesh::DeviceMesh(std::string device_type, std::vector<int64_t> shape, std:
   auto impl = std::make_shared<Impl>();
   if (device_type == "cuda") {
     // As PyTorch's init_device_mesh: this process works on cuda:LOCAL_RANK (modulo the GPUs it sees).
-    if (!cuda_available()) {
-      throw dtensor::Error("dtensor: DeviceMesh device_type 'cuda': " + cuda_unavailable_reason());
-    }
+    DTENSOR_CHECK(cuda_available(), "dtensor: DeviceMesh device_type 'cuda': ", cuda_unavailable_reason());
     impl->device = select_cuda_device();
   } else if (device_type != "cpu") {
-    throw dtensor::Error("dtensor: DeviceMesh device_type '" + device_type + "' is not supported (\"cpu\" or \"cuda\")");
+    throw DTENSOR_ERROR("dtensor: DeviceMesh device_type '", device_type, "' is not supported (\"cpu\" or \"cuda\")");
   }
   if (!world) world = current_world();
-  if (shape.empty()) throw dtensor::Error("dtensor: DeviceMesh needs at least one dim");
+  DTENSOR_CHECK(!shape.empty(), "dtensor: DeviceMesh needs at least one dim");
   int64_t n = 1;
   for (int64_t s : shape) {
-    if (s < 1) throw dtensor::Error("dtensor: DeviceMesh dims must be >= 1");
+    DTENSOR_CHECK(s >= 1, "dtensor: DeviceMesh dims must be >= 1");
     n *= s;
   }
-  if (n != static_cast<int64_t>(ranks.size())) {
-    throw dtensor::Error("dtensor: DeviceMesh shape holds " + std::to_string(n) + " ranks but " +
-                                std::to_string(ranks.size()) + " were given");
-  }
+  DTENSOR_CHECK(n == static_cast<int64_t>(ranks.size()), "dtensor: DeviceMesh shape holds ", n, " ranks but ",
+                ranks.size(), " were given");
   std::set<int> unique(ranks.begin(), ranks.end());
-  if (unique.size() != ranks.size() || *unique.begin() < 0 || *unique.rbegin() >= world->size()) {
-    throw dtensor::Error("dtensor: DeviceMesh ranks must be distinct and within the world of " +
-                                std::to_string(world->size()));
-  }
+  DTENSOR_CHECK(unique.size() == ranks.size() && *unique.begin() >= 0 && *unique.rbegin() < world->size(),
+                "dtensor: DeviceMesh ranks must be distinct and within the world of ", world->size());
   if (!dim_names.empty()) {
-    if (dim_names.size() != shape.size()) {
-      throw dtensor::Error("dtensor: DeviceMesh has " + std::to_string(shape.size()) + " dims but " +
-                                  std::to_string(dim_names.size()) + " names");
-    }
+    DTENSOR_CHECK(dim_names.size() == shape.size(), "dtensor: DeviceMesh has ", shape.size(), " dims but ",
+                  dim_names.size(), " names");
     std::set<std::string> unique_names(dim_names.begin(), dim_names.end());
-    if (unique_names.size() != dim_names.size()) {
-      throw dtensor::Error("dtensor: DeviceMesh dim names must be unique, got " + quoted_names(dim_names));
-    }
+    DTENSOR_CHECK(unique_names.size() == dim_names.size(), "dtensor: DeviceMesh dim names must be unique, got ",
+                  quoted_names(dim_names));
   }
   impl->device_type = std::move(device_type);
   impl->shape = std::move(shape);
@@ -118,19 +109,15 @@ std::optional<std::vector<int64_t>> DeviceMesh::get_coordinate() const { return 
 
 int64_t DeviceMesh::size(int64_t mesh_dim) const {
   if (mesh_dim < 0) mesh_dim += ndim();
-  if (mesh_dim < 0 || mesh_dim >= ndim()) {
-    throw dtensor::Error("dtensor: mesh dim " + std::to_string(mesh_dim) + " is out of range for a " +
-                            std::to_string(ndim()) + "-D mesh");
-  }
+  DTENSOR_CHECK(mesh_dim >= 0 && mesh_dim < ndim(), "dtensor: mesh dim ", mesh_dim, " is out of range for a ", ndim(),
+                "-D mesh");
   return impl_->shape[mesh_dim];
 }
 
 int64_t DeviceMesh::dim_index(const std::string& dim_name) const {
   auto it = std::find(impl_->names.begin(), impl_->names.end(), dim_name);
-  if (it == impl_->names.end()) {
-    throw dtensor::Error("dtensor: mesh dim '" + dim_name + "' not found; the mesh's dims are " +
-                                (impl_->names.empty() ? std::string("unnamed") : quoted_names(impl_->names)));
-  }
+  DTENSOR_CHECK(it != impl_->names.end(), "dtensor: mesh dim '", dim_name, "' not found; the mesh's dims are ",
+                (impl_->names.empty() ? std::string("unnamed") : quoted_names(impl_->names)));
   return it - impl_->names.begin();
 }
 
@@ -139,24 +126,18 @@ int DeviceMesh::get_local_rank(int64_t mesh_dim) const { return get_group(mesh_d
 ProcessGroup& DeviceMesh::get_group(int64_t mesh_dim) const {
   size(mesh_dim);  // range check
   if (mesh_dim < 0) mesh_dim += ndim();
-  if (!impl_->coordinate) {
-    throw dtensor::Error("dtensor: rank " + std::to_string(get_rank()) + " is not in " + to_string());
-  }
+  DTENSOR_CHECK(impl_->coordinate, "dtensor: rank ", get_rank(), " is not in ", to_string());
   return *impl_->groups[mesh_dim];
 }
 
 DeviceMesh DeviceMesh::slice(const std::vector<std::string>& dim_names) const {
   std::vector<int64_t> dims;
   for (const auto& name : dim_names) dims.push_back(dim_index(name));
-  if (dims.empty() || !std::is_sorted(dims.begin(), dims.end()) ||
-      std::adjacent_find(dims.begin(), dims.end()) != dims.end()) {
-    throw dtensor::Error("dtensor: slice dims " + quoted_names(dim_names) +
-                                " must be distinct and in the mesh's order " + quoted_names(impl_->names));
-  }
-  if (!impl_->coordinate) {
-    throw dtensor::Error("dtensor: rank " + std::to_string(get_rank()) + " cannot slice " + to_string() +
-                             ": it is not a member");
-  }
+  DTENSOR_CHECK(!dims.empty() && std::is_sorted(dims.begin(), dims.end()) &&
+                    std::adjacent_find(dims.begin(), dims.end()) == dims.end(),
+                "dtensor: slice dims ", quoted_names(dim_names), " must be distinct and in the mesh's order ",
+                quoted_names(impl_->names));
+  DTENSOR_CHECK(impl_->coordinate, "dtensor: rank ", get_rank(), " cannot slice ", to_string(), ": it is not a member");
   auto sub = std::make_shared<Impl>();
   sub->device_type = impl_->device_type;
   sub->device = impl_->device;
@@ -225,10 +206,8 @@ DeviceMesh init_device_mesh(const std::string& device_type, std::vector<int64_t>
   auto world = current_world();
   int64_t n = 1;
   for (int64_t s : mesh_shape) n *= s;
-  if (n != world->size()) {
-    throw dtensor::Error("dtensor: init_device_mesh shape holds " + std::to_string(n) +
-                                " ranks but the world has " + std::to_string(world->size()));
-  }
+  DTENSOR_CHECK(n == world->size(), "dtensor: init_device_mesh shape holds ", n, " ranks but the world has ",
+                world->size());
   std::vector<int> ranks(world->size());
   std::iota(ranks.begin(), ranks.end(), 0);
   return DeviceMesh(device_type, std::move(mesh_shape), std::move(ranks), std::move(mesh_dim_names), world);

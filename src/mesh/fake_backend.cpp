@@ -13,7 +13,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
 
 namespace dtensor {
@@ -69,10 +69,8 @@ c10::intrusive_ptr<c10d::Backend> make_fake_backend(int group_rank, int group_si
 }  // namespace detail
 
 std::shared_ptr<World> fake_world(int size, int rank) {
-  if (size < 1 || rank < 0 || rank >= size) {
-    throw dtensor::Error("dtensor: fake_world: rank " + std::to_string(rank) + " is outside [0, world size " +
-                         std::to_string(size) + ")");
-  }
+  DTENSOR_CHECK(size >= 1 && rank >= 0 && rank < size, "dtensor: fake_world: rank ", rank,
+                " is outside [0, world size ", size, ")");
   InitOptions options;
   options.backend = "fake";
   // The store is never used for a rendezvous: a fake group talks to no one.

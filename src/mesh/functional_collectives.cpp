@@ -1,9 +1,10 @@
 // Functional collectives over ProcessGroup's raw, equal-size primitives. Uneven sizes are handled by
 // padding every rank's piece to the largest (all_gather, reduce_scatter) or by element counts
 // (all_to_all), moving the collective's tensor dim to dim 0 so that pieces are contiguous rows.
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/functional_collectives.h"
-#include "dtensor/tensor/shard_layout.h"
+#include "dtensor/core/chunking.h"
+#include "mesh/uneven_gather.h"
 
 #include <ATen/ATen.h>
 
@@ -16,10 +17,8 @@ namespace {
 
 int64_t normalize_dim(int64_t dim, int64_t ndim, const char* what) {
   int64_t d = dim < 0 ? dim + ndim : dim;
-  if (ndim == 0 || d < 0 || d >= ndim) {
-    throw dtensor::Error(std::string("dtensor: ") + what + " dim " + std::to_string(dim) +
-                            " is out of range for a " + std::to_string(ndim) + "-d tensor");
-  }
+  DTENSOR_CHECK(ndim != 0 && d >= 0 && d < ndim, "dtensor: ", what, " dim ", dim, " is out of range for a ", ndim,
+                "-d tensor");
   return d;
 }
 
@@ -30,12 +29,10 @@ std::vector<int64_t> offsets_of(const std::vector<int64_t>& sizes) {
 }
 
 void check_sizes(const std::vector<int64_t>& sizes, ProcessGroup& group, const char* what) {
-  if (static_cast<int>(sizes.size()) != group.size()) {
-    throw dtensor::Error(std::string("dtensor: ") + what + " got " + std::to_string(sizes.size()) +
-                                " sizes for " + group.describe());
-  }
+  DTENSOR_CHECK(static_cast<int>(sizes.size()) == group.size(), "dtensor: ", what, " got ", sizes.size(),
+                " sizes for ", group.describe());
   for (int64_t s : sizes) {
-    if (s < 0) throw dtensor::Error(std::string("dtensor: ") + what + " got a negative size");
+    DTENSOR_CHECK(s >= 0, "dtensor: ", what, " got a negative size");
   }
 }
 
@@ -69,31 +66,44 @@ at::Tensor all_reduce(const at::Tensor& tensor, ReduceOp op, ProcessGroup& group
 
 at::Tensor all_gather(const at::Tensor& tensor, int64_t gather_dim, ProcessGroup& group,
                       std::optional<std::vector<int64_t>> sizes) {
-  int64_t d = normalize_dim(gather_dim, tensor.dim(), "all_gather");
-  if (!sizes) sizes = exchange_sizes(tensor.size(d), group);
-  check_sizes(*sizes, group, "all_gather");
-  if ((*sizes)[group.rank()] != tensor.size(d)) {
-    throw dtensor::Error("dtensor: all_gather: this rank's size " + std::to_string(tensor.size(d)) +
-                                " along dim " + std::to_string(d) + " differs from the size given for it, " +
-                                std::to_string((*sizes)[group.rank()]));
-  }
+  const int64_t d = normalize_dim(gather_dim, tensor.dim(), "all_gather");
+  if (sizes) return detail::all_gather_sized(tensor, d, group, *sizes, /*agreed=*/false);
+  const std::vector<int64_t> exchanged = group.exchange_row_counts(tensor.movedim(d, 0));
+  return detail::all_gather_sized(tensor, d, group, exchanged, /*agreed=*/true);
+}
+
+namespace detail {
+
+at::Tensor all_gather_sized(const at::Tensor& tensor, int64_t d, ProcessGroup& group, const std::vector<int64_t>& sizes,
+                            bool agreed) {
+  check_sizes(sizes, group, "all_gather");
+  DTENSOR_CHECK(sizes[group.rank()] == tensor.size(d), "dtensor: all_gather: this rank's size ", tensor.size(d),
+                " along dim ", d, " differs from the size given for it, ", sizes[group.rank()]);
   const int64_t n = group.size();
-  const int64_t block = *std::max_element(sizes->begin(), sizes->end());
-  const bool even = std::all_of(sizes->begin(), sizes->end(), [&](int64_t s) { return s == block; });
+  const int64_t block = *std::max_element(sizes.begin(), sizes.end());
+  const bool even = std::all_of(sizes.begin(), sizes.end(), [&](int64_t s) { return s == block; });
 
   at::Tensor rows = tensor.movedim(d, 0);
   auto out_shape = rows.sizes().vec();
   out_shape[0] = n * block;
   at::Tensor gathered = at::empty(out_shape, tensor.options());
   at::Tensor in = even ? rows.contiguous() : pad_rows(rows, std::vector<int64_t>{tensor.size(d)}, block);
-  if (gathered.numel() > 0) group.all_gather_into(gathered, in);
+  if (gathered.numel() > 0) {
+    if (agreed) {
+      group.all_gather_agreed_into(gathered, in);
+    } else {
+      group.all_gather_into(gathered, in);
+    }
+  }
   if (!even) {
     std::vector<at::Tensor> pieces;
-    for (int64_t r = 0; r < n; ++r) pieces.push_back(gathered.narrow(0, r * block, (*sizes)[r]));
+    for (int64_t r = 0; r < n; ++r) pieces.push_back(gathered.narrow(0, r * block, sizes[r]));
     gathered = at::cat(pieces, 0);
   }
   return gathered.movedim(0, d).contiguous();
 }
+
+}  // namespace detail
 
 at::Tensor reduce_scatter(const at::Tensor& tensor, ReduceOp op, int64_t scatter_dim, ProcessGroup& group,
                           std::optional<std::vector<int64_t>> sizes) {
@@ -101,9 +111,8 @@ at::Tensor reduce_scatter(const at::Tensor& tensor, ReduceOp op, int64_t scatter
   const int64_t n = group.size();
   if (!sizes) sizes = chunk_sizes(tensor.size(d), n);
   check_sizes(*sizes, group, "reduce_scatter");
-  if (std::accumulate(sizes->begin(), sizes->end(), int64_t{0}) != tensor.size(d)) {
-    throw dtensor::Error("dtensor: reduce_scatter sizes do not sum to the size of dim " + std::to_string(d));
-  }
+  DTENSOR_CHECK(std::accumulate(sizes->begin(), sizes->end(), int64_t{0}) == tensor.size(d),
+                "dtensor: reduce_scatter sizes do not sum to the size of dim ", d);
   const int64_t block = *std::max_element(sizes->begin(), sizes->end());
   const bool even = std::all_of(sizes->begin(), sizes->end(), [&](int64_t s) { return s == block; });
 
@@ -121,13 +130,12 @@ at::Tensor all_to_all(const at::Tensor& tensor, int64_t split_dim, int64_t conca
                       std::optional<std::vector<int64_t>> split_sizes) {
   int64_t s = normalize_dim(split_dim, tensor.dim(), "all_to_all split");
   int64_t c = normalize_dim(concat_dim, tensor.dim(), "all_to_all concat");
-  if (s == c) throw dtensor::Error("dtensor: all_to_all needs different split and concat dims");
+  DTENSOR_CHECK(s != c, "dtensor: all_to_all needs different split and concat dims");
   const int64_t n = group.size();
   if (!split_sizes) split_sizes = chunk_sizes(tensor.size(s), n);
   check_sizes(*split_sizes, group, "all_to_all");
-  if (std::accumulate(split_sizes->begin(), split_sizes->end(), int64_t{0}) != tensor.size(s)) {
-    throw dtensor::Error("dtensor: all_to_all split sizes do not sum to the size of dim " + std::to_string(s));
-  }
+  DTENSOR_CHECK(std::accumulate(split_sizes->begin(), split_sizes->end(), int64_t{0}) == tensor.size(s),
+                "dtensor: all_to_all split sizes do not sum to the size of dim ", s);
   if (!concat_sizes) concat_sizes = exchange_sizes(tensor.size(c), group);
   check_sizes(*concat_sizes, group, "all_to_all");
 
@@ -177,10 +185,8 @@ at::Tensor scatter(const at::Tensor& tensor, int64_t dim, int src, ProcessGroup&
   if (!sizes) sizes = chunk_sizes(dim_size, n);
   check_sizes(*sizes, group, "scatter");
   const bool root = group.rank() == src;
-  if (root && tensor.size(d) != dim_size) {
-    throw dtensor::Error("dtensor: scatter: the source's size along dim " + std::to_string(d) + " is " +
-                                std::to_string(tensor.size(d)) + ", expected " + std::to_string(dim_size));
-  }
+  DTENSOR_CHECK(!root || tensor.size(d) == dim_size, "dtensor: scatter: the source's size along dim ", d, " is ",
+                tensor.size(d), ", expected ", dim_size);
   // An all-to-all in which only the source sends: piece k (rows of the dim moved to the front) to rank k.
   at::Tensor rows = tensor.movedim(d, 0);
   int64_t row_numel = 1;

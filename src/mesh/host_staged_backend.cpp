@@ -1,6 +1,6 @@
 #include "mesh/host_staged_backend.h"
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "mesh/done_work.h"
 
 namespace dtensor::detail {
@@ -15,8 +15,8 @@ HostStagedBackend::HostStagedBackend(c10::intrusive_ptr<c10d::Backend> host, std
 
 void HostStagedBackend::finish(const c10::intrusive_ptr<c10d::Work>& work) const {
   if (!work->wait(timeout_)) {
-    throw dtensor::Error("dtensor: the host copy of a CUDA collective did not complete within " +
-                         std::to_string(timeout_.count()) + " ms");
+    throw DTENSOR_ERROR("dtensor: the host copy of a CUDA collective did not complete within ",
+                        timeout_.count(), " ms");
   }
 }
 

@@ -1,5 +1,5 @@
 #include "dtensor/mesh/launch_env.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -23,16 +23,14 @@ long parse_int(const char* name, const std::string& text) {
   errno = 0;
   char* end = nullptr;
   long value = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno != 0) {
-    throw dtensor::Error(std::string("dtensor: environment variable ") + name + "='" + text +
-                             "' is not an integer");
-  }
+  DTENSOR_CHECK(!text.empty() && *end == '\0' && errno == 0, "dtensor: environment variable ", name, "='", text,
+                "' is not an integer");
   return value;
 }
 
 long require_int(const char* name) {
   auto v = get(name);
-  if (!v) throw dtensor::Error(std::string("dtensor: environment variable ") + name + " is not set" + kHint);
+  DTENSOR_CHECK(v, "dtensor: environment variable ", name, " is not set", kHint);
   return parse_int(name, *v);
 }
 
@@ -42,31 +40,20 @@ LaunchEnv LaunchEnv::from_environ() {
   LaunchEnv env;
   long world = require_int("WORLD_SIZE");
   long rank = require_int("RANK");
-  if (world < 1) throw dtensor::Error("dtensor: WORLD_SIZE=" + std::to_string(world) + " must be >= 1");
-  if (rank < 0 || rank >= world) {
-    throw dtensor::Error("dtensor: RANK=" + std::to_string(rank) + " is outside [0, WORLD_SIZE=" +
-                             std::to_string(world) + ")");
-  }
+  DTENSOR_CHECK(world >= 1, "dtensor: WORLD_SIZE=", world, " must be >= 1");
+  DTENSOR_CHECK(rank >= 0 && rank < world, "dtensor: RANK=", rank, " is outside [0, WORLD_SIZE=", world, ")");
   auto local_rank_s = get("LOCAL_RANK");
   auto local_world_s = get("LOCAL_WORLD_SIZE");
   long local_rank = local_rank_s ? parse_int("LOCAL_RANK", *local_rank_s) : rank;
   long local_world = local_world_s ? parse_int("LOCAL_WORLD_SIZE", *local_world_s) : world;
-  if (local_world < 1 || local_world > world) {
-    throw dtensor::Error("dtensor: LOCAL_WORLD_SIZE=" + std::to_string(local_world) + " must be in [1, WORLD_SIZE=" +
-                             std::to_string(world) + "]");
-  }
-  if (local_rank < 0 || local_rank >= local_world) {
-    throw dtensor::Error("dtensor: LOCAL_RANK=" + std::to_string(local_rank) + " is outside [0, LOCAL_WORLD_SIZE=" +
-                             std::to_string(local_world) + ")");
-  }
+  DTENSOR_CHECK(local_world >= 1 && local_world <= world, "dtensor: LOCAL_WORLD_SIZE=", local_world,
+                " must be in [1, WORLD_SIZE=", world, "]");
+  DTENSOR_CHECK(local_rank >= 0 && local_rank < local_world, "dtensor: LOCAL_RANK=", local_rank,
+                " is outside [0, LOCAL_WORLD_SIZE=", local_world, ")");
   auto addr = get("MASTER_ADDR");
-  if (!addr || addr->empty()) {
-    throw dtensor::Error(std::string("dtensor: environment variable MASTER_ADDR is not set") + kHint);
-  }
+  DTENSOR_CHECK(addr && !addr->empty(), "dtensor: environment variable MASTER_ADDR is not set", kHint);
   long port = require_int("MASTER_PORT");
-  if (port < 1 || port > 65535) {
-    throw dtensor::Error("dtensor: MASTER_PORT=" + std::to_string(port) + " is outside [1, 65535]");
-  }
+  DTENSOR_CHECK(port >= 1 && port <= 65535, "dtensor: MASTER_PORT=", port, " is outside [1, 65535]");
   env.rank = static_cast<int>(rank);
   env.world_size = static_cast<int>(world);
   env.local_rank = static_cast<int>(local_rank);
@@ -81,9 +68,8 @@ double timeout_seconds_from_environ(double fallback) {
   if (!v) return fallback;
   char* end = nullptr;
   double s = std::strtod(v->c_str(), &end);
-  if (v->empty() || *end != '\0' || !(s > 0)) {
-    throw dtensor::Error("dtensor: DTENSOR_TIMEOUT_SEC='" + *v + "' must be a positive number of seconds");
-  }
+  DTENSOR_CHECK(!v->empty() && *end == '\0' && s > 0, "dtensor: DTENSOR_TIMEOUT_SEC='", *v,
+                "' must be a positive number of seconds");
   return s;
 }
 

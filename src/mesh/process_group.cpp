@@ -10,7 +10,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/comm_hooks.h"
 #include "mesh/deadline.h"
 #include "mesh/fake_backend.h"
@@ -38,7 +38,7 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 int64_t nbytes(const at::Tensor& t) { return static_cast<int64_t>(t.numel()) * t.element_size(); }
 
 void check_contiguous(const at::Tensor& t, const char* what) {
-  if (!t.is_contiguous()) throw dtensor::Error(std::string("dtensor: ") + what + " needs a contiguous tensor");
+  DTENSOR_CHECK(t.is_contiguous(), "dtensor: ", what, " needs a contiguous tensor");
 }
 
 }  // namespace
@@ -130,10 +130,8 @@ void Work::wait() {
   const CommClock clock;
   auto state = std::move(state_);
   // A group that already failed has a peer that will not answer: do not wait another timeout for it.
-  if (state->health->failed && !state->work->isCompleted()) {
-    throw dtensor::Error("dtensor: " + state->what + " was not waited for: the group failed earlier (" +
-                         state->health->why() + ")");
-  }
+  DTENSOR_CHECK(!state->health->failed || state->work->isCompleted(), "dtensor: ", state->what,
+                " was not waited for: the group failed earlier (", state->health->why(), ")");
   bool completed = false;
   try {
     completed = state->work->wait(state->timeout);
@@ -142,14 +140,14 @@ void Work::wait() {
   } catch (const std::exception& e) {
     std::string why = with_members(*state->health, state->what + " failed: " + message_of(e));
     state->health->fail(why);
-    throw dtensor::Error("dtensor: " + why);
+    throw DTENSOR_ERROR("dtensor: ", why);
   }
   if (!completed) {
     std::string why = with_members(*state->health, state->what + " did not complete within " +
                                                        std::to_string(state->timeout.count()) +
                                                        " ms (a peer of the group died, froze or never called it)");
     state->health->fail(why);
-    throw dtensor::Error("dtensor: " + why);
+    throw DTENSOR_ERROR("dtensor: ", why);
   }
   if (state->finish) state->finish();
 }
@@ -163,7 +161,7 @@ ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, std::vecto
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (ranks_[i] == global_rank) rank_ = static_cast<int>(i);
   }
-  if (rank_ < 0) throw dtensor::Error("dtensor: rank " + std::to_string(global_rank) + " is not in " + describe());
+  DTENSOR_CHECK(rank_ >= 0, "dtensor: rank ", global_rank, " is not in ", describe());
   // Shared memory checks sizes within the collective; a fake group has no peers to disagree with.
   in_band_sizes_ = backend_->getBackendName() == detail::shm::kBackendName ||
                    backend_->getBackendName() == detail::kFakeBackendName;
@@ -193,7 +191,7 @@ std::string ProcessGroup::backend_name() const { return backend_->getBackendName
 c10d::Backend& ProcessGroup::backend_for(const at::Tensor& t) {
   if (!t.is_cuda()) return *backend_;
   std::call_once(cuda_backend_once_, [&] {
-    if (!make_cuda_backend_) throw dtensor::Error("dtensor: " + describe() + " has no backend for CUDA tensors");
+    DTENSOR_CHECK(make_cuda_backend_, "dtensor: ", describe(), " has no backend for CUDA tensors");
     cuda_backend_ = make_cuda_backend_();
   });
   return *cuda_backend_;
@@ -210,10 +208,8 @@ Work ProcessGroup::start(const char* collective, int64_t bytes, bool async_op,
   }
   const CommClock clock;
   std::string what = std::string(collective) + " on " + describe();
-  if (health_->failed) {
-    throw dtensor::Error("dtensor: " + what + " cannot start: the group failed earlier (" + health_->why() +
-                         "); a failed group cannot be used again");
-  }
+  DTENSOR_CHECK(!health_->failed, "dtensor: ", what, " cannot start: the group failed earlier (", health_->why(),
+                "); a failed group cannot be used again");
   detail::notify_comm_observers(CommEvent{collective, bytes, size(), &ranks_, async_op});
   c10::intrusive_ptr<c10d::Work> work;
   try {
@@ -230,7 +226,7 @@ Work ProcessGroup::start(const char* collective, int64_t bytes, bool async_op,
   } catch (const std::exception& e) {
     std::string why = with_members(*health_, what + " failed to start: " + message_of(e));
     health_->fail(why);
-    throw dtensor::Error("dtensor: " + why);
+    throw DTENSOR_ERROR("dtensor: ", why);
   }
   Work w;
   w.state_ = std::make_unique<Work::State>(
@@ -251,15 +247,44 @@ Work ProcessGroup::all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op) {
   return start("all_reduce", nbytes(tensor), async_op, [&] { return backend_for(tensor).allreduce(tensors, opts); }, std::move(finish));
 }
 
-Work ProcessGroup::all_gather(at::Tensor& out, at::Tensor& in, bool async_op) {
+Work ProcessGroup::all_gather(at::Tensor& out, at::Tensor& in, bool async_op, bool agree) {
   check_contiguous(out, "all_gather");
   check_contiguous(in, "all_gather");
   c10d::AllgatherOptions opts;
   opts.timeout = timeout_;
   opts.asyncOp = async_op;
-  detail::agree_on_sizes(*this, detail::SizedCollective::ALL_GATHER, in, out);
+  if (agree) detail::agree_on_sizes(*this, detail::SizedCollective::ALL_GATHER, in, out);
   return start("all_gather", nbytes(in), async_op, [&] { return backend_for(in)._allgather_base(out, in, opts); }, {},
                [&] { out.copy_(in.view(out.sizes())); });
+}
+
+std::vector<int64_t> ProcessGroup::exchange_row_counts(const at::Tensor& rows) {
+  const int64_t n = size();
+  const int64_t count = rows.dim() > 0 ? rows.size(0) : 1;
+  if (!detail::needs_size_agreement(*this, rows)) {
+    at::Tensor mine = at::full({1}, count, at::kLong);
+    at::Tensor all = at::empty({n}, at::kLong);
+    all_gather_into(all, mine);  // shared memory checks it in band
+    return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + n);
+  }
+  // One exchange in place of two: [this rank's descriptor of the gather, its row count].
+  std::vector<int64_t> row = detail::size_descriptor(detail::SizedCollective::ALL_GATHER_ROWS, rows, {}, {}, {}, n);
+  row.push_back(count);
+  const int64_t len = static_cast<int64_t>(row.size());
+  at::Tensor mine = at::from_blob(row.data(), {len}, at::kLong);
+  at::Tensor all = at::empty({n * len}, at::kLong);
+  c10d::AllgatherOptions opts;
+  opts.timeout = timeout_;
+  start("all_gather", static_cast<int64_t>(sizeof(int64_t)), false, [&] { return backend_->_allgather_base(all, mine, opts); })
+      .wait();
+  std::vector<const int64_t*> descriptors;
+  std::vector<int64_t> counts;
+  for (int64_t r = 0; r < n; ++r) {
+    descriptors.push_back(all.data_ptr<int64_t>() + r * len);
+    counts.push_back(all.data_ptr<int64_t>()[r * len + len - 1]);
+  }
+  detail::check_descriptors("all_gather on " + describe(), ranks_, descriptors);
+  return counts;
 }
 
 Work ProcessGroup::reduce_scatter(at::Tensor& out, at::Tensor& in, ReduceOp op, bool async_op) {
@@ -290,10 +315,8 @@ Work ProcessGroup::all_to_all(at::Tensor& out, at::Tensor& in, std::vector<int64
 
 Work ProcessGroup::broadcast(at::Tensor& tensor, int src_group_rank, bool async_op) {
   check_contiguous(tensor, "broadcast");
-  if (src_group_rank < 0 || src_group_rank >= size()) {
-    throw dtensor::Error("dtensor: broadcast source " + std::to_string(src_group_rank) + " is not a rank of " +
-                                describe());
-  }
+  DTENSOR_CHECK(src_group_rank >= 0 && src_group_rank < size(), "dtensor: broadcast source ", src_group_rank,
+                " is not a rank of ", describe());
   std::vector<at::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
   opts.rootRank = src_group_rank;

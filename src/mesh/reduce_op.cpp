@@ -1,5 +1,5 @@
 #include "dtensor/mesh/reduce_op.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 #include <stdexcept>
 
@@ -20,7 +20,7 @@ ReduceOp reduce_op_from_name(const std::string& name) {
   if (name == "avg") return ReduceOp::AVG;
   if (name == "max") return ReduceOp::MAX;
   if (name == "min") return ReduceOp::MIN;
-  throw dtensor::Error("dtensor: unknown reduce op '" + name + "' (expected sum, avg, max or min)");
+  throw DTENSOR_ERROR("dtensor: unknown reduce op '", name, "' (expected sum, avg, max or min)");
 }
 
 }  // namespace dtensor

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/launch_env.h"
 #include "mesh/deadline.h"
 #include "mesh/group_text.h"
@@ -115,9 +115,9 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, milliseconds
     const std::string addr = env.master_addr;
     const auto bound = timeout + std::chrono::milliseconds(1000);
     if (!finish_within(bound, [made, addr, options] { *made = c10::make_intrusive<c10d::TCPStore>(addr, options); })) {
-      throw dtensor::Error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
-                           " could not rendezvous at " + where + " within " + std::to_string(bound.count()) +
-                           " ms: the store served by rank 0 did not answer (rank 0 not started yet, frozen or overloaded?)");
+      throw DTENSOR_ERROR("dtensor: rank ", env.rank, " of ", env.world_size, " could not rendezvous at ", where,
+                          " within ", bound.count(),
+                          " ms: the store served by rank 0 did not answer (rank 0 not started yet, frozen or overloaded?)");
     }
     return *made;
   } catch (const dtensor::Error&) {
@@ -125,13 +125,13 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, milliseconds
   } catch (const std::exception& e) {
     std::string msg = message_of(e);
     if (env.rank == 0 && (msg.find("in use") != std::string::npos || msg.find("EADDRINUSE") != std::string::npos)) {
-      throw dtensor::Error("dtensor: rank 0 cannot serve the rendezvous store on " + where +
-                           ": the port is already in use (another job? choose another MASTER_PORT / "
-                           "--master-port): " + msg);
+      throw DTENSOR_ERROR("dtensor: rank 0 cannot serve the rendezvous store on ", where,
+                          ": the port is already in use (another job? choose another MASTER_PORT / "
+                          "--master-port): ", msg);
     }
-    throw dtensor::Error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
-                         " could not rendezvous at " + where + " within " + std::to_string(timeout.count()) +
-                         " ms: the store served by rank 0 was not reachable (did rank 0 start?): " + msg);
+    throw DTENSOR_ERROR("dtensor: rank ", env.rank, " of ", env.world_size, " could not rendezvous at ", where,
+                        " within ", timeout.count(),
+                        " ms: the store served by rank 0 was not reachable (did rank 0 start?): ", msg);
   }
 }
 
@@ -148,10 +148,9 @@ void wait_for_all_ranks(c10d::Store& store, int rank, int world_size, millisecon
       auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
       if (waited >= timeout) {
         auto [joined, missing] = joined_and_missing(store, world_size);
-        throw dtensor::Error("dtensor: " + who + " could not rendezvous at " + where + " within " +
-                             std::to_string(timeout.count()) + " ms: ranks " + list(missing) +
-                             " never joined (joined: " + list(joined) +
-                             "; did they start, with the same MASTER_ADDR and MASTER_PORT?)");
+        throw DTENSOR_ERROR("dtensor: ", who, " could not rendezvous at ", where, " within ", timeout.count(),
+                            " ms: ranks ", list(missing), " never joined (joined: ", list(joined),
+                            "; did they start, with the same MASTER_ADDR and MASTER_PORT?)");
       }
       if (waited >= next_report) {
         auto [joined, missing] = joined_and_missing(store, world_size);
@@ -167,7 +166,7 @@ void wait_for_all_ranks(c10d::Store& store, int rank, int world_size, millisecon
   } catch (const dtensor::Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw dtensor::Error("dtensor: " + who + " lost the rendezvous store at " + where + ": " + message_of(e));
+    throw DTENSOR_ERROR("dtensor: ", who, " lost the rendezvous store at ", where, ": ", message_of(e));
   }
 }
 

@@ -10,6 +10,7 @@
 //   all_gather:      same in bytes; out bytes == n * in bytes
 //   reduce_scatter:  same in bytes; out bytes == in bytes / n
 //   all_to_all:      same bytes per row; rank i's out_splits[j] == rank j's in_splits[i]
+//   all_gather rows: same ndim and sizes after dim 0 (the row counts may differ: an uneven gather)
 #include "mesh/size_agreement.h"
 
 #include <ATen/ATen.h>
@@ -19,7 +20,7 @@
 #include <sstream>
 #include <string>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
 #include "mesh/group_text.h"
 
@@ -39,6 +40,7 @@ const char* name_of(int64_t collective) {
     case SizedCollective::ALL_TO_ALL: return "all_to_all";
     case SizedCollective::BROADCAST: return "broadcast";
     case SizedCollective::BARRIER: return "barrier";
+    case SizedCollective::ALL_GATHER_ROWS: return "all_gather";
   }
   return "an unknown collective";
 }
@@ -93,6 +95,16 @@ std::string disagreement(const std::vector<const int64_t*>& all, int64_t n) {
       case SizedCollective::REDUCE_SCATTER:
         if (d[IN_BYTES] != first[IN_BYTES]) return "ranks passed inputs of different sizes";
         if (d[OUT_BYTES] * n != d[IN_BYTES]) return "an output is not the input divided by the group size";
+        break;
+      case SizedCollective::ALL_GATHER_ROWS:
+        if (d[NDIM] != first[NDIM]) return "ranks passed inputs of different ranks (numbers of dims)";
+        for (int64_t k = 1; k < std::min(d[NDIM], kShapeDims); ++k) {
+          if (d[SHAPE + k] != first[SHAPE + k]) return "ranks passed inputs whose sizes differ beyond the gathered dim";
+        }
+        if (d[IN_BYTES] / std::max<int64_t>(1, d[SHAPE]) != first[IN_BYTES] / std::max<int64_t>(1, first[SHAPE]) &&
+            d[SHAPE] > 0 && first[SHAPE] > 0) {
+          return "ranks passed inputs whose sizes differ beyond the gathered dim";
+        }
         break;
       case SizedCollective::ALL_TO_ALL:
         for (int64_t j = 0; j < n; ++j) {
@@ -155,14 +167,17 @@ void check_descriptors(const std::string& what, const std::vector<int>& global_r
   throw dtensor::Error(os.str());
 }
 
+bool needs_size_agreement(const ProcessGroup& group, const at::Tensor& in) {
+  // The shared-memory backend checks CPU tensors' sizes inside the collective itself; CUDA tensors go elsewhere.
+  // A fake group (a plan dry run, on meta tensors) has no peers to disagree with.
+  const bool in_band = group.checks_sizes_in_band() && (!in.defined() || in.is_cpu() || in.is_meta());
+  return group.size() > 1 && size_agreement_enabled() && !in_band && !group.failed();
+}
+
 void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::Tensor& in, const at::Tensor& out,
                     const std::vector<int64_t>& in_splits, const std::vector<int64_t>& out_splits) {
   const int64_t n = group.size();
-  // The shared-memory backend checks CPU tensors' sizes inside the collective itself; CUDA tensors go elsewhere.
-  // A failed group: the collective itself will refuse to start, naming the first failure.
-  // A fake group (a plan dry run, on meta tensors) has no peers to disagree with.
-  const bool in_band = group.checks_sizes_in_band() && (!in.defined() || in.is_cpu() || in.is_meta());
-  if (n == 1 || !size_agreement_enabled() || in_band || group.failed()) return;
+  if (!needs_size_agreement(group, in)) return;
   const int64_t len = descriptor_length(n);
   std::vector<int64_t> d = size_descriptor(collective, in, out, in_splits, out_splits, n);
   at::Tensor mine = at::from_blob(d.data(), {len}, at::kLong);
@@ -178,7 +193,7 @@ void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::T
     std::string why = group.with_member_states(what + " failed while the ranks compared sizes (within " +
                                                std::to_string(group.timeout().count()) + " ms): " + msg);
     group.mark_failed(why);
-    throw dtensor::Error("dtensor: " + why);
+    throw DTENSOR_ERROR("dtensor: ", why);
   }
   std::vector<const int64_t*> rows;
   for (int64_t r = 0; r < n; ++r) rows.push_back(all.data_ptr<int64_t>() + r * len);

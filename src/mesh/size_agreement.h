@@ -27,9 +27,17 @@ class ProcessGroup;
 
 namespace detail {
 
-enum class SizedCollective : int64_t { ALL_REDUCE = 1, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, BARRIER };
+// ALL_GATHER_ROWS: the exchange before an all-gather of rows (dim 0) whose counts may differ by rank
+// (ProcessGroup::exchange_row_counts): same dtype, same dims after the first.
+enum class SizedCollective : int64_t {
+  ALL_REDUCE = 1, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, BARRIER, ALL_GATHER_ROWS
+};
 
 bool size_agreement_enabled();  // DTENSOR_CHECK_COLLECTIVE_SIZES, read once
+// Whether a collective of `group` on `in` needs the out-of-band exchange (agree_on_sizes): not in a group of
+// one, not when disabled, not where the backend checks in band (shared memory, CPU tensors), not on a failed
+// group (the collective itself refuses to start).
+bool needs_size_agreement(const ProcessGroup& group, const at::Tensor& in);
 
 // Throws dtensor::Error on every member when the members' arguments cannot make one collective. `out` may
 // be undefined (all_reduce, broadcast); the splits are all_to_all's (rows of dim 0), empty otherwise.

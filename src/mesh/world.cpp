@@ -14,7 +14,7 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/launch_env.h"
 #include "mesh/cuda_support.h"
 #include "mesh/deadline.h"
@@ -77,7 +77,7 @@ std::string resolve_choice(const std::string& requested, const char* option, con
     for (size_t i = 0; i < allowed.size(); ++i) {
       list += (i == 0 ? "" : i + 1 == allowed.size() ? " or " : ", ") + allowed[i];
     }
-    throw dtensor::Error("dtensor: " + from + "=" + mode + " is not " + what + " (" + list + ")");
+    throw DTENSOR_ERROR("dtensor: ", from, "=", mode, " is not ", what, " (", list, ")");
   }
   return mode;
 }
@@ -112,19 +112,16 @@ World::World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOpti
   options_.timeout = resolve_timeout(options_.timeout);
   options_.backend = resolve_backend(options_.backend);
   options_.cuda_backend = resolve_cuda_backend(options_.cuda_backend);
-  if (size < 1 || rank < 0 || rank >= size) {
-    throw dtensor::Error("dtensor: rank " + std::to_string(rank) + " is outside [0, world size " +
-                                std::to_string(size) + ")");
-  }
+  DTENSOR_CHECK(size >= 1 && rank >= 0 && rank < size, "dtensor: rank ", rank, " is outside [0, world size ",
+                size, ")");
   // Also on Gloo: a failed collective's error reports the members by it (describe_members). A fake world
   // (a plan dry run) has no members to describe.
   if (options_.backend == "fake") return;
   try {
     detail::publish_host_identity(*store_, rank_);  // one store op: bounded by the store's timeout
   } catch (const std::exception& e) {
-    throw dtensor::Error("dtensor: rank " + std::to_string(rank_) + " could not publish its host on the store "
-                         "(served by rank 0) within " + std::to_string(options_.timeout.count()) + " ms: " +
-                         message_of(e));
+    throw DTENSOR_ERROR("dtensor: rank ", rank_, " could not publish its host on the store "
+                        "(served by rank 0) within ", options_.timeout.count(), " ms: ", message_of(e));
   }
 }
 
@@ -132,11 +129,9 @@ World::~World() = default;
 
 std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks) {
   std::set<int> unique(global_ranks.begin(), global_ranks.end());
-  if (unique.size() != global_ranks.size() || global_ranks.empty() || *unique.begin() < 0 ||
-      *unique.rbegin() >= size_) {
-    throw dtensor::Error("dtensor: invalid process group ranks [" + join(global_ranks, ", ") +
-                                "] in a world of " + std::to_string(size_));
-  }
+  DTENSOR_CHECK(unique.size() == global_ranks.size() && !global_ranks.empty() && *unique.begin() >= 0 &&
+                    *unique.rbegin() < size_,
+                "dtensor: invalid process group ranks [", join(global_ranks, ", "), "] in a world of ", size_);
   std::lock_guard<std::mutex> lock(groups_->mutex);
   auto it = groups_->by_ranks.find(global_ranks);
   if (it != groups_->by_ranks.end()) return it->second;
@@ -145,10 +140,8 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
   for (size_t i = 0; i < global_ranks.size(); ++i) {
     if (global_ranks[i] == rank_) group_rank = static_cast<int>(i);
   }
-  if (group_rank < 0) {
-    throw dtensor::Error("dtensor: rank " + std::to_string(rank_) + " is not a member of group [" +
-                                join(global_ranks, ", ") + "]");
-  }
+  DTENSOR_CHECK(group_rank >= 0, "dtensor: rank ", rank_, " is not a member of group [",
+                join(global_ranks, ", "), "]");
   if (options_.backend == "fake") {  // no peers: nothing to connect
     auto group = std::make_shared<ProcessGroup>(detail::make_fake_backend(group_rank, static_cast<int>(global_ranks.size())),
                                                 global_ranks, rank_, options_.timeout);
@@ -183,14 +176,12 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
       *slot = std::move(made);
     });
   } catch (const std::exception& e) {
-    throw dtensor::Error(what + std::to_string(options_.timeout.count()) + " ms while " + step->load() + ": " +
-                         absent_members(prefixed, global_ranks, options_.timeout) + ": " + message_of(e));
+    throw DTENSOR_ERROR(what, options_.timeout.count(), " ms while ", step->load(), ": ",
+                        absent_members(prefixed, global_ranks, options_.timeout), ": ", message_of(e));
   }
-  if (!finished) {
-    throw dtensor::Error(what + std::to_string(bound.count()) + " ms: still blocked while " + step->load() +
-                         " (a member, or the store's server rank 0, froze): " +
-                         absent_members(prefixed, global_ranks, options_.timeout));
-  }
+  DTENSOR_CHECK(finished, what, bound.count(), " ms: still blocked while ", step->load(),
+                " (a member, or the store's server rank 0, froze): ",
+                absent_members(prefixed, global_ranks, options_.timeout));
   c10::intrusive_ptr<c10d::Backend> backend = std::move(*slot);
   auto group = std::make_shared<ProcessGroup>(backend, global_ranks, rank_, options_.timeout);
   group->set_cuda_backend_factory(cuda_backend_factory(backend, global_ranks, group_rank));
@@ -223,11 +214,10 @@ c10::intrusive_ptr<c10d::Backend> World::with_shared_memory(c10::intrusive_ptr<c
   const bool one_host = detail::members_share_host(*store_, global_ranks);
   const bool fits = global_ranks.size() <= static_cast<size_t>(detail::shm::kMaxRanks);
   if (!one_host || !fits) {
-    if (options_.backend == "shm") {
-      throw dtensor::Error("dtensor: group [" + join(global_ranks, ", ") + "] cannot use shared memory (backend shm): " +
-                           (one_host ? "more than " + std::to_string(detail::shm::kMaxRanks) + " ranks"
-                                     : std::string("its ranks run on different hosts")));
-    }
+    DTENSOR_CHECK(options_.backend != "shm", "dtensor: group [", join(global_ranks, ", "),
+                  "] cannot use shared memory (backend shm): ",
+                  (one_host ? "more than " + std::to_string(detail::shm::kMaxRanks) + " ranks"
+                            : std::string("its ranks run on different hosts")));
     return gloo;
   }
   auto segment = detail::shm::Segment::open_for_group(group_store, group_rank, static_cast<int>(global_ranks.size()),
@@ -248,13 +238,13 @@ ProcessGroup::BackendFactory World::cuda_backend_factory(c10::intrusive_ptr<c10d
     if (mode == "gloo") return c10::make_intrusive<detail::HostStagedBackend>(cpu, timeout);
     std::string why;
     const detail::CudaSupport* cuda = detail::cuda_support(&why);
-    if (!cuda) throw dtensor::Error("dtensor: CUDA tensors in group [" + join(global_ranks, ", ") + "]: " + why);
+    DTENSOR_CHECK(cuda, "dtensor: CUDA tensors in group [", join(global_ranks, ", "), "]: ", why);
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("dtensor/nccl/" + join(global_ranks, ","), store);
     try {
       return cuda->make_nccl_backend(prefixed, group_rank, static_cast<int>(global_ranks.size()), timeout);
     } catch (const std::exception& e) {
-      throw dtensor::Error("dtensor: rank " + std::to_string(rank) + " could not create the NCCL group [" +
-                           join(global_ranks, ", ") + "]: " + message_of(e));
+      throw DTENSOR_ERROR("dtensor: rank ", rank, " could not create the NCCL group [", join(global_ranks, ", "),
+                          "]: ", message_of(e));
     }
   };
 }
@@ -330,10 +320,10 @@ std::shared_ptr<World> init_process_group(InitOptions options) {
   if (!detail::finish_within(bound, [store, env, timeout = options.timeout, where] {
         detail::wait_for_all_ranks(*store, env.rank, env.world_size, timeout, where);
       })) {
-    throw dtensor::Error("dtensor: rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
-                         " could not rendezvous at " + where + " within " + std::to_string(bound.count()) +
-                         " ms: the store (served by rank 0) stopped answering (rank 0, or a rank in the middle of "
-                         "a store request, froze?)");
+    throw DTENSOR_ERROR("dtensor: rank ", env.rank, " of ", env.world_size, " could not rendezvous at ", where,
+                        " within ", bound.count(),
+                        " ms: the store (served by rank 0) stopped answering (rank 0, or a rank in the middle of "
+                        "a store request, froze?)");
   }
   return install(std::make_shared<World>(std::move(store), env.rank, env.world_size, std::move(options)));
 }

@@ -14,7 +14,7 @@
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/ops/loss_parallel.h"
 #include "dtensor/redistribute/redistribute.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "ops/loss_parallel.h"
 #include "ops/strategy_utils.h"
 #include "tensor/dtensor_impl.h"

@@ -19,7 +19,7 @@
 #include "dtensor/redistribute/redistribute.h"
 #include "ops/loss_parallel.h"
 #include "ops/strategy_utils.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "tensor/dtensor_impl.h"
 
 namespace dtensor::ops {

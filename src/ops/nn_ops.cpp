@@ -20,7 +20,7 @@
 #include "dtensor/tensor/shard_layout.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/redistribute/redistribute.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "dtensor/ops/loss_parallel.h"
 #include "ops/loss_parallel.h"
 #include "ops/strategy_utils.h"

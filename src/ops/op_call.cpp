@@ -4,9 +4,9 @@
 
 #include <sstream>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/ops/dispatch_options.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "tensor/dtensor_impl.h"
 
 namespace dtensor {
@@ -54,7 +54,7 @@ bool replicated_when_plain(const c10::OperatorHandle& op, size_t arg) {
   return arg_name == "target" || arg_name == "weight" || arg_name == "total_weight";
 }
 
-// A plan dry run (parallel/dry_run.h) holds DTensors whose locals are meta, and keeps the plain tensors the
+// A plan dry run (plan/dry_run.h) holds DTensors whose locals are meta, and keeps the plain tensors the
 // user's code makes beside them (token ids, rotary tables, targets) small and on the CPU: the Meta backend
 // outranks ours in dispatch, so a plain meta tensor meeting a DTensor would skip this dispatch altogether.
 // Once in here (an input DTensor's local is meta), those CPU tensors (plain, or a DTensor's local) become
@@ -180,7 +180,7 @@ std::string describe_inputs(const c10::OperatorHandle& op, const torch::jit::Sta
 }
 
 void fail(const c10::OperatorHandle& op, const torch::jit::Stack& stack, const std::string& why) {
-  throw dtensor::Error("dtensor: " + op_name(op) + " " + why + " (inputs: " + describe_inputs(op, stack) + ")");
+  throw DTENSOR_ERROR("dtensor: ", op_name(op), " ", why, " (inputs: ", describe_inputs(op, stack), ")");
 }
 
 int first_dtensor_input(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {

@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/ops/dispatch_options.h"
 #include "ops/op_call.h"
 #include "ops/run_strategy.h"
@@ -79,17 +79,15 @@ void install_kernel(Table& t, const std::string& qualified_name) {
 
 // Checks the name against the dispatcher's schemas ("aten::add.Tensor": name "aten::add", overload "Tensor").
 void check_schema_exists(const std::string& qualified_name) {
-  if (qualified_name.find("::") == std::string::npos) {
-    throw Error("dtensor: expected a qualified op name like aten::add.Tensor, got '" + qualified_name + "'");
-  }
+  DTENSOR_CHECK(qualified_name.find("::") != std::string::npos,
+                "dtensor: expected a qualified op name like aten::add.Tensor, got '", qualified_name, "'");
   auto dot = qualified_name.find('.', qualified_name.find("::"));
   std::string name = qualified_name.substr(0, dot);
   std::string overload = dot == std::string::npos ? "" : qualified_name.substr(dot + 1);
-  if (!c10::Dispatcher::singleton().findSchema({name, overload})) {
-    throw Error("dtensor: cannot register a sharding rule for '" + qualified_name +
+  DTENSOR_CHECK(c10::Dispatcher::singleton().findSchema({name, overload}),
+                "dtensor: cannot register a sharding rule for '", qualified_name,
                 "': no operator schema of that name and overload is registered (check the spelling, and "
                 "that the library defining a custom op is loaded first)");
-  }
 }
 
 // Registers `name` with one of strategy / custom set (the other cleared).
@@ -134,12 +132,12 @@ const bool composite_ops_covered = cover_composite_ops();
 }  // namespace
 
 void register_strategy(const std::vector<std::string>& qualified_names, StrategyFn strategy) {
-  if (!strategy) throw Error("dtensor: register_strategy got a null strategy");
+  DTENSOR_CHECK(strategy, "dtensor: register_strategy got a null strategy");
   for (const auto& name : qualified_names) set_rule(name, strategy, nullptr);
 }
 
 void register_custom_handler(const std::string& qualified_name, OpHandler handler) {
-  if (!handler) throw Error("dtensor: register_custom_handler got a null handler");
+  DTENSOR_CHECK(handler, "dtensor: register_custom_handler got a null handler");
   set_rule(qualified_name, nullptr, handler);
 }
 

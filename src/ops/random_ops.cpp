@@ -12,7 +12,7 @@
 
 #include "dtensor/ops/dispatch_options.h"
 #include "dtensor/redistribute/redistribute.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "ops/op_call.h"
 #include "ops/op_table.h"
 #include "tensor/dtensor_impl.h"

@@ -5,10 +5,10 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/ops/dispatch_options.h"
 #include "dtensor/redistribute/redistribute.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "ops/decision_cache.h"
 #include "ops/op_call.h"
 #include "ops/output_meta.h"
@@ -23,10 +23,8 @@ CachedDecision decide_afresh(const OpCall& call, StrategyFn strategy) {
   CachedDecision fresh;
   fresh.decision = strategy(call);
   const std::string name = op_name(call.op);
-  if (fresh.decision.inputs.size() != call.tensors.size()) {
-    throw Error("dtensor: strategy for " + name + " returned " + std::to_string(fresh.decision.inputs.size()) +
-                " input placements for " + std::to_string(call.tensors.size()) + " tensor inputs");
-  }
+  DTENSOR_CHECK(fresh.decision.inputs.size() == call.tensors.size(), "dtensor: strategy for ", name, " returned ",
+                fresh.decision.inputs.size(), " input placements for ", call.tensors.size(), " tensor inputs");
   if (!fresh.decision.output_shapes.empty()) {
     for (const auto& shape : fresh.decision.output_shapes) {
       fresh.outputs.push_back({shape, contiguous_strides(shape), call.tensors.at(0).tensor.scalar_type()});
@@ -39,10 +37,9 @@ CachedDecision decide_afresh(const OpCall& call, StrategyFn strategy) {
       fresh.from_locals = true;  // an op without a meta kernel: see global_outputs_from_locals
     }
   }
-  if (!fresh.from_locals && fresh.outputs.size() != fresh.decision.outputs.size()) {
-    throw Error("dtensor: strategy for " + name + " returned " + std::to_string(fresh.decision.outputs.size()) +
-                " output placements for " + std::to_string(fresh.outputs.size()) + " outputs");
-  }
+  DTENSOR_CHECK(fresh.from_locals || fresh.outputs.size() == fresh.decision.outputs.size(),
+                "dtensor: strategy for ", name, " returned ", fresh.decision.outputs.size(), " output placements for ",
+                fresh.outputs.size(), " outputs");
   return fresh;
 }
 

@@ -1,5 +1,5 @@
 #include "ops/strategy_utils.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 #include <limits>
 #include <stdexcept>
@@ -62,7 +62,7 @@ ShardingDecision make_decision(const OpCall& call, std::vector<std::optional<Pla
   ShardingDecision d;
   d.inputs = std::move(inputs);
   d.outputs = std::move(outputs);
-  if (d.inputs.size() != call.tensors.size()) throw dtensor::Error("make_decision: wrong input count");
+  DTENSOR_CHECK(d.inputs.size() == call.tensors.size(), "make_decision: wrong input count");
   return d;
 }
 

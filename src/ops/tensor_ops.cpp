@@ -14,14 +14,14 @@
 // Strategies: alias/detach/clone, *_like, new_empty_strided, zero_. Custom handlers (the local computation is
 // not the op on the shards): _to_copy (refuses a device move), fill_ and copy_ from a plain value (Partial terms
 // differ per rank), new_* (the size argument is global), item() (the value of a sharded tensor needs a gather).
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include <ATen/ATen.h>
 
 #include <stdexcept>
 
 #include "dtensor/redistribute/redistribute.h"
 #include "dtensor/tensor/shard_layout.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "ops/op_call.h"
 #include "ops/op_table.h"
 #include "tensor/dtensor_impl.h"
@@ -45,10 +45,8 @@ void to_copy(const c10::OperatorHandle& op, Stack* stack) {
   DTensorSpec spec = dtensor_spec(self);
   call_local(op, stack);
   at::Tensor out = stack->back().toTensor();
-  if (out.device() != device) {
-    throw dtensor::Error("dtensor: moving a DTensor to another device (" + out.device().str() +
-                             ") is not supported; its mesh is on " + spec.mesh.device_type());
-  }
+  DTENSOR_CHECK(out.device() == device, "dtensor: moving a DTensor to another device (", out.device().str(),
+                ") is not supported; its mesh is on ", spec.mesh.device_type());
   stack->back() = detail::make_dtensor(out, spec_with(spec, spec.placements, out.scalar_type()));
 }
 

@@ -14,7 +14,7 @@
 // an outer shard of d therefore needs every inner shard of d undone first, and a new shard may only be
 // cut once all outer ones are in place. Sizes along d at mesh dim i are torch.chunk pieces of the
 // "region" the outer shards of d leave.
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/redistribute/redistribute.h"
 
 #include <ATen/ATen.h>
@@ -131,7 +131,7 @@ std::vector<TransformStep> make_plan(const Placements& src, const Placements& ds
   // 4. What is left is Replicate: cut shards outer to inner, split Partials.
   for (int64_t i = 0; i < n; ++i) {
     if (s.cur[i] == s.dst[i]) continue;
-    if (!s.cur[i].is_replicate()) throw dtensor::Error("dtensor: redistribute planner: unexpected " + plan_key(src, dst));
+    DTENSOR_CHECK(s.cur[i].is_replicate(), "dtensor: redistribute planner: unexpected ", plan_key(src, dst));
     emit(s.dst[i].is_shard() ? Kind::CHUNK : Kind::PARTITION, i, s.dst[i]);
   }
   return steps;
@@ -144,10 +144,8 @@ int64_t region_of(const DTensorSpec& spec, const Placements& cur, int64_t mesh_d
 }
 
 Placements normalized_dst(const DTensorSpec& src, const Placements& dst) {
-  if (dst.size() != src.placements.size()) {
-    throw dtensor::Error("dtensor: redistribute to " + std::to_string(dst.size()) + " placements " +
-                                to_string(dst) + " on a " + std::to_string(src.mesh.ndim()) + "-D mesh");
-  }
+  DTENSOR_CHECK(dst.size() == src.placements.size(), "dtensor: redistribute to ", dst.size(), " placements ",
+                to_string(dst), " on a ", src.mesh.ndim(), "-D mesh");
   Placements out;
   for (const auto& p : dst) out.push_back(p.normalized(src.ndim()));
   return out;

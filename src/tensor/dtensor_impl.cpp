@@ -1,5 +1,5 @@
 #include "tensor/dtensor_impl.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 #include <ATen/ATen.h>
 
@@ -11,15 +11,10 @@ namespace dtensor::detail {
 namespace {
 
 void check_local_matches(const at::Tensor& local, const DTensorSpec& spec) {
-  if (local.scalar_type() != spec.meta.dtype) {
-    throw dtensor::Error(std::string("dtensor: local tensor dtype ") + c10::toString(local.scalar_type()) +
-                                " differs from the spec's " + c10::toString(spec.meta.dtype));
-  }
-  if (local.dim() != spec.ndim()) {
-    throw dtensor::Error("dtensor: local tensor has " + std::to_string(local.dim()) + " dims, the spec " +
-                                std::to_string(spec.ndim()));
-  }
-  if (local.requires_grad()) throw dtensor::Error("dtensor: a DTensor's local tensor must not require grad");
+  DTENSOR_CHECK(local.scalar_type() == spec.meta.dtype, "dtensor: local tensor dtype ",
+                c10::toString(local.scalar_type()), " differs from the spec's ", c10::toString(spec.meta.dtype));
+  DTENSOR_CHECK(local.dim() == spec.ndim(), "dtensor: local tensor has ", local.dim(), " dims, the spec ", spec.ndim());
+  DTENSOR_CHECK(!local.requires_grad(), "dtensor: a DTensor's local tensor must not require grad");
 }
 
 // The device a DTensor reports: its local tensor's, except that a meta local on a CPU mesh (a plan dry run,
@@ -42,9 +37,8 @@ DTensorImpl::DTensorImpl(at::Tensor local, DTensorSpec spec)
 
 void DTensorImpl::replace(at::Tensor local, DTensorSpec spec) {
   check_local_matches(local, spec);
-  if (spec.meta.shape != spec_.meta.shape) {
-    throw dtensor::Error("dtensor: an in-place update cannot change a DTensor's global shape");
-  }
+  DTENSOR_CHECK(spec.meta.shape == spec_.meta.shape,
+                "dtensor: an in-place update cannot change a DTensor's global shape");
   local_ = std::move(local);
   spec_ = std::move(spec);
   set_sizes_and_strides(spec_.meta.shape, spec_.meta.stride);
@@ -70,9 +64,7 @@ c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::shallow_copy_and_detach(c10::Va
 
 void DTensorImpl::shallow_copy_from(const c10::intrusive_ptr<c10::TensorImpl>& impl) {
   auto* other = dynamic_cast<DTensorImpl*>(impl.get());
-  if (other == nullptr) {
-    throw dtensor::Error("dtensor: cannot set a DTensor's data to a plain tensor; distribute it first");
-  }
+  DTENSOR_CHECK(other != nullptr, "dtensor: cannot set a DTensor's data to a plain tensor; distribute it first");
   copy_tensor_metadata(other, this, version_counter(), allow_tensor_metadata_change());
   local_ = other->local_;
   spec_ = other->spec_;
@@ -92,7 +84,7 @@ at::Tensor make_dtensor(at::Tensor local, DTensorSpec spec, bool requires_grad) 
 
 const at::Tensor& local_tensor(const at::Tensor& dtensor) {
   auto* impl = get_impl(dtensor);
-  if (!impl) throw dtensor::Error("dtensor: expected a DTensor, got a plain tensor");
+  DTENSOR_CHECK(impl, "dtensor: expected a DTensor, got a plain tensor");
   return impl->local();
 }
 
@@ -104,7 +96,7 @@ bool is_dtensor(const at::Tensor& tensor) { return detail::get_impl(tensor) != n
 
 const DTensorSpec& dtensor_spec(const at::Tensor& dtensor) {
   auto* impl = detail::get_impl(dtensor);
-  if (!impl) throw dtensor::Error("dtensor: expected a DTensor, got a plain tensor");
+  DTENSOR_CHECK(impl, "dtensor: expected a DTensor, got a plain tensor");
   return impl->spec();
 }
 

@@ -1,5 +1,5 @@
 #include "dtensor/tensor/dtensor_spec.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 #include <sstream>
 #include <stdexcept>
@@ -17,20 +17,16 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
 
 DTensorSpec::DTensorSpec(DeviceMesh mesh_, Placements placements_, TensorMeta meta_)
     : mesh(std::move(mesh_)), placements(std::move(placements_)), meta(std::move(meta_)) {
-  if (static_cast<int64_t>(placements.size()) != mesh.ndim()) {
-    throw dtensor::Error("dtensor: " + std::to_string(placements.size()) + " placements " +
-                                dtensor::to_string(placements) + " for a " + std::to_string(mesh.ndim()) +
-                                "-D mesh; give one placement per mesh dim");
-  }
+  DTENSOR_CHECK(static_cast<int64_t>(placements.size()) == mesh.ndim(), "dtensor: ", placements.size(), " placements ",
+                dtensor::to_string(placements), " for a ", mesh.ndim(), "-D mesh; give one placement per mesh dim");
   for (auto& p : placements) p = p.normalized(ndim());
   for (const auto& p : placements) {
     for (const auto& q : placements) {
       // sum and avg mix (both linear: avg is a scaled sum); with max or min the order of reductions matters.
       auto linear = [](const Placement& x) { return x.reduce_op() == ReduceOp::SUM || x.reduce_op() == ReduceOp::AVG; };
-      if (p.is_partial() && q.is_partial() && p.reduce_op() != q.reduce_op() && !(linear(p) && linear(q))) {
-        throw dtensor::Error("dtensor: mixed Partial reduce ops in " + dtensor::to_string(placements) +
-                                    " are not supported (the order of the reductions would matter)");
-      }
+      DTENSOR_CHECK(!p.is_partial() || !q.is_partial() || p.reduce_op() == q.reduce_op() || (linear(p) && linear(q)),
+                    "dtensor: mixed Partial reduce ops in ", dtensor::to_string(placements),
+                    " are not supported (the order of the reductions would matter)");
     }
   }
   if (meta.stride.empty() && !meta.shape.empty()) meta.stride = contiguous_strides(meta.shape);

@@ -1,5 +1,5 @@
 #include "dtensor/tensor/placement.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 #include <regex>
 #include <sstream>
@@ -8,17 +8,17 @@
 namespace dtensor {
 
 int64_t Placement::dim() const {
-  if (kind_ != Kind::SHARD) throw dtensor::Error("dtensor: " + to_string() + " has no shard dim");
+  DTENSOR_CHECK(kind_ == Kind::SHARD, "dtensor: ", to_string(), " has no shard dim");
   return dim_;
 }
 
 Placement Placement::strided_shard(int64_t dim, int64_t split_factor) {
-  if (split_factor < 1) throw dtensor::Error("dtensor: _StridedShard needs split_factor >= 1, got " + std::to_string(split_factor));
+  DTENSOR_CHECK(split_factor >= 1, "dtensor: _StridedShard needs split_factor >= 1, got ", split_factor);
   return Placement(Kind::SHARD, dim, ReduceOp::SUM, split_factor);
 }
 
 Placement Placement::with_dim(int64_t dim) const {
-  if (kind_ != Kind::SHARD) throw dtensor::Error("dtensor: " + to_string() + " has no shard dim");
+  DTENSOR_CHECK(kind_ == Kind::SHARD, "dtensor: ", to_string(), " has no shard dim");
   return Placement(Kind::SHARD, dim, ReduceOp::SUM, split_factor_);
 }
 
@@ -30,17 +30,14 @@ bool has_strided_shard(const Placements& placements) {
 }
 
 ReduceOp Placement::reduce_op() const {
-  if (kind_ != Kind::PARTIAL) throw dtensor::Error("dtensor: " + to_string() + " has no reduce op");
+  DTENSOR_CHECK(kind_ == Kind::PARTIAL, "dtensor: ", to_string(), " has no reduce op");
   return op_;
 }
 
 Placement Placement::normalized(int64_t ndim) const {
   if (kind_ != Kind::SHARD) return *this;
   int64_t d = dim_ < 0 ? dim_ + ndim : dim_;
-  if (d < 0 || d >= ndim) {
-    throw dtensor::Error("dtensor: " + to_string() + " is out of range for a tensor of " + std::to_string(ndim) +
-                                " dims");
-  }
+  DTENSOR_CHECK(d >= 0 && d < ndim, "dtensor: ", to_string(), " is out of range for a tensor of ", ndim, " dims");
   return with_dim(d);
 }
 
@@ -67,8 +64,8 @@ Placement Placement::parse(const std::string& text) {
   if (std::regex_match(text, m, partial_re)) {
     return partial(m[1].length() ? reduce_op_from_name(m[1]) : ReduceOp::SUM);
   }
-  throw dtensor::Error("dtensor: cannot parse placement '" + text +
-                              "' (expected Shard(dim=N), Replicate() or Partial(sum|avg|max|min))");
+  throw DTENSOR_ERROR("dtensor: cannot parse placement '", text,
+                      "' (expected Shard(dim=N), Replicate() or Partial(sum|avg|max|min))");
 }
 
 size_t Placement::hash() const {

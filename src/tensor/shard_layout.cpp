@@ -4,28 +4,9 @@
 
 #include <algorithm>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace dtensor {
-
-std::vector<int64_t> chunk_sizes(int64_t dim_size, int64_t num_chunks) {
-  if (num_chunks < 1) throw dtensor::Error("dtensor: chunk_sizes needs num_chunks >= 1");
-  std::vector<int64_t> sizes(num_chunks, 0);
-  if (dim_size == 0) return sizes;
-  int64_t chunk = (dim_size + num_chunks - 1) / num_chunks;  // torch.chunk: ceil, trailing chunks short/empty
-  for (int64_t i = 0; i < num_chunks; ++i) sizes[i] = std::clamp<int64_t>(dim_size - i * chunk, 0, chunk);
-  return sizes;
-}
-
-int64_t chunk_offset(const std::vector<int64_t>& sizes, int64_t index) {
-  int64_t offset = 0;
-  for (int64_t k = 0; k < index; ++k) offset += sizes[k];
-  return offset;
-}
-
-at::Tensor narrow_chunk(const at::Tensor& x, int64_t dim, const std::vector<int64_t>& sizes, int64_t index) {
-  return x.narrow(dim, chunk_offset(sizes, index), sizes[index]);
-}
 
 namespace {
 
@@ -142,10 +123,7 @@ LocalShard local_shard(const std::vector<int64_t>& global_shape, const DeviceMes
 
 LocalShard local_shard(const DTensorSpec& spec) {
   auto coordinate = spec.mesh.get_coordinate();
-  if (!coordinate) {
-    throw dtensor::Error("dtensor: rank " + std::to_string(spec.mesh.get_rank()) + " is not in " +
-                             spec.mesh.to_string());
-  }
+  DTENSOR_CHECK(coordinate, "dtensor: rank ", spec.mesh.get_rank(), " is not in ", spec.mesh.to_string());
   return local_shard(spec.meta.shape, spec.mesh, spec.placements, *coordinate);
 }
 

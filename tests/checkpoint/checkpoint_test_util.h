@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <string>
 
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 
 namespace dtensor::testing {
 

@@ -10,7 +10,7 @@
 #include "checkpoint_test_util.h"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 
 using namespace dtensor;

@@ -7,7 +7,7 @@
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 #include "harness/subprocess.h"
 

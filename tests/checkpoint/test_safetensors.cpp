@@ -7,7 +7,7 @@
 
 #include "checkpoint_test_util.h"
 #include "dtensor/checkpoint/safetensors.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "harness/multi_rank.h"
 
 using namespace dtensor;

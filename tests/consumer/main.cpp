@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 
 int main() {
   try {

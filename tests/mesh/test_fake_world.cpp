@@ -1,5 +1,5 @@
 // fake_world (process_group.h): one rank of a mesh whose other ranks do not exist; collectives complete at
-// once with correctly shaped outputs and are seen by the comm hooks. And DefaultDeviceGuard (layers.h):
+// once with correctly shaped outputs and are seen by the comm hooks. And DefaultDeviceGuard (nn/default_device.h):
 // layers built on the meta device cost no memory.
 #include <gtest/gtest.h>
 
@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
-#include "dtensor/parallel/layers.h"
+#include "dtensor/nn/layers.h"
 
 namespace {
 

@@ -6,13 +6,13 @@
 #include <stdexcept>
 
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 
 namespace llama_test {
 
-llama_train::TrainOptions small_options() {
-  llama_train::TrainOptions o;
+train::TrainOptions small_options() {
+  train::TrainOptions o;
   o.model.vocab_size = 256;
   o.model.hidden_size = 64;
   o.model.num_hidden_layers = 2;
@@ -29,33 +29,33 @@ llama_train::TrainOptions small_options() {
   return o;
 }
 
-const llama_train::Corpus& test_corpus() {
-  static const llama_train::Corpus corpus = llama_train::load_corpus(DTENSOR_SOURCE_DIR "/README.md");
+const train::Corpus& test_corpus() {
+  static const train::Corpus corpus = train::load_corpus(DTENSOR_SOURCE_DIR "/README.md");
   return corpus;
 }
 
 namespace {
 
 // Ranks as threads on `make_mesh(world)`; rank 0's results.
-RunResult run_ranks_on(const llama_train::TrainOptions& options, int world, bool capture_grads,
+RunResult run_ranks_on(const train::TrainOptions& options, int world, bool capture_grads,
                        const std::function<dtensor::DeviceMesh(int world)>& make_mesh);
 
 }  // namespace
 
-RunResult run_tp(const llama_train::TrainOptions& options, int tp, bool capture_grads) {
+RunResult run_tp(const train::TrainOptions& options, int tp, bool capture_grads) {
   return run_ranks_on(options, tp, capture_grads, [&](int world) { return dtensor::init_device_mesh(options.device, {world}); });
 }
 
-RunResult run_dp_tp(llama_train::TrainOptions options, int dp, int tp, bool capture_grads) {
+RunResult run_dp_tp(train::TrainOptions options, int dp, int tp, bool capture_grads) {
   options.dp = dp;
   options.tp = tp;
   return run_ranks_on(options, dp * tp, capture_grads,
-                      [&](int world) { return llama_train::make_mesh(options, world); });
+                      [&](int world) { return train::parallel_dims(options, world).build_mesh(); });
 }
 
 namespace {
 
-RunResult run_ranks_on(const llama_train::TrainOptions& options, int world_size, bool capture_grads,
+RunResult run_ranks_on(const train::TrainOptions& options, int world_size, bool capture_grads,
                        const std::function<dtensor::DeviceMesh(int world)>& make_mesh) {
   RunResult out;
   std::mutex mu;
@@ -64,10 +64,10 @@ RunResult run_ranks_on(const llama_train::TrainOptions& options, int world_size,
   run_options.expect_all_succeed = false;  // rank errors are thrown below (the tests skip known library gaps)
   const auto errors = dtensor::testing::run_ranks(world_size, [&](int rank, int world) {
     auto mesh = make_mesh(world);
-    llama::LlamaForCausalLM model = llama_train::make_model(options);
+    llama::LlamaForCausalLM model = train::make_model(options);
     model->to(mesh.device());
-    llama_train::parallelize(model, options, mesh);
-    llama_train::TrainHooks hooks;
+    const models::ParallelDims dims = train::parallelize(model, options, mesh);
+    train::TrainHooks hooks;
     std::map<std::string, at::Tensor> grads;
     if (capture_grads) {
       hooks.after_backward = [&](int64_t step, llama::LlamaForCausalLM& m) {
@@ -78,7 +78,7 @@ RunResult run_ranks_on(const llama_train::TrainOptions& options, int world_size,
         }
       };
     }
-    const auto result = llama_train::train(model, options, test_corpus(), mesh, hooks);
+    const auto result = train::run(model, options, test_corpus(), dims, hooks);
     if (rank != 0) return;
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& s : result.steps) out.losses.push_back(s.loss);

@@ -6,33 +6,33 @@
 #include <string>
 #include <vector>
 
-#include "data.h"
-#include "options.h"
-#include "trainer.h"
+#include "train/data.h"
+#include "train/options.h"
+#include "train/loop.h"
 
 namespace llama_test {
 
 // vocab 256, hidden 64, 2 layers, 4 query heads, 2 key/value heads (GQA; replicated at TP 4), ffn 128,
 // seq 16, batch 4, 20 steps, clipping at 1.
-llama_train::TrainOptions small_options();
+train::TrainOptions small_options();
 
 // The repo's README.md as byte tokens: real text every checkout has.
-const llama_train::Corpus& test_corpus();
+const train::Corpus& test_corpus();
 
 struct RunResult {
   std::vector<double> losses;
   std::map<std::string, at::Tensor> step1_grads;  // full (unsharded) gradient of every parameter after step 1
-  std::vector<llama_train::StepRecord> steps;     // rank 0's
+  std::vector<train::StepRecord> steps;     // rank 0's
   int64_t param_bytes_per_rank = 0;               // rank 0's
   int64_t grad_bytes_per_rank = 0, optimizer_bytes_per_rank = 0;  // rank 0's, after the last step
 };
 
 
 // Trains `options` at TP `tp` (ranks as threads; tp 1 is the plain model). A rank's error throws, naming it.
-RunResult run_tp(const llama_train::TrainOptions& options, int tp, bool capture_grads = false);
+RunResult run_tp(const train::TrainOptions& options, int tp, bool capture_grads = false);
 
 // Trains `options` on a ("dp", "tp") mesh of dp * tp ranks (threads) with options.data_parallel over dp.
-RunResult run_dp_tp(llama_train::TrainOptions options, int dp, int tp, bool capture_grads = false);
+RunResult run_dp_tp(train::TrainOptions options, int dp, int tp, bool capture_grads = false);
 
 // The largest |a - b| / |a| over the curve; a different length is infinity.
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b);

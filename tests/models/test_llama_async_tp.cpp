@@ -1,5 +1,5 @@
 // Llama with async TP (--async-tp: sequence parallel's all-gathers and reduce-scatters fused with their
-// matmuls, dtensor/parallel/enable_async_tp.h) against the synchronous path: the loss curve within 1e-6
+// matmuls, dtensor/tp/enable_async_tp.h) against the synchronous path: the loss curve within 1e-6
 // relative at TP 2 and 4 (at TP 4 the GQA key/value heads are replicated, so k/v read the gathered input
 // unfused), the step-1 gradients, the collectives counted under the fused ops' names, and the errors.
 #include <gtest/gtest.h>
@@ -87,7 +87,7 @@ TEST(LlamaAsyncTP, NeedsSequenceParallel) {
   bool help = false;
   for (const auto& args : std::vector<std::vector<std::string>>{{"--async-tp", "--no-sequence-parallel"},
                                                                 {"--async-tp", "--plan", "hf"}}) {
-    EXPECT_THROW(llama_train::parse_options(args, help), llama_train::UsageError) << args[1];
+    EXPECT_THROW(train::parse_options(args, help), train::UsageError) << args[1];
   }
 }
 

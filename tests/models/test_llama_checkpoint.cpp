@@ -11,11 +11,11 @@
 #include <mutex>
 
 #include "alloc_counter.h"
-#include "checkpointing.h"
+#include "train/checkpointing.h"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 #include "harness/subprocess.h"
 #include "llama_test_util.h"
@@ -33,7 +33,7 @@ std::string fresh(const std::string& tag) {
   return pattern;
 }
 
-llama_train::TrainOptions twelve_steps() {
+train::TrainOptions twelve_steps() {
   auto o = llama_test::small_options();
   o.steps = 12;
   return o;
@@ -53,9 +53,9 @@ TEST(LlamaCheckpoint, ResumedRunHasTheUninterruptedLossesAtAnyTp) {
   first.stop_after = 6;  // "killed" after step 6
   const auto before = run_tp(first, 2);
   ASSERT_EQ(before.losses.size(), 6u);
-  EXPECT_TRUE(ckpt::is_checkpoint(llama_train::checkpoint_path(dir, 3)));
-  EXPECT_TRUE(ckpt::is_checkpoint(llama_train::checkpoint_path(dir, 6)));
-  ASSERT_EQ(llama_train::latest_checkpoint(dir)->first, 6);
+  EXPECT_TRUE(ckpt::is_checkpoint(train::checkpoint_path(dir, 3)));
+  EXPECT_TRUE(ckpt::is_checkpoint(train::checkpoint_path(dir, 6)));
+  ASSERT_EQ(train::latest_checkpoint(dir)->first, 6);
 
   const std::vector<double> rest(uninterrupted.losses.begin() + 6, uninterrupted.losses.end());
   for (int tp : {2, 1, 4}) {
@@ -78,15 +78,15 @@ TEST(LlamaCheckpoint, AdamWStateRoundTripsAcrossTpDegrees) {
   options.checkpoint_dir = dir;
   options.checkpoint_every = 3;
   run_tp(options, 2);
-  const std::string path = llama_train::checkpoint_path(dir, 3);
+  const std::string path = train::checkpoint_path(dir, 3);
   // Full values as saved, from a TP 1 load; then a TP 4 load must hold the same values.
   std::map<std::string, at::Tensor> at_tp1;
   std::mutex mu;
   for (int tp : {1, 4}) {
     dtensor::testing::run_ranks(tp, [&](int rank, int world) {
       auto mesh = dtensor::init_device_mesh("cpu", {world});
-      llama::LlamaForCausalLM model = llama_train::make_model(options);
-      llama_train::parallelize(model, options, mesh);
+      llama::LlamaForCausalLM model = train::make_model(options);
+      train::parallelize(model, options, mesh);
       std::vector<at::Tensor> params;
       for (const auto& p : model->parameters()) params.push_back(p);
       torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(1e-3));
@@ -119,7 +119,7 @@ TEST(LlamaCheckpoint, LoadingAtTp2AllocatesAboutHalfTheModelPerRank) {
   const std::string dir = fresh("memory") + "/ckpt";
   int64_t model_bytes = 0, largest = 0;
   {
-    llama::LlamaForCausalLM model = llama_train::make_model(options);
+    llama::LlamaForCausalLM model = train::make_model(options);
     ckpt::StateDict state = ckpt::module_state_dict(*model);
     for (const auto& [_, t] : state) {
       model_bytes += t.numel() * static_cast<int64_t>(t.element_size());
@@ -133,7 +133,7 @@ TEST(LlamaCheckpoint, LoadingAtTp2AllocatesAboutHalfTheModelPerRank) {
   dtensor::testing::run_ranks(2, [&](int rank, int world) {
     auto mesh = dtensor::init_device_mesh("cpu", {world});
     llama::LlamaForCausalLM model(options.model);  // random weights, parallelized, then loaded
-    llama_train::parallelize(model, options, mesh);
+    train::parallelize(model, options, mesh);
     ckpt::StateDict state = ckpt::module_state_dict(*model);
     {
       llama_test::CountingAllocator::Scope scope(counters[rank]);
@@ -188,24 +188,24 @@ TEST(LlamaCheckpoint, RankKilledDuringSaveLeavesThePreviousCheckpoint) {
   const double loss8 = loss_at(killed.output, 8);
   ASSERT_FALSE(std::isnan(loss8)) << killed.output;
 
-  EXPECT_TRUE(ckpt::is_checkpoint(llama_train::checkpoint_path(dir, 4)));
-  EXPECT_FALSE(ckpt::is_checkpoint(llama_train::checkpoint_path(dir, 8)));
+  EXPECT_TRUE(ckpt::is_checkpoint(train::checkpoint_path(dir, 4)));
+  EXPECT_FALSE(ckpt::is_checkpoint(train::checkpoint_path(dir, 8)));
   const std::string partial = dir + "/.step-00000008.partial";
   EXPECT_FALSE(fs::exists(partial + "/model.safetensors.index.json"));  // the index is written last, by rank 0
   if (!fs::exists(partial)) {  // rank 0 removed it before tprun ended it: leave what a killed rank 0 leaves
     fs::create_directories(partial);
-    const fs::path step4(llama_train::checkpoint_path(dir, 4));
+    const fs::path step4(train::checkpoint_path(dir, 4));
     for (const auto& entry : fs::directory_iterator(step4)) {
       if (entry.path().filename() != "model.safetensors.index.json") fs::copy(entry.path(), fs::path(partial) / entry.path().filename());
     }
   }
   EXPECT_FALSE(ckpt::is_checkpoint(partial));
-  ASSERT_EQ(llama_train::latest_checkpoint(dir)->first, 4);
+  ASSERT_EQ(train::latest_checkpoint(dir)->first, 4);
 
   auto resumed = run_llama_train({"--checkpoint-dir", dir, "--checkpoint-every", "4", "--resume"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed_from=4"), std::string::npos) << resumed.output;
   EXPECT_EQ(loss_at(resumed.output, 8), loss8);
-  EXPECT_TRUE(ckpt::is_checkpoint(llama_train::checkpoint_path(dir, 8)));
+  EXPECT_TRUE(ckpt::is_checkpoint(train::checkpoint_path(dir, 8)));
   EXPECT_FALSE(fs::exists(dir + "/.step-00000008.partial"));
 }

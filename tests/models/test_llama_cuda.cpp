@@ -21,7 +21,7 @@ namespace {
 using dtensor::testing::bin_path;
 using dtensor::testing::run_process;
 
-llama_train::TrainOptions on_cuda(llama_train::TrainOptions o) {
+train::TrainOptions on_cuda(train::TrainOptions o) {
   o.device = "cuda";
   return o;
 }

@@ -53,7 +53,7 @@ class LlamaDataParallel : public testing::TestWithParam<Case> {};
 
 TEST_P(LlamaDataParallel, LossCurveAndStep1GradientsMatchPlain) {
   auto options = small_options();
-  options.data_parallel = GetParam().kind;
+  options.data_parallel = models::data_parallel_from_string(GetParam().kind);
   options.reshard_after_forward = GetParam().reshard_after_forward;
   options.fsdp_prefetch = GetParam().prefetch;
   expect_matches_plain(run_dp_tp(options, GetParam().dp, GetParam().tp, /*capture_grads=*/true));
@@ -70,7 +70,7 @@ TEST(LlamaDataParallelMesh, TwoByTwoMatchesTP2) {
   const auto tp2 = run_tp(small_options(), 2);
   for (const char* kind : {"ddp", "fsdp"}) {
     auto options = small_options();
-    options.data_parallel = kind;
+    options.data_parallel = models::data_parallel_from_string(kind);
     EXPECT_LE(max_rel_diff(tp2.losses, run_dp_tp(options, 2, 2).losses), 1e-5) << kind;
   }
 }
@@ -85,7 +85,7 @@ TEST(LlamaDataParallelMemory, FsdpBytesPerRankAreOneOverDpTimesTp) {
   const int64_t tp_sharded = 2 * c.vocab_size * h + L * (2 * h * h + 2 * h * kv + 3 * h * f);
   const int64_t norms = (2 * L + 1) * h;
   const int64_t model_bytes = 4 * (tp_sharded + norms);
-  options.data_parallel = "fsdp";
+  options.data_parallel = models::DataParallel::fsdp;
   const auto run = run_dp_tp(options, 2, 2);
   const int64_t expected = 4 * (tp_sharded / 4 + norms / 2);
   EXPECT_EQ(run.param_bytes_per_rank, expected);
@@ -95,7 +95,7 @@ TEST(LlamaDataParallelMemory, FsdpBytesPerRankAreOneOverDpTimesTp) {
   // The whole model's parameters, gradients and two AdamW moments are 4 x model_bytes, over dp·tp = 4 ranks.
   EXPECT_LE(per_rank, 1.01 * (4.0 * static_cast<double>(model_bytes)) / 4.0) << "param + grad + AdamW bytes per rank";
   // DDP keeps the TP shards whole on every dp rank: 1/tp.
-  options.data_parallel = "ddp";
+  options.data_parallel = models::DataParallel::ddp;
   const auto ddp = run_dp_tp(options, 2, 2);
   EXPECT_EQ(ddp.param_bytes_per_rank, 4 * (tp_sharded / 2 + norms));
 }
@@ -112,7 +112,7 @@ std::string fresh_dir(const std::string& tag) {
 TEST(LlamaDataParallelCheckpoint, ResumesAcrossOneAndTwoDimensionalLayouts) {
   auto options = small_options();
   options.steps = 12;
-  options.data_parallel = "fsdp";
+  options.data_parallel = models::DataParallel::fsdp;
   const auto uninterrupted = run_tp(options, 2);
   const std::vector<double> rest(uninterrupted.losses.begin() + 6, uninterrupted.losses.end());
   for (bool save_2d : {true, false}) {

@@ -1,4 +1,4 @@
-// The plan dry run (dtensor/parallel/dry_run.h, tools/llama_plan/plan.h) against real runs: the same
+// The plan dry run (dtensor/plan/dry_run.h, tools/llama_plan/plan.h) against real runs: the same
 // collectives (type, count, bytes) per phase and the same parameter bytes on every rank as llama_train's
 // step with ranks as threads over real process groups; Llama-3-8B's shapes at TP 8 against the analytic
 // count; the real run's plan-time error for a TP degree that does not divide the heads.
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/parallel/dry_run.h"
+#include "dtensor/plan/dry_run.h"
 #include "harness/multi_rank.h"
 #include "llama/parallelize.h"
 #include "llama_test_util.h"
@@ -21,19 +21,19 @@ namespace {
 using dtensor::StepPhase;
 
 struct RealRank {
-  llama_train::StepRecord step;
+  train::StepRecord step;
   int64_t param_bytes = 0;
 };
 
 // One llama_train step (no clipping: the dry run has none) on options.dp x tp ranks, every rank's record.
-std::map<int, RealRank> real_step(const llama_train::TrainOptions& options, int tp) {
+std::map<int, RealRank> real_step(const train::TrainOptions& options, int tp) {
   std::map<int, RealRank> out;
   std::mutex mu;
   dtensor::testing::run_ranks(static_cast<int>(options.dp) * tp, [&](int rank, int world) {
-    auto mesh = llama_train::make_mesh(options, world);
-    llama::LlamaForCausalLM model = llama_train::make_model(options);
-    llama_train::parallelize(model, options, mesh);
-    const auto result = llama_train::train(model, options, llama_test::test_corpus(), mesh);
+    const dtensor::DeviceMesh mesh = train::parallel_dims(options, world).build_mesh();
+    llama::LlamaForCausalLM model = train::make_model(options);
+    const models::ParallelDims dims = train::parallelize(model, options, mesh);
+    const auto result = train::run(model, options, llama_test::test_corpus(), dims);
     std::lock_guard<std::mutex> lock(mu);
     out[rank] = {result.steps.at(0), result.param_bytes_per_rank};
   });
@@ -45,7 +45,7 @@ std::map<std::string, int64_t> plus(std::map<std::string, int64_t> a, const std:
   return a;
 }
 
-llama_plan::PlanOptions plan_options_of(const llama_train::TrainOptions& o, int tp) {
+llama_plan::PlanOptions plan_options_of(const train::TrainOptions& o, int tp) {
   llama_plan::PlanOptions p;
   p.model = o.model;
   p.seq_len = o.seq_len;
@@ -60,14 +60,14 @@ llama_plan::PlanOptions plan_options_of(const llama_train::TrainOptions& o, int 
   return p;
 }
 
-void expect_dry_run_equals_real_run(llama_train::TrainOptions options, int tp) {
+void expect_dry_run_equals_real_run(train::TrainOptions options, int tp) {
   options.steps = 1;
   options.max_norm = 0;  // no clipping: the dry run's step is forward, backward and AdamW
   const auto real = real_step(options, tp);
   const dtensor::DryRunReport dry = llama_plan::dry_run_llama(plan_options_of(options, tp));
   ASSERT_EQ(dry.ranks.size(), static_cast<size_t>(options.dp * tp));
   for (const auto& rank : dry.ranks) {
-    SCOPED_TRACE("dp " + std::to_string(options.dp) + " (" + options.data_parallel + ") tp " + std::to_string(tp) +
+    SCOPED_TRACE("dp " + std::to_string(options.dp) + " (" + models::to_string(options.data_parallel) + ") tp " + std::to_string(tp) +
                  " rank " + std::to_string(rank.rank));
     const RealRank& r = real.at(rank.rank);
     EXPECT_EQ(plus(rank.counts(StepPhase::FORWARD), rank.counts(StepPhase::BACKWARD)), r.step.fwd_bwd_counts);
@@ -142,7 +142,7 @@ TEST(LlamaDryRun, AsyncTPEqualsARealRunAndTheSynchronousPlansWork) {
 // Data parallel beside TP on a 2x2 ("dp", "tp") mesh, as llama_train plans it: DDP's bucketed gradient
 // all-reduces and FSDP's all-gathers and reduce-scatters over dp, counted and sized as the real run's.
 TEST(LlamaDryRun, DataParallelTwoByTwoEqualsARealRun) {
-  for (const char* kind : {"ddp", "fsdp"}) {
+  for (const models::DataParallel kind : {models::DataParallel::ddp, models::DataParallel::fsdp}) {
     auto o = llama_test::small_options();
     o.dp = 2;
     o.data_parallel = kind;

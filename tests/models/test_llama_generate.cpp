@@ -11,10 +11,10 @@
 #include <map>
 #include <mutex>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/parallel/comm_debug_mode.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/debug/comm_debug_mode.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 #include "harness/subprocess.h"
 #include "llama/generate.h"

@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <fstream>
 
-#include "dtensor/error.h"
-#include "dtensor/parallel/hooked_module.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/core/error.h"
+#include "dtensor/nn/hooked_module.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 #include "harness/subprocess.h"
 #include "llama/parallelize.h"

@@ -66,7 +66,7 @@ INSTANTIATE_TEST_SUITE_P(Plans, LlamaParity,
 // HF's base_model_tp_plan (strings, local outputs) gives the losses of the plain model.
 TEST(LlamaPlans, HfStringPlanMatchesTP1) {
   auto options = small_options();
-  options.plan = "hf";
+  options.plan = llama::TPPlan::hf;
   options.sequence_parallel = options.loss_parallel = false;
   llama_test::RunResult run = run_tp(options, 2, false);
   EXPECT_LE(max_rel_diff(tp1_reference().losses, run.losses), 1e-5);

@@ -3,7 +3,7 @@
 #include <random>
 #include <sstream>
 
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 
 namespace dtensor::testing {

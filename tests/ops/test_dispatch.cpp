@@ -3,9 +3,9 @@
 #include <barrier>
 #include <gtest/gtest.h>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/ops/dispatch_options.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 #include "dtensor/ops/sharding_strategy.h"
 

@@ -9,10 +9,10 @@
 
 #include <cmath>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "dtensor/ops/loss_parallel.h"
-#include "dtensor/parallel/comm_debug_mode.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/debug/comm_debug_mode.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 
 using namespace dtensor;

@@ -5,7 +5,7 @@
 #include <torch/torch.h>
 
 #include "dtensor/ops/dispatch_options.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 
 using namespace dtensor;

@@ -3,7 +3,7 @@
     python tests/oracle/llama_oracle.py <build/bin>              # TP 2
     python tests/oracle/llama_oracle.py <build/bin> --fsdp-2d    # FSDP2 + TP on a 2x2 ("dp", "tp") mesh (main_fsdp_2d)
 
-1. `tprun --nproc-per-node 2 llama_train --dump D ...` trains a small config at TP 2 for 20 steps, printing every
+1. `llama_dump --out D ...` writes the initial weights and batches; `tprun --nproc-per-node 2 llama_train ...` trains a small config at TP 2 for 20 steps, printing every
    step's loss and its collectives (type, count, bytes), and writes its initial weights and batches to D.
 2. `torchrun --standalone --nproc-per-node 2 llama_oracle.py --worker D` builds the same model in Python
    (llama_torch.py: HF names, HF's rotate-half rotary, GQA via repeat_kv, SwiGLU), loads the weights, parallelizes it
@@ -158,14 +158,24 @@ def parse_theirs(text):
     return [float(l) for l, _, _ in rows], [" ".join(sorted(c.split())) for _, _, c in rows], [int(u) for _, u, _ in rows]
 
 
+def write_dump(bin_dir, dump, train_args):
+    """llama_dump (tests/models/llama_dump.cpp): the initial weights and every batch of llama_train with
+    `train_args`, into dump.bin / dump.json, for the PyTorch worker."""
+    out = subprocess.run([os.path.join(bin_dir, "llama_dump"), "--out", dump, *train_args], capture_output=True,
+                         text=True, timeout=600)
+    if out.returncode != 0:
+        sys.exit(f"llama_dump failed:\n{out.stdout}\n{out.stderr}")
+
+
 def run_both(bin_dir, nproc, our_args, worker_args, timeout):
     """Our llama_train under tprun and this file's PyTorch worker under torchrun, on the weights and batches
     our run dumps: (our stdout, PyTorch's stdout)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
         dump = os.path.join(tmp, "llama")
+        write_dump(bin_dir, dump, [*SMALL, *our_args])
         ours = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(nproc), "--master-port", "0",
-                               "llama_train", *SMALL, *our_args, "--log-every", "1", "--comm-detail", "--dump", dump],
+                               "llama_train", *SMALL, *our_args, "--log-every", "1", "--comm-detail"],
                               env=env, capture_output=True, text=True, timeout=timeout)
         if ours.returncode != 0:
             sys.exit(f"llama_train failed:\n{ours.stdout}\n{ours.stderr}")

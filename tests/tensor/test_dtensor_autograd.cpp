@@ -1,7 +1,7 @@
 // Gradients of redistribute, to_local, from_local and full_tensor against single-process autograd.
 #include <gtest/gtest.h>
 
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 
 using namespace dtensor;

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "dtensor/error.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/core/error.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 
 using namespace dtensor;

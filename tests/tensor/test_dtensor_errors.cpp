@@ -1,7 +1,7 @@
 // Bad input gives a clear error on every rank, at the earliest point, and nobody hangs.
 #include <gtest/gtest.h>
 
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 
 using namespace dtensor;

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 #include "harness/oracle_json.h"
 

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "dtensor/redistribute/redistribute.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 
 using namespace dtensor;

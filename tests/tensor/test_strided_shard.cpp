@@ -7,7 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "dtensor/tensor/shard_layout.h"
 #include "harness/multi_rank.h"
 

@@ -25,6 +25,8 @@ import sys
 import tempfile
 
 ORACLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "oracle", "llama_oracle.py")
+sys.path.insert(0, os.path.dirname(ORACLE))
+from llama_oracle import write_dump  # noqa: E402  (llama_dump: the weights and batches PyTorch's side trains on)
 
 CONFIGS = {
     "default": [],  # llama_train's: dim 256, 4 layers, 8 heads (4 kv), ffn 768, seq 64, batch 4
@@ -36,7 +38,7 @@ def run_ours(bin_dir, extra, steps, threads, dump=None, async_tp=False):
     cmd = [os.path.join(bin_dir, "tprun"), "--nproc-per-node", "2", "--master-port", "0", "llama_train", *extra,
            "--steps", str(steps), "--warmup", "2", "--seed", "3", "--log-every", "1"]
     if dump:
-        cmd += ["--dump", dump]
+        write_dump(bin_dir, dump, [*extra, "--steps", str(steps), "--warmup", "2", "--seed", "3"])
     if async_tp:
         cmd.append("--async-tp")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=dict(os.environ, OMP_NUM_THREADS=str(threads)))

@@ -19,7 +19,7 @@
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/mesh/device_mesh.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 #include "llama/model.h"
 #include "llama/parallelize.h"
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "bench_util.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 
 using namespace dtensor;
 

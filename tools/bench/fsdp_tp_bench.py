@@ -20,6 +20,8 @@ import sys
 import tempfile
 
 ORACLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "oracle", "llama_oracle.py")
+sys.path.insert(0, os.path.dirname(ORACLE))
+from llama_oracle import write_dump  # noqa: E402  (llama_dump: the weights and batches PyTorch's side trains on)
 
 
 def config_args(a):
@@ -30,7 +32,8 @@ def config_args(a):
 
 def run_ours(bin_dir, a, dp, tp, dump, extra=()):
     cmd = [os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(dp * tp), "--master-port", "0", "llama_train",
-           *config_args(a), "--dp", str(dp), "--tp", str(tp), "--fsdp", "--log-every", "1", "--dump", dump, *extra]
+           *config_args(a), "--dp", str(dp), "--tp", str(tp), "--fsdp", "--log-every", "1", *extra]
+    write_dump(bin_dir, dump, config_args(a))
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=dict(os.environ, OMP_NUM_THREADS="1"))
     if out.returncode != 0:
         sys.exit(f"llama_train failed at dp={dp} tp={tp}:\n{out.stdout}\n{out.stderr}")

@@ -17,11 +17,11 @@
 #include <string>
 
 #include "dtensor/mesh/functional_collectives.h"
-#include "dtensor/parallel/comm_debug_mode.h"
-#include "dtensor/parallel/layers.h"
-#include "dtensor/parallel/parallelize.h"
+#include "dtensor/debug/comm_debug_mode.h"
+#include "dtensor/nn/layers.h"
+#include "dtensor/tp/parallelize.h"
 #include "bench_util.h"
-#include "dtensor/tensor/dtensor.h"
+#include "dtensor/api/dtensor_api.h"
 
 using namespace dtensor;
 

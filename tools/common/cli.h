@@ -1,5 +1,5 @@
-// The command-line grammar of our tools (llama_train, llama_generate): `--name value`, `--name=value` and
-// bare `--flag`; anything else is a UsageError (the tools print it as one `error:` line and exit 2).
+// The command-line grammar of our programs (llama_train through train/options.h, llama_generate, llama_plan,
+// fault_soak): `--name value`, `--name=value` and bare `--flag`; anything else is a UsageError (the tools print it as one `error:` line and exit 2).
 #pragma once
 
 #include <charconv>

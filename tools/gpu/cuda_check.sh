@@ -1,7 +1,7 @@
 #!/bin/bash
 # On a machine with a GPU and a CUDA PyTorch: builds dtensor-cpp against that torch (tools/gpu/build.sh), runs
 # the CUDA tests, llama_train on the GPU, and the CUDA benchmarks beside PyTorch. What ran on the lent H100 is in
-# the README (GPUs section). GTEST_SRC / GLOO_INCLUDE point at googletest sources / gloo headers if needed.
+# docs/benchmarks.md (GPU sections). GTEST_SRC / GLOO_INCLUDE point at googletest sources / gloo headers if needed.
 cd "$(dirname "$0")/../.."
 OUT=$OUT; mkdir -p "$OUT"
 TARGETS="dtensor_tests llama_tests llama_train dispatch_bench tprun dtensor_cuda" bash tools/gpu/build.sh > $OUT/build_out.log 2>&1 || { tail -40 $OUT/build_out.log; exit 1; }

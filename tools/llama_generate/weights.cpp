@@ -11,7 +11,7 @@
 
 #include <filesystem>
 
-#include "checkpointing.h"  // llama_train::latest_checkpoint: one home for "which step-N is newest"
+#include "train/checkpointing.h"  // train::latest_checkpoint: one home for "which step-N is newest"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/state_dict.h"
 #include "llama/hf_weights.h"
@@ -25,7 +25,7 @@ namespace {
 // The committed checkpoint --checkpoint names: the directory itself, or the newest step-N under it.
 std::string checkpoint_to_load(const std::string& dir) {
   if (dtensor::checkpoint::is_checkpoint(dir)) return dir;
-  const auto latest = llama_train::latest_checkpoint(dir);
+  const auto latest = train::latest_checkpoint(dir);
   if (!latest) throw UsageError("--checkpoint " + dir + ": no committed checkpoint there (nor a step-N directory in it)");
   return latest->second;
 }

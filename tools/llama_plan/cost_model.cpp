@@ -9,7 +9,7 @@
 #include <sstream>
 #include <vector>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace llama_plan {
 
@@ -38,13 +38,13 @@ CostModel default_cost_model() {
                    {"all_gather", {160.0, 2.36}},
                    {"reduce_scatter", {3.5, 1.56}},
                    {"all_to_all", {2.4, 2.71}}};
-  m.comm_source = "README comm_bench (shm, world 2, this machine)";
+  m.comm_source = "docs/benchmarks.md comm_bench (shm, world 2, this machine)";
   return m;
 }
 
 void load_comm_table(CostModel& model, const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw dtensor::Error("llama_plan: cannot read comm table '" + path + "'");
+  DTENSOR_CHECK(in, "llama_plan: cannot read comm table '", path, "'");
   // Each table: "# <collective> [(label)]", a header line, then rows: size count iters time(us) algbw busbw.
   std::map<std::string, std::vector<std::pair<double, std::pair<double, double>>>> rows;  // size -> (us, busbw)
   std::string line, current;
@@ -63,7 +63,7 @@ void load_comm_table(CostModel& model, const std::string& path) {
     if (fields >> size >> count >> iters >> us >> algbw >> busbw) rows[current].push_back({size, {us, busbw}});
     else if (!line.empty() && line[0] != ' ' && !std::isdigit(static_cast<unsigned char>(line[0]))) current.clear();
   }
-  if (rows.empty()) throw dtensor::Error("llama_plan: no comm_bench table in '" + path + "'");
+  DTENSOR_CHECK(!rows.empty(), "llama_plan: no comm_bench table in '", path, "'");
   for (auto& [name, r] : rows) {
     std::sort(r.begin(), r.end());
     model.collectives[name] = {r.front().second.first, r.back().second.second};

@@ -2,7 +2,7 @@
 // collective as latency + bytes on the wire / bus bandwidth (an alpha-beta model, per collective type, from
 // comm_bench's table), with no overlap of compute and communication. A rough bound to compare plans by,
 // not a prediction for other hardware unless its own numbers are given (--mm-gflops, --comm-table).
-// Async TP's fused ops (dtensor/parallel/async_tp.h) cost what the collective they replace costs; beside the
+// Async TP's fused ops (dtensor/tp/async_tp.h) cost what the collective they replace costs; beside the
 // no-overlap step, a best case hides them behind the matmuls (step_overlapped_s).
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <map>
 #include <string>
 
-#include "dtensor/parallel/dry_run.h"
+#include "dtensor/plan/dry_run.h"
 
 namespace llama_plan {
 
@@ -30,7 +30,7 @@ struct CostModel {
   double collective_seconds(const std::string& collective, int64_t input_bytes, int64_t n) const;
 };
 
-// The collective numbers measured by comm_bench on this machine (README, shared-memory backend, world 2,
+// The collective numbers measured by comm_bench on this machine (docs/benchmarks.md, shared-memory backend, world 2,
 // idle machine, 2026-11-23): 64 MiB bus bandwidth and 1 KiB latency.
 CostModel default_cost_model();
 

@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "cost_model.h"
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "options.h"
 #include "report.h"
 

@@ -4,7 +4,7 @@
 #include <optional>
 #include <sstream>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace llama_plan {
 namespace {
@@ -118,8 +118,8 @@ CliOptions parse_options(const std::vector<std::string>& args) {
           {"no-loss-parallel", [&] { o.plan.loss_parallel = false; }},
           {"async-tp", [&] { o.plan.async_tp = true; }},
           {"no-optimizer", [&] { o.plan.optimizer = false; }},
-          {"ddp", [&] { o.plan.data_parallel = "ddp"; }},
-          {"fsdp", [&] { o.plan.data_parallel = "fsdp"; }},
+          {"ddp", [&] { o.plan.data_parallel = models::DataParallel::ddp; }},
+          {"fsdp", [&] { o.plan.data_parallel = models::DataParallel::fsdp; }},
           {"json", [&] { o.json = true; }},
           {"help", [&] { o.help = true; }},
       });

@@ -1,12 +1,13 @@
-// The Llama plan dry run: llama_train's step (its parallelize: torchtitan's TP plan, loss parallel, DDP or
-// FSDP over dp; AdamW) for one rank of a dp x tp mesh, on meta tensors (dtensor/parallel/dry_run.h). Shared by llama_plan and the tests.
+// The Llama plan dry run: llama_train's step (parallelize_llama: torchtitan's TP plan, loss parallel, DDP or
+// FSDP over dp; AdamW) for one rank of a dp x tp mesh, on meta tensors (dtensor/plan/dry_run.h). Shared by llama_plan and the tests.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "dtensor/parallel/dry_run.h"
+#include "dtensor/plan/dry_run.h"
+#include "common/parallel_dims.h"
 #include "llama/config.h"
 
 namespace llama_plan {
@@ -17,7 +18,7 @@ struct PlanOptions {
   int64_t batch = 4;  // global: each data-parallel rank takes batch / dp sequences
   int64_t tp = 2;
   int64_t dp = 1;
-  std::string data_parallel = "ddp";  // over dp, as llama_train's --ddp / --fsdp
+  models::DataParallel data_parallel = models::DataParallel::ddp;  // over dp, as llama_train's --ddp / --fsdp
   bool sequence_parallel = true;
   bool loss_parallel = true;
   bool async_tp = false;   // SP's boundaries through async TP's fused ops, as llama_train's --async-tp

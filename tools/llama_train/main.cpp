@@ -19,9 +19,9 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "llama/parallelize.h"
-#include "checkpointing.h"
-#include "options.h"
-#include "trainer.h"
+#include "train/checkpointing.h"
+#include "train/loop.h"
+#include "train/options.h"
 
 namespace {
 
@@ -56,54 +56,45 @@ std::string peak_rss_per_rank(const dtensor::DeviceMesh& mesh) {
 int main(int argc, char** argv) {
   const int rank = env_int("RANK", 0);
   const int world_size = env_int("WORLD_SIZE", 1);
-  llama_train::TrainOptions options;
-  llama_train::Corpus corpus;
+  train::TrainOptions options;
+  train::Corpus corpus;
   try {
     bool help = false;
-    options = llama_train::parse_options(std::vector<std::string>(argv + 1, argv + argc), help);
+    options = train::parse_options(std::vector<std::string>(argv + 1, argv + argc), help);
     if (help) {
-      if (rank == 0) std::fputs(llama_train::help_text().c_str(), stdout);
+      if (rank == 0) std::fputs(train::help_text().c_str(), stdout);
       return 0;
     }
-    llama_train::check_options(options, world_size);
-    corpus = llama_train::load_corpus(options.data);
-    const int64_t max_token = corpus.max_token();
-    if (!options.data.empty() && options.data.ends_with(".bin")) {
-      options.model.vocab_size = (max_token + 1 + 127) / 128 * 128;  // a multiple of 128: divisible by the TP degree
-    } else if (max_token >= options.model.vocab_size) {
-      throw llama_train::UsageError("token id " + std::to_string(max_token) + " >= vocab " + std::to_string(options.model.vocab_size));
-    }
-    if (corpus.tokens.numel() < options.seq_len + 2) {
-      throw llama_train::UsageError("--seq-len " + std::to_string(options.seq_len) + " is too long for the corpus (" +
-                                    std::to_string(corpus.tokens.numel()) + " tokens)");
-    }
+    train::check_options(options, world_size);
+    corpus = train::load_corpus(options.data);
+    train::fit_to_corpus(options, corpus);
     // The plan's size checks (heads, kv heads, ffn, vocab vs the TP degree) before any communication.
-    const int64_t tp = llama_train::tp_degree(options, world_size);
-    if (tp > 1 && options.plan == "hf") llama::hf_plan(options.model, tp);
-    if (tp > 1 && options.plan != "hf") llama::torchtitan_plan(options.model, tp);
+    const int64_t tp = train::tp_degree(options, world_size);
+    if (tp > 1 && options.plan == llama::TPPlan::hf) llama::hf_plan(options.model, tp);
+    if (tp > 1 && options.plan == llama::TPPlan::torchtitan) llama::torchtitan_plan(options.model, tp);
   } catch (const std::exception& e) {
     if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
   try {
     auto world = dtensor::init_process_group();
-    auto mesh = llama_train::make_mesh(options, world->size());
-    const dtensor::DeviceMesh tp_mesh = llama_train::tp_mesh_of(mesh);
-    llama::LlamaForCausalLM model = llama_train::make_model(options);
+    models::ParallelDims dims = train::parallel_dims(options, world->size());
+    const dtensor::DeviceMesh& mesh = dims.build_mesh();
+    const dtensor::DeviceMesh tp_mesh = dims.tp_mesh();
+    llama::LlamaForCausalLM model = train::make_model(options);
     model->to(tp_mesh.device());  // initialised on the CPU (the same weights on every device), then moved
-    if (!options.dump.empty() && rank == 0) llama_train::write_dump(model, options, corpus);
-    llama_train::parallelize(model, options, mesh);
+    llama::parallelize_llama(model, dims, train::parallelize_config(options));
     const int64_t tokens_per_step = options.batch * options.seq_len;
     if (rank == 0) {
       std::printf("llama_train: device=%s dp=%lld (%s) tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d async_tp=%d | %s | corpus %s, %lld tokens\n",
-                  tp_mesh.device().str().c_str(), static_cast<long long>(options.dp), options.dp > 1 ? options.data_parallel.c_str() : "none",
-                  static_cast<long long>(tp_mesh.size()), options.plan.c_str(), options.sequence_parallel,
+                  tp_mesh.device().str().c_str(), static_cast<long long>(options.dp), options.dp > 1 ? models::to_string(options.data_parallel).c_str() : "none",
+                  static_cast<long long>(tp_mesh.size()), llama::to_string(options.plan).c_str(), options.sequence_parallel,
                   options.loss_parallel, options.async_tp, options.model.to_string().c_str(), corpus.source.c_str(),
                   static_cast<long long>(corpus.tokens.numel()));
     }
     const dtensor::DeviceMesh world_mesh = mesh.ndim() == 1 ? mesh : mesh.flatten();  // for the memory line
-    llama_train::TrainHooks hooks;
-    hooks.after_step = [&](const llama_train::StepRecord& r) {
+    train::TrainHooks hooks;
+    hooks.after_step = [&](const train::StepRecord& r) {
       if ((r.step + 1) % options.log_every != 0 && r.step != 0 && r.step + 1 != options.steps) return;
       const std::string rss = peak_rss_per_rank(world_mesh);
       if (rank != 0) return;
@@ -122,11 +113,11 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     };
     if (rank == 0 && options.resume) {
-      const auto latest = llama_train::latest_checkpoint(options.checkpoint_dir);
+      const auto latest = train::latest_checkpoint(options.checkpoint_dir);
       std::printf("%s\n", latest ? ("resuming from " + latest->second).c_str() : "no checkpoint to resume from: starting at step 0");
       std::fflush(stdout);
     }
-    const auto result = llama_train::train(model, options, corpus, mesh, hooks);
+    const auto result = train::run(model, options, corpus, dims, hooks);
     if (rank == 0 && result.steps.empty()) {
       std::printf("summary final_loss=nan steps_run=0 resumed_from=%lld\n", static_cast<long long>(result.start_step));
     } else if (rank == 0) {

@@ -91,6 +91,16 @@ class ProcessGroup {
   void broadcast_(at::Tensor& tensor, int src_group_rank) { broadcast(tensor, src_group_rank, false).wait(); }
   void barrier();
 
+  // Uneven all-gathers. Every member's row count (dim 0) of `rows`, before an all-gather of rows whose
+  // counts may differ by rank: one small all-gather, which the comm hooks see as the exchange of one int64
+  // per rank. Where sizes are agreed out of band (Gloo: mesh/size_agreement.h) each rank's size descriptor
+  // travels in the same exchange, so the all-gather of the padded rows that follows (all_gather_agreed_into)
+  // is not checked a second time.
+  std::vector<int64_t> exchange_row_counts(const at::Tensor& rows);
+  // all_gather_into of buffers whose shapes exchange_row_counts agreed on (every rank's rows padded to the
+  // largest count).
+  void all_gather_agreed_into(at::Tensor& out, at::Tensor& in) { all_gather(out, in, false, /*agree=*/false).wait(); }
+
   c10d::Backend& backend() const { return *backend_; }  // the CPU tensors' backend
   // CUDA tensors go to a second backend (NCCL, or host staging over the CPU backend: InitOptions::cuda_backend),
   // made by `factory` at the group's first CUDA collective, which every member reaches in the same order.
@@ -115,7 +125,7 @@ class ProcessGroup {
  private:
   // The collectives; `async_op` becomes c10d's asyncOp (false: the caller waits at once).
   Work all_reduce(at::Tensor& tensor, ReduceOp op, bool async_op);
-  Work all_gather(at::Tensor& out, at::Tensor& in, bool async_op);
+  Work all_gather(at::Tensor& out, at::Tensor& in, bool async_op, bool agree = true);  // agree: agree_on_sizes first
   Work reduce_scatter(at::Tensor& out, at::Tensor& in, ReduceOp op, bool async_op);
   Work all_to_all(at::Tensor& out, at::Tensor& in, std::vector<int64_t> out_splits, std::vector<int64_t> in_splits,
                   bool async_op);
@@ -195,7 +205,7 @@ class World {
 // shaped (all_gather: the local input in every rank's slot; reduce_scatter: this rank's chunk of the input;
 // all_reduce, broadcast: the tensor as it was). Collectives still pass the comm hooks, so they are counted
 // as a real rank would issue them. Needs no store, no launcher and no peers: the plan dry run
-// (dtensor/parallel/dry_run.h) builds a DeviceMesh of any shape over it. Not installed as the current world.
+// (dtensor/plan/dry_run.h) builds a DeviceMesh of any shape over it. Not installed as the current world.
 // What it cannot know: other ranks' sizes. An exchange of sizes (uneven shards) sees every rank as this one.
 std::shared_ptr<World> fake_world(int size, int rank);
 

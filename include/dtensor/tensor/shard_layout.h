@@ -20,16 +20,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "dtensor/core/chunking.h"
 #include "dtensor/tensor/dtensor_spec.h"
 
 namespace dtensor {
-
-// torch.chunk sizes of a dim of `dim_size` split `num_chunks` ways (trailing chunks may be 0).
-std::vector<int64_t> chunk_sizes(int64_t dim_size, int64_t num_chunks);
-// Offset of chunk `index` given every chunk's size (the sum of the sizes before it).
-int64_t chunk_offset(const std::vector<int64_t>& sizes, int64_t index);
-// Chunk `index` of `x` along `dim`, given every chunk's size (a view).
-at::Tensor narrow_chunk(const at::Tensor& x, int64_t dim, const std::vector<int64_t>& sizes, int64_t index);
 
 // The shard of the tensor at `coordinate` on the mesh: its shape and the global offset of its first element.
 // `box` is false when a _StridedShard leaves it in several runs along some dim: `offset` is then the first

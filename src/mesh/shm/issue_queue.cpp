@@ -1,6 +1,6 @@
 #include "mesh/shm/issue_queue.h"
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace dtensor::detail::shm {
 
@@ -34,8 +34,8 @@ void IssueQueue::run_after_queue(const std::function<void()>& fn, std::chrono::m
   while (!queue_.empty() || running_) {
     const uint64_t seen = finished_;
     if (!drained_.wait_for(lock, bound, [&] { return finished_ != seen; })) {
-      throw dtensor::Error("dtensor: asynchronous shared-memory collectives did not drain within " +
-                           std::to_string(bound.count()) + " ms");
+      throw DTENSOR_ERROR("dtensor: asynchronous shared-memory collectives did not drain within ",
+                          bound.count(), " ms");
     }
   }
   fn();

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "mesh/shm/stream_copy.h"
 
 namespace dtensor::detail::shm {
@@ -72,7 +72,7 @@ void reduce_into(void* dst, const void* const* srcs, int n, int64_t numel, c10::
     case c10::kLong: return reduce_native(static_cast<int64_t*>(dst), srcs, n, numel, op, streaming);
     case c10::kBFloat16: return reduce_widened(static_cast<c10::BFloat16*>(dst), srcs, n, numel, op);
     case c10::kHalf: return reduce_widened(static_cast<c10::Half*>(dst), srcs, n, numel, op);
-    default: throw dtensor::Error(std::string("dtensor: shared-memory reduction of ") + c10::toString(dtype));
+    default: throw DTENSOR_ERROR("dtensor: shared-memory reduction of ", c10::toString(dtype));
   }
 }
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <thread>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 
 namespace dtensor::detail::shm {
 namespace {
@@ -78,21 +78,19 @@ Segment Segment::open_for_group(c10d::Store& store, int group_rank, int group_si
   if (creator) {
     // Anonymous from birth: nothing in /dev/shm, whatever happens to the job from here on.
     fd = static_cast<int>(memfd_create(("dtensor-g" + group_tag).c_str(), MFD_CLOEXEC));
-    if (fd < 0) throw dtensor::Error("dtensor: cannot create shared memory for group " + group_tag + ": " + errno_text());
+    DTENSOR_CHECK(fd >= 0, "dtensor: cannot create shared memory for group ", group_tag, ": ", errno_text());
     s.name_ = "/proc/" + std::to_string(getpid()) + "/fd/" + std::to_string(fd);
     if (ftruncate(fd, static_cast<off_t>(s.bytes_)) != 0) {
       std::string why = errno_text();
       close(fd);
-      throw dtensor::Error("dtensor: cannot size shared memory for group " + group_tag + " to " +
-                           std::to_string(s.bytes_) + " bytes: " + why);
+      throw DTENSOR_ERROR("dtensor: cannot size shared memory for group ", group_tag, " to ", s.bytes_,
+                          " bytes: ", why);
     }
   } else {
     s.name_ = bytes_of(store.get("shm/name"));  // bounded by the store's timeout
     fd = open(s.name_.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) {
-      throw dtensor::Error("dtensor: cannot open group " + group_tag + "'s shared memory " + s.name_ +
-                           " (rank 0's; did it exit?): " + errno_text());
-    }
+    DTENSOR_CHECK(fd >= 0, "dtensor: cannot open group ", group_tag, "'s shared memory ", s.name_,
+                  " (rank 0's; did it exit?): ", errno_text());
   }
   void* base = mmap(nullptr, s.bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int map_errno = errno;
@@ -100,7 +98,7 @@ Segment Segment::open_for_group(c10d::Store& store, int group_rank, int group_si
   if (base == MAP_FAILED) {
     if (creator) close(fd);
     errno = map_errno;
-    throw dtensor::Error("dtensor: cannot map shared memory " + s.name_ + ": " + errno_text());
+    throw DTENSOR_ERROR("dtensor: cannot map shared memory ", s.name_, ": ", errno_text());
   }
   s.base_ = base;
   if (creator) {
@@ -118,13 +116,13 @@ Segment Segment::open_for_group(c10d::Store& store, int group_rank, int group_si
   while (store.add("shm/mapped", 0) < group_size) {
     if (std::chrono::steady_clock::now() > deadline) {
       if (creator) close(fd);
-      throw dtensor::Error("dtensor: not every member of group " + group_tag + " mapped shared memory " + s.name_ +
-                           " within " + std::to_string(timeout.count()) + " ms");
+      throw DTENSOR_ERROR("dtensor: not every member of group ", group_tag, " mapped shared memory ", s.name_,
+                          " within ", timeout.count(), " ms");
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   if (creator) close(fd);
-  if (static_cast<Header*>(base)->magic != kMagic) throw dtensor::Error("dtensor: shared memory " + s.name_ + " is not ours");
+  DTENSOR_CHECK(static_cast<Header*>(base)->magic == kMagic, "dtensor: shared memory ", s.name_, " is not ours");
   return s;
 }
 

@@ -2,7 +2,7 @@
 
 #include <numeric>
 
-#include "dtensor/error.h"
+#include "dtensor/core/error.h"
 #include "mesh/size_agreement.h"
 
 namespace dtensor::detail::shm {
@@ -26,17 +26,13 @@ std::vector<int64_t> splits_or_equal(const std::vector<int64_t>& splits, const a
                                      const char* which) {
   const int64_t rows = t.dim() ? t.size(0) : 1;
   if (splits.empty()) {
-    if (rows % n != 0) {
-      throw dtensor::Error(std::string("dtensor: all_to_all: ") + std::to_string(rows) + " rows of the " + which +
-                           " do not split evenly over " + std::to_string(n) + " ranks");
-    }
+    DTENSOR_CHECK(rows % n == 0, "dtensor: all_to_all: ", rows, " rows of the ", which, " do not split evenly over ",
+                  n, " ranks");
     return std::vector<int64_t>(n, rows / n);
   }
-  if (static_cast<int>(splits.size()) != n ||
-      std::accumulate(splits.begin(), splits.end(), int64_t{0}) != rows) {
-    throw dtensor::Error(std::string("dtensor: all_to_all: ") + which + " splits do not sum to its " +
-                         std::to_string(rows) + " rows over " + std::to_string(n) + " ranks");
-  }
+  DTENSOR_CHECK(static_cast<int>(splits.size()) == n &&
+                    std::accumulate(splits.begin(), splits.end(), int64_t{0}) == rows,
+                "dtensor: all_to_all: ", which, " splits do not sum to its ", rows, " rows over ", n, " ranks");
   return splits;
 }
 

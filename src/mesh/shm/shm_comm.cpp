@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dtensor/error.h"
-#include "dtensor/tensor/shard_layout.h"
+#include "dtensor/core/error.h"
+#include "dtensor/core/chunking.h"
 #include "mesh/shm/peer_wait.h"
 #include "mesh/shm/stream_copy.h"
 #include "mesh/size_agreement.h"
@@ -32,17 +32,15 @@ ShmComm::ShmComm(Segment segment, int rank, std::vector<int> global_ranks, std::
       global_ranks_(std::move(global_ranks)), group_text_(std::move(group_text)), timeout_(timeout) {}
 
 void ShmComm::begin(Call& call) {
-  if (!broken_.empty()) {
-    throw dtensor::Error("dtensor: " + std::string(call.collective) + " on " + group_text_ +
-                         ": the group's shared memory is unusable after an earlier failure (" + broken_ + ")");
-  }
+  DTENSOR_CHECK(broken_.empty(), "dtensor: ", call.collective, " on ", group_text_,
+                ": the group's shared memory is unusable after an earlier failure (", broken_, ")");
   call.deadline = std::chrono::steady_clock::now() + timeout_;
 }
 
 void ShmComm::fail(Call& call, const std::string& why) {
   segment_.control(rank_).failed.store(1);
   broken_ = std::string(call.collective) + ": " + why;
-  throw dtensor::Error("dtensor: " + std::string(call.collective) + " on " + group_text_ + ": " + why);
+  throw DTENSOR_ERROR("dtensor: ", call.collective, " on ", group_text_, ": ", why);
 }
 
 void ShmComm::sync(Call& call) {

@@ -1,0 +1,56 @@
+// parallelize_module (PyTorch's torch.distributed.tensor.parallel.api): a plan of module path -> style.
+//
+//   dtensor::parallelize_module(model, tp_mesh, {
+//       {"tok_embeddings", RowwiseParallel({.input_layouts = Replicate(), .output_layouts = Shard(1)})},
+//       {"layers.*.attention.wq", ColwiseParallel({.use_local_output = false})},
+//       {"layers.*.feed_forward.w2", RowwiseParallel({.output_layouts = Shard(1)})},
+//       {"norm", SequenceParallel()},
+//   });
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/tp/distribute_module.h"
+#include "dtensor/tp/local_styles.h"
+#include "dtensor/tp/style.h"
+
+namespace dtensor {
+
+// A plan: module path -> style. Each dot-separated atom of a path is an fnmatch pattern ("layers.*.w?");
+// "" is the module itself. Entries apply in order. A style is any style value (ParallelStyleRef).
+using ParallelizePlan = std::vector<std::pair<std::string, ParallelStyleRef>>;
+
+// Applies `plan` to the submodules of `module` on a 1-D mesh (a mesh of more dims raises PyTorch's error:
+// pass mesh["tp"]). A plan key that matches no module is an error naming the closest module paths.
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan,
+                        std::optional<int> src_data_rank = 0);
+// Applies one style to `module` itself.
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStyleRef& style,
+                        std::optional<int> src_data_rank = 0);
+
+// HF transformers' string plans:
+//   "colwise", "rowwise"            ColwiseParallel(), RowwiseParallel()
+//   "colwise_rep", "rowwise_rep"    ColwiseParallel(output_layouts = Replicate), RowwiseParallel(input_layouts = Replicate)
+//   "sequence_parallel"             SequenceParallel()
+//   "replicate"                     ReplicateParallel(): parameters replicated, inputs and outputs untouched
+//   "gather"                        PrepareModuleOutput(Partial -> Replicate): the output, a partial sum on
+//                                   each rank (or a DTensor of any placement), all-reduced and made local
+//   "local_colwise", "local_rowwise"  LocalColwiseParallel(), LocalRowwiseParallel(): plain local shards,
+//                                   no communication (the rowwise output stays a partial sum)
+//   "packed_colwise", "packed_rowwise"  the same for fused weights of two equal parts (gate/up); the
+//                                   packed rowwise output is all-reduced to Replicate
+ParallelStylePtr style_from_string(const std::string& name);
+ParallelizePlan plan_from_strings(const std::vector<std::pair<std::string, std::string>>& plan);
+
+// Paths of the submodules of `module` ("" is the module itself) that `pattern` matches.
+std::vector<std::string> match_module_paths(torch::nn::Module& module, const std::string& pattern);
+
+}  // namespace dtensor

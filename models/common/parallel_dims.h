@@ -1,0 +1,47 @@
+// ParallelDims (torchtitan's distributed/parallel_dims.py): the degree of each parallelism and the mesh they
+// make, shared by every model family's parallelize_<family>(model, parallel_dims, config).
+//
+//   world = dp * tp. At dp 1 the mesh is 1-D ("tp"); else 2-D ("dp", "tp") with the TP ranks adjacent
+//   (rank = dp_index * tp + tp_index): TP inside a host, data parallel across hosts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "dtensor/mesh/device_mesh.h"
+
+namespace models {
+
+// What runs over the "dp" mesh dim: replicate (DDP: whole parameters, gradients all-reduced) or fully_shard
+// (FSDP2: parameters sharded, gathered per block).
+enum class DataParallel { ddp, fsdp };
+std::string to_string(DataParallel kind);
+// "ddp" or "fsdp"; anything else throws dtensor::Error naming it.
+DataParallel data_parallel_from_string(const std::string& name);
+
+struct ParallelDims {
+  int64_t dp = 1;
+  int64_t tp = 1;
+  DataParallel data_parallel = DataParallel::ddp;  // with dp > 1
+  std::string device = "cpu";                      // the mesh's device type
+
+  bool dp_enabled() const { return dp > 1; }
+  bool tp_enabled() const { return tp > 1; }
+  int64_t world_size() const { return dp * tp; }
+
+  // Makes the mesh over the initialised world (its size must be dp * tp) and keeps it.
+  const dtensor::DeviceMesh& build_mesh();
+  // The mesh that build_mesh made or from_mesh took; throws when there is none.
+  const dtensor::DeviceMesh& world_mesh() const;
+  // The "tp" dim of the mesh (the mesh itself when 1-D).
+  dtensor::DeviceMesh tp_mesh() const;
+
+  // The dims of an existing mesh from build_mesh's layout (a dry run's fake mesh, a test's own mesh).
+  static ParallelDims from_mesh(const dtensor::DeviceMesh& mesh, DataParallel data_parallel = DataParallel::ddp);
+
+ private:
+  std::optional<dtensor::DeviceMesh> mesh_;
+};
+
+}  // namespace models

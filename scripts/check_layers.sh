@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The layer rule, checked by reading #include lines (docs/design/layout.md). cmake/layers.txt lists each layer of
+# src/ (public headers in include/dtensor/<layer>/) and the layers it may include. This fails on:
+#   - a file of layer L (src/L/**, include/dtensor/L/**) including a header of a layer not listed for L
+#     ("dtensor/<layer>/x.h" public, "<layer>/x.h" internal), or the umbrella "dtensor/dtensor.h";
+#   - a folder of src/ or include/dtensor/ that is not in the table;
+#   - model code including library headers other than dtensor/core and dtensor/nn: every file of
+#     models/<family>/ except the family's plans (parallelize.*) and its weight loader (hf_weights.*).
+# The build enforces the same table for src/ (cmake/Layers.cmake); this also covers headers no .cpp includes
+# and model code. Usage: scripts/check_layers.sh [ROOT] (default: this checkout). Ends with a `summary` line;
+# exit 1 on any violation.
+set -euo pipefail
+ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
+TABLE="$ROOT/cmake/layers.txt"
+[ -f "$TABLE" ] || { echo "check_layers: no $TABLE" >&2; exit 2; }
+
+declare -A allowed=()
+while IFS= read -r line; do
+  [[ "$line" =~ ^([a-z]+):(.*)$ ]] || continue
+  allowed[${BASH_REMATCH[1]}]=" ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} "
+done < "$TABLE"
+
+violations=0 files=0 includes=0
+report() { echo "check_layers: $*"; violations=$((violations + 1)); }
+
+# The layer a quoted include names, or "" for a same-folder include.
+layer_of() {
+  local inc=$1
+  if [[ "$inc" == dtensor/*/* ]]; then inc=${inc#dtensor/}; echo "${inc%%/*}"; return; fi
+  if [[ "$inc" == */* ]]; then echo "${inc%%/*}"; return; fi
+  echo ""
+}
+
+for dir in "$ROOT"/src/*/ "$ROOT"/include/dtensor/*/; do
+  name=$(basename "$dir")
+  [[ -n "${allowed[$name]:-}" ]] || report "${dir#$ROOT/} is not a layer in cmake/layers.txt"
+done
+
+for layer in "${!allowed[@]}"; do
+  while IFS= read -r file; do
+    files=$((files + 1))
+    while IFS=: read -r lineno inc; do
+      includes=$((includes + 1))
+      if [[ "$inc" == "dtensor/dtensor.h" ]]; then
+        report "${file#$ROOT/}:$lineno: layer '$layer' includes the umbrella \"$inc\""
+        continue
+      fi
+      target=$(layer_of "$inc")
+      [[ -z "$target" || -z "${allowed[$target]:-}" ]] && continue  # same folder, or not ours (gloo/, torch/)
+      [[ "${allowed[$layer]}" == *" $target "* ]] ||
+        report "${file#$ROOT/}:$lineno: layer '$layer' includes \"$inc\" of layer '$target', which is not below it"
+    done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file" | sed -E 's/^([0-9]+):[^"]*"([^"]+)".*/\1:\2/')
+  done < <(find "$ROOT/src/$layer" "$ROOT/include/dtensor/$layer" \( -name '*.h' -o -name '*.cpp' \) 2>/dev/null)
+done
+
+for family in "$ROOT"/models/*/; do
+  [[ "$(basename "$family")" == common ]] && continue
+  while IFS= read -r file; do
+    case "$(basename "$file")" in parallelize.* | hf_weights.*) continue ;; esac
+    files=$((files + 1))
+    while IFS=: read -r lineno inc; do
+      includes=$((includes + 1))
+      [[ "$inc" == dtensor/* ]] || continue
+      [[ "$inc" == dtensor/core/* || "$inc" == dtensor/nn/* ]] ||
+        report "${file#$ROOT/}:$lineno: model code includes \"$inc\" (model code depends on dtensor/nn and dtensor/core alone; plans go in parallelize.*)"
+    done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file" | sed -E 's/^([0-9]+):[^"]*"([^"]+)".*/\1:\2/')
+  done < <(find "$family" \( -name '*.h' -o -name '*.cpp' \))
+done
+
+echo "summary layers=${#allowed[@]} files=$files includes=$includes violations=$violations"
+[ "$violations" -eq 0 ]

@@ -1,0 +1,139 @@
+#include "dtensor/tp/parallelize.h"
+#include "dtensor/core/error.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+#include "dtensor/dp/gradient_sync.h"
+#include "dtensor/nn/module_hooks.h"
+
+namespace dtensor {
+namespace {
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> atoms;
+  std::stringstream ss(path);
+  std::string atom;
+  while (std::getline(ss, atom, '.')) atoms.push_back(atom);
+  return atoms;
+}
+
+bool path_matches(const std::string& pattern, const std::string& path) {
+  auto p = split_path(pattern), q = split_path(path);
+  if (p.size() != q.size()) return false;
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (fnmatch(p[i].c_str(), q[i].c_str(), 0) != 0) return false;
+  }
+  return true;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string closest_paths(torch::nn::Module& module, const std::string& key) {
+  std::vector<std::pair<size_t, std::string>> scored;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    scored.emplace_back(edit_distance(key, item.key()), item.key());
+  }
+  std::sort(scored.begin(), scored.end());
+  std::string out;
+  for (size_t i = 0; i < scored.size() && i < 3; ++i) out += (i ? ", '" : "'") + scored[i].second + "'";
+  return out.empty() ? "(the module has no submodules)" : out;
+}
+
+// PyTorch's words for a mesh that is not 1-D.
+void require_tp_mesh(const DeviceMesh& mesh) {
+  DTENSOR_CHECK(mesh.ndim() == 1, "dtensor: Tensor Parallel only accepts a 1D DeviceMesh, but found ", mesh.ndim(),
+                "D! If you have a 2-D or N-D device_mesh, consider passing in device_mesh[\"tp\"]");
+}
+
+}  // namespace
+
+std::vector<std::string> match_module_paths(torch::nn::Module& module, const std::string& pattern) {
+  if (pattern.empty()) return {""};  // the module itself
+  std::vector<std::string> out;
+  for (const auto& item : module.named_modules("", /*include_self=*/false)) {
+    if (path_matches(pattern, item.key())) out.push_back(item.key());
+  }
+  return out;
+}
+
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStyleRef& style,
+                        std::optional<int> src_data_rank) {
+  require_tp_mesh(mesh);
+  DTENSOR_CHECK(style, "dtensor: parallelize_module got no style");
+  style->apply(module, "", mesh, src_data_rank);
+  nn::link_enclosing_hooks(module);
+  enable_gradient_sync(module);  // gradients reach their parameters' placements once per backward
+}
+
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan,
+                        std::optional<int> src_data_rank) {
+  require_tp_mesh(mesh);
+  // Resolve every key and validate every style before changing anything: a bad plan leaves the model
+  // untouched.
+  std::vector<std::vector<std::string>> matches;
+  for (const auto& [key, style] : plan) {
+    DTENSOR_CHECK(style, "dtensor: the plan's entry '", key, "' has no style");
+    auto paths = match_module_paths(module, key);
+    DTENSOR_CHECK(!paths.empty(), "dtensor: parallelize_module: the plan's key '", key,
+                  "' matches no submodule; the closest module paths are ", closest_paths(module, key));
+    matches.push_back(std::move(paths));
+  }
+  auto modules = module.named_modules("", /*include_self=*/true);
+  for (size_t k = 0; k < plan.size(); ++k) {
+    for (const auto& path : matches[k]) {
+      plan[k].second->validate(*modules[path], path);
+      plan[k].second->validate_mesh(path, mesh);
+    }
+  }
+  for (size_t k = 0; k < plan.size(); ++k) {
+    for (const auto& path : matches[k]) {
+      nn::set_module_path(*modules[path], path);
+      plan[k].second->apply(*modules[path], path, mesh, src_data_rank);
+    }
+  }
+  nn::link_enclosing_hooks(module);
+  enable_gradient_sync(module);  // gradients reach their parameters' placements once per backward
+}
+
+ParallelStylePtr style_from_string(const std::string& name) {
+  auto shared = [](auto style) { return ParallelStyleRef(std::move(style)).ptr(); };
+  if (name == "colwise") return shared(ColwiseParallel());
+  if (name == "rowwise") return shared(RowwiseParallel());
+  if (name == "colwise_rep") return shared(ColwiseParallel({.output_layouts = Replicate()}));
+  if (name == "rowwise_rep") return shared(RowwiseParallel({.input_layouts = Replicate()}));
+  if (name == "sequence_parallel") return shared(SequenceParallel());
+  if (name == "replicate") return shared(ReplicateParallel());
+  // The module's output is a partial sum on each rank (e.g. of local_rowwise experts): all-reduce it. A
+  // DTensor output is made Replicate whatever its placement.
+  if (name == "gather") return shared(PrepareModuleOutput({.output_layouts = Partial(), .desired_output_layouts = Replicate()}));
+  if (name == "local_colwise") return shared(LocalColwiseParallel());
+  if (name == "local_rowwise") return shared(LocalRowwiseParallel());
+  if (name == "packed_colwise") return shared(LocalColwiseParallel({.packed_parts = {1, 1}}));
+  if (name == "packed_rowwise") return shared(LocalRowwiseParallel({.packed_parts = {1, 1}, .output_layouts = Replicate()}));
+  throw DTENSOR_ERROR("dtensor: unknown tensor-parallel style '", name,
+                      "' (known: colwise, rowwise, colwise_rep, rowwise_rep, sequence_parallel, replicate, "
+                      "gather, local_colwise, local_rowwise, packed_colwise, packed_rowwise)");
+}
+
+ParallelizePlan plan_from_strings(const std::vector<std::pair<std::string, std::string>>& plan) {
+  ParallelizePlan out;
+  for (const auto& [key, name] : plan) out.emplace_back(key, style_from_string(name));
+  return out;
+}
+
+}  // namespace dtensor

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# scripts/check_layers.sh passes on this tree and fails, naming the file, on each kind of violation planted in a
+# copy of it: an upward public include in a .cpp, an upward internal include in a header no .cpp includes,
+# model code including a plan-level header, and a folder that is not a layer.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CHECK="$ROOT/scripts/check_layers.sh"
+"$CHECK" "$ROOT" >/dev/null || { echo "FAIL: the tree itself violates the layer rule"; "$CHECK" "$ROOT"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+expect_violation() {  # name, file (relative), line to append, expected text
+  rm -rf "$tmp/tree" && mkdir -p "$tmp/tree" && cp -r "$ROOT/cmake" "$ROOT/src" "$ROOT/include" "$ROOT/models" "$tmp/tree/"
+  mkdir -p "$(dirname "$tmp/tree/$2")" && echo "$3" >> "$tmp/tree/$2"
+  if out=$("$CHECK" "$tmp/tree" 2>&1); then echo "FAIL ($1): check_layers passed"; exit 1; fi
+  grep -qF "$4" <<<"$out" || { echo "FAIL ($1): no '$4' in:"; echo "$out"; exit 1; }
+  echo "ok ($1): $(grep -F "$4" <<<"$out" | head -1)"
+}
+expect_violation "mesh includes tp" src/mesh/world.cpp '#include "dtensor/tp/style.h"' "src/mesh/world.cpp"
+expect_violation "tensor header includes ops internals" include/dtensor/tensor/placement.h '#include "ops/op_call.h"' \
+  "include/dtensor/tensor/placement.h"
+expect_violation "nn includes the umbrella" src/nn/layers.cpp '#include "dtensor/dtensor.h"' "umbrella"
+expect_violation "model code includes a style" models/llama/model.cpp '#include "dtensor/tp/style.h"' "model code includes"
+expect_violation "a folder outside the table" src/extras/x.cpp '// nothing' "src/extras/ is not a layer"
+echo "check_layers_test: all passed"

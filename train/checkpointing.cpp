@@ -1,0 +1,86 @@
+#include "train/checkpointing.h"
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <unistd.h>
+
+#include "dtensor/checkpoint/checkpoint.h"
+#include "dtensor/checkpoint/state_dict.h"
+#include "dtensor/core/error.h"
+
+namespace fs = std::filesystem;
+namespace ckpt = dtensor::checkpoint;
+
+namespace train {
+namespace {
+
+// Model, optimizer and data position under one set of names; `step` and `seed` are the 0-d entries load fills.
+ckpt::StateDict training_state(llama::LlamaForCausalLM& model, torch::optim::AdamW& optimizer, const at::Tensor& step,
+                               const at::Tensor& seed) {
+  ckpt::StateDict state = ckpt::module_state_dict(*model);
+  for (auto& [name, t] : ckpt::adamw_state_dict(optimizer, *model)) state[name] = t;
+  state["train.step"] = step;
+  state["train.seed"] = seed;
+  return state;
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& checkpoint_dir, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
+  return (fs::path(checkpoint_dir) / name).string();
+}
+
+std::optional<std::pair<int64_t, std::string>> latest_checkpoint(const std::string& checkpoint_dir) {
+  std::optional<std::pair<int64_t, std::string>> best;
+  if (!fs::is_directory(checkpoint_dir)) return best;
+  for (const auto& e : fs::directory_iterator(checkpoint_dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || name.size() != 13 || !ckpt::is_checkpoint(e.path().string())) continue;
+    const int64_t step = std::stoll(name.substr(5));
+    if (!best || step > best->first) best = {step, e.path().string()};
+  }
+  return best;
+}
+
+void save_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torch::optim::AdamW& optimizer,
+                     int64_t steps_done) {
+  const at::Tensor step = at::scalar_tensor(steps_done, at::kLong);
+  const at::Tensor seed = at::scalar_tensor(static_cast<int64_t>(o.seed), at::kLong);
+  ckpt::save(checkpoint_path(o.checkpoint_dir, steps_done), training_state(model, optimizer, step, seed));
+  // The model's sizes beside the checkpoints, in HF's config.json (llama_generate reads it). Every rank
+  // (process or thread) writes the same bytes to its own temporary file and renames it into place (atomic, race-free).
+  const fs::path tmp = fs::path(o.checkpoint_dir) / (".config.json." + std::to_string(::getpid()) + "." +
+                                                      std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+  {
+    std::ofstream out(tmp);
+    out << llama::config_to_hf_json(o.model);
+    DTENSOR_CHECK(out, "dtensor: llama_train: cannot write ", tmp.string());
+  }
+  fs::rename(tmp, fs::path(o.checkpoint_dir) / "config.json");
+}
+
+int64_t resume_from_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torch::optim::AdamW& optimizer) {
+  const auto latest = latest_checkpoint(o.checkpoint_dir);
+  if (!latest) return 0;
+  at::Tensor step = at::scalar_tensor(int64_t{-1}, at::kLong);
+  at::Tensor seed = at::scalar_tensor(int64_t{-1}, at::kLong);
+  // The data position first (two scalars), so that a checkpoint of another run fails before the model changes.
+  ckpt::StateDict position = {{"train.step", step}, {"train.seed", seed}};
+  ckpt::load(latest->second, position, {.allow_unused = true});
+  DTENSOR_CHECK(seed.item<int64_t>() == static_cast<int64_t>(o.seed), "dtensor: llama_train: ", latest->second,
+                " was written with --seed ", seed.item<int64_t>(), ", this run has --seed ", o.seed,
+                " (the data position would not match)");
+  ckpt::StateDict state = training_state(model, optimizer, step, seed);
+  ckpt::load(latest->second, state);
+  ckpt::set_adamw_steps(optimizer, *model, state);
+  return step.item<int64_t>();
+}
+
+}  // namespace train

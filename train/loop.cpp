@@ -1,0 +1,100 @@
+#include "train/loop.h"
+
+#include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+
+#include "dtensor/api/dtensor_api.h"
+#include "dtensor/core/error.h"
+#include "dtensor/mesh/functional_collectives.h"
+#include "train/checkpointing.h"
+
+namespace train {
+namespace {
+
+int64_t local_bytes(const at::Tensor& t) {
+  if (!t.defined()) return 0;
+  const at::Tensor local = dtensor::is_dtensor(t) ? dtensor::to_local(t) : t;
+  return local.numel() * static_cast<int64_t>(local.element_size());
+}
+
+}  // namespace
+
+int64_t local_param_bytes(llama::LlamaForCausalLM& model) {
+  int64_t bytes = 0;
+  for (const auto& p : model->parameters(/*recurse=*/true)) bytes += local_bytes(p);
+  return bytes;
+}
+
+llama::LlamaForCausalLM make_model(const TrainOptions& o) {
+  llama::LlamaForCausalLM model(o.model);
+  model->init_weights(o.seed);
+  return model;
+}
+
+models::ParallelDims parallelize(llama::LlamaForCausalLM& model, const TrainOptions& o, const dtensor::DeviceMesh& mesh) {
+  const models::ParallelDims dims = models::ParallelDims::from_mesh(mesh, o.data_parallel);
+  llama::parallelize_llama(model, dims, parallelize_config(o));
+  return dims;
+}
+
+TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Corpus& corpus,
+                const models::ParallelDims& dims, const TrainHooks& hooks) {
+  const dtensor::DeviceMesh& mesh = dims.world_mesh();
+  const int64_t dp = dims.dp;
+  const int64_t dp_rank = dims.dp_enabled() ? mesh.get_local_rank("dp") : 0;
+  DTENSOR_CHECK(o.batch % dp == 0, "dtensor: llama_train: batch ", o.batch, " is not divisible by dp ", dp);
+  TrainResult result;
+  result.param_bytes_per_rank = local_param_bytes(model);
+
+  // Each parameter once: with tied embeddings lm_head.weight is model.embed_tokens.weight.
+  std::vector<at::Tensor> params;
+  for (const auto& p : model->parameters()) {
+    if (std::none_of(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(p); })) params.push_back(p);
+  }
+  for (const auto& p : params) result.num_params += p.numel();
+  torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+  StepContext context{.optimizer = optimizer,
+                      .params = params,
+                      .loss_parallel = llama::loss_parallel_enabled(dims, parallelize_config(o)),
+                      .device = dims.tp_mesh().device(),
+                      .max_norm = o.max_norm};
+  // Each dp rank's loss is its rows' mean: the global batch's mean is their average (equal row counts).
+  if (dims.dp_enabled()) {
+    context.reduce_loss = [&mesh](double loss) {
+      return dtensor::all_reduce(at::full({1}, loss, at::kDouble), dtensor::ReduceOp::AVG, mesh, 0).item<double>();
+    };
+  }
+  const int64_t start = o.resume ? resume_from_checkpoint(o, model, optimizer) : 0;
+  result.start_step = start;
+  const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
+  for (int64_t step = start; step < end; ++step) {
+    StepRecord rec;
+    rec.step = step;
+    rec.lr = lr_at(o, step);
+    // The global batch (the same on every rank), of which this dp rank takes rows [dp_rank * B/dp, +B/dp).
+    Batch batch = sample_batch(corpus, o.batch, o.seq_len, o.seed, step);
+    if (dp > 1) {
+      const int64_t rows = o.batch / dp;
+      batch.inputs = batch.inputs.narrow(0, dp_rank * rows, rows);
+      batch.labels = batch.labels.narrow(0, dp_rank * rows, rows);
+    }
+    std::function<void()> after_backward;
+    if (hooks.after_backward) after_backward = [&] { hooks.after_backward(step, model); };
+    train_step(model, batch, context, rec, after_backward);
+    result.steps.push_back(rec);
+    if (hooks.after_step) hooks.after_step(rec);
+    if (o.checkpoint_every > 0 && ((step + 1) % o.checkpoint_every == 0 || step + 1 == end)) {
+      save_checkpoint(o, model, optimizer, step + 1);
+    }
+  }
+  for (const auto& p : params) result.grad_bytes_per_rank += local_bytes(p.grad());
+  for (const auto& [_, state] : optimizer.state()) {
+    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*state);
+    result.optimizer_bytes_per_rank += local_bytes(s.exp_avg()) + local_bytes(s.exp_avg_sq());
+  }
+  return result;
+}
+
+}  // namespace train

@@ -1,0 +1,70 @@
+// The training job's options (torchtitan's JobConfig) and llama_train's command line for them: long options
+// with built-in defaults (`--help` lists them).
+#pragma once
+
+#include "tools/common/cli.h"  // the command-line grammar of our programs
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/parallel_dims.h"
+#include "train/data.h"
+#include "llama/config.h"
+#include "llama/parallelize.h"
+
+namespace train {
+
+struct TrainOptions {
+  int64_t tp = 0;  // 0: the world size / dp
+  int64_t dp = 1;  // data-parallel degree: world = dp * tp on a ("dp", "tp") mesh; each dp rank trains on batch / dp
+  models::DataParallel data_parallel = models::DataParallel::ddp;  // with dp > 1: replicate or fully_shard
+  bool reshard_after_forward = true;  // fsdp: free gathered parameters after each block's forward
+  bool fsdp_prefetch = true;          // fsdp: the next block's all-gather runs while this one computes
+  llama::LlamaConfig model;
+  int64_t seq_len = 64;
+  int64_t batch = 4;
+  int64_t steps = 300;
+  double lr = 3e-3;
+  int64_t warmup = 20;
+  double max_norm = 1.0;  // <= 0: no clipping
+  uint64_t seed = 0;
+  bool sequence_parallel = true;
+  bool loss_parallel = true;
+  bool async_tp = false;  // SP's all-gathers and reduce-scatters fused with their matmuls (needs SP, plan torchtitan)
+  // Gradients reduced to their parameters' placements once per backward (dtensor/dp/gradient_sync.h);
+  // off: PyTorch's behaviour (Partial gradients, reduced by every op that reads them).
+  bool gradient_sync = true;
+  llama::TPPlan plan = llama::TPPlan::torchtitan;
+  std::string device = "cpu";       // or "cuda": the mesh's device type (the model and batches move there)
+  std::string data;                 // "": the default corpus
+  int64_t log_every = 10;
+  bool comm_detail = false;  // a `comm` line per logged step: collectives by type and bytes
+  std::string checkpoint_dir;    // "": no checkpoints (checkpointing.h)
+  int64_t checkpoint_every = 0;  // save after every N steps and after the last one (needs checkpoint_dir)
+  bool resume = false;           // continue from the newest checkpoint in checkpoint_dir (none: from step 0)
+  int64_t stop_after = 0;        // 0: run to `steps`; else stop after this step (the schedule still spans `steps`)
+};
+
+// A bad command line: main prints "error: <what>" on rank 0 and exits 2 on every rank.
+using UsageError = tools_cli::UsageError;  // bad flags: one `error:` line, exit 2
+
+// Parses argv (without argv[0]). Sets `help` when --help is given. Throws UsageError.
+TrainOptions parse_options(const std::vector<std::string>& args, bool& help);
+std::string help_text();
+// Checks the values that need the world size (dp * tp == world, heads / seq_len by tp, batch by dp).
+// Throws UsageError.
+void check_options(const TrainOptions& options, int64_t world_size);
+// Fits the model to the corpus: a .bin corpus sets the vocabulary (its largest id + 1, rounded up to a
+// multiple of 128 so that TP degrees divide it); a byte corpus must fit the vocabulary and every corpus must
+// hold a sequence. Throws UsageError.
+void fit_to_corpus(TrainOptions& options, const Corpus& corpus);
+// The TP degree: options.tp, or world / dp when 0.
+int64_t tp_degree(const TrainOptions& options, int64_t world_size);
+// The options' parallelism: the degrees over a world of `world_size` ranks (no mesh yet: build_mesh makes it),
+// and what parallelize_llama applies on each dim.
+models::ParallelDims parallel_dims(const TrainOptions& options, int64_t world_size);
+llama::ParallelizeConfig parallelize_config(const TrainOptions& options);
+
+}  // namespace train

@@ -1,0 +1,74 @@
+#include "train/step.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+
+#include "dtensor/api/dtensor_api.h"
+#include "dtensor/debug/comm_debug_mode.h"
+#include "dtensor/dp/clip_grad.h"
+#include "dtensor/mesh/comm_clock.h"
+#include "dtensor/tp/loss_parallel.h"
+
+namespace train {
+namespace {
+
+int64_t sum_values(const std::map<std::string, int64_t>& m) {
+  int64_t total = 0;
+  for (const auto& [_, v] : m) total += v;
+  return total;
+}
+
+double scalar(const at::Tensor& t) { return (dtensor::is_dtensor(t) ? dtensor::to_local(t) : t).item<double>(); }
+
+}  // namespace
+
+int64_t StepRecord::total_counts() const { return sum_values(fwd_bwd_counts) + sum_values(update_counts); }
+int64_t StepRecord::total_bytes() const { return sum_values(fwd_bwd_bytes) + sum_values(update_bytes); }
+
+at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& labels) {
+  // The labels are plain and the same on every rank, as PyTorch's loss_parallel takes them.
+  return at::cross_entropy_loss(logits.flatten(0, 1), labels.flatten(0, 1));
+}
+
+double lr_at(const TrainOptions& o, int64_t step) {
+  if (step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup);
+  const int64_t decay_steps = std::max<int64_t>(1, o.steps - o.warmup - 1);
+  const double progress = std::min(1.0, static_cast<double>(step - o.warmup) / static_cast<double>(decay_steps));
+  return o.lr * (0.1 + 0.9 * 0.5 * (1.0 + std::cos(M_PI * progress)));
+}
+
+void train_step(llama::LlamaForCausalLM& model, const Batch& batch, const StepContext& c, StepRecord& rec,
+                const std::function<void()>& after_backward) {
+  for (auto& group : c.optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(rec.lr);
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t comm_start = dtensor::exposed_comm_ns();
+  c.optimizer.zero_grad();
+  {
+    dtensor::CommDebugMode comm;
+    std::optional<dtensor::LossParallelGuard> guard;
+    if (c.loss_parallel) guard.emplace();
+    at::Tensor loss = next_token_loss(model(batch.inputs.to(c.device)), batch.labels.to(c.device));
+    loss.backward();
+    rec.loss = scalar(loss);
+    rec.fwd_bwd_counts = comm.get_comm_counts();
+    rec.fwd_bwd_bytes = comm.get_comm_bytes();
+  }
+  if (c.reduce_loss) rec.loss = c.reduce_loss(rec.loss);
+  if (after_backward) after_backward();
+  {
+    dtensor::CommDebugMode comm;
+    // Clipping needs the global norm: each DTensor gradient's norm reduces over its shards.
+    rec.grad_norm = c.max_norm > 0 ? dtensor::clip_grad_norm_(c.params, c.max_norm) : NAN;
+    c.optimizer.step();
+    rec.update_counts = comm.get_comm_counts();
+    rec.update_bytes = comm.get_comm_bytes();
+  }
+  rec.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  rec.comm_ms = static_cast<double>(dtensor::exposed_comm_ns() - comm_start) / 1e6;
+}
+
+}  // namespace train

@@ -1,0 +1,58 @@
+// One training step (torchtitan's Trainer.train_step): forward and loss, backward, gradient clipping and the
+// optimizer step, with the step's collectives counted by phase. The loop (loop.h) calls it once per batch.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/optim/adamw.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "llama/model.h"
+#include "train/data.h"
+#include "train/options.h"
+
+namespace train {
+
+struct StepRecord {
+  int64_t step = 0;
+  double loss = 0, grad_norm = 0, lr = 0, ms = 0;
+  double comm_ms = 0;  // exposed communication: this rank's main thread inside collectives (comm_clock.h)
+  std::map<std::string, int64_t> fwd_bwd_counts, fwd_bwd_bytes;  // forward + backward, by collective
+  std::map<std::string, int64_t> update_counts, update_bytes;    // grad clipping + optimizer step
+  int64_t total_counts() const;
+  int64_t total_bytes() const;
+};
+
+// Mean next-token cross-entropy of logits [b, s, vocab] against labels [b, s]. With loss parallel the logits
+// are Shard(-1) (vocab) and a LossParallelGuard makes log_softmax / nll_loss reduce across ranks instead of
+// gathering the logits.
+at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& labels);
+
+// The learning rate of step `step` (0-based): linear warmup over `warmup` steps to `lr`, then cosine decay
+// to lr / 10 at the last step.
+double lr_at(const TrainOptions& options, int64_t step);
+
+// What a step needs besides the model: the optimizer over `params` (each parameter once), whether the logits
+// come vocab-sharded (loss parallel), and the device of the batches.
+struct StepContext {
+  torch::optim::AdamW& optimizer;
+  const std::vector<at::Tensor>& params;
+  bool loss_parallel = false;
+  c10::Device device = c10::kCPU;
+  double max_norm = 1.0;  // <= 0: no clipping (grad_norm NaN)
+  // This rank's loss to the reported one (data parallel: the mean over the dp ranks); empty: as it is.
+  // Outside the counted collectives, inside the step's time.
+  std::function<double(double)> reduce_loss = {};
+};
+
+// Runs one step on `batch` (this rank's rows) at learning rate rec.lr and fills rec's loss (reduce_loss of this
+// rank's rows' mean), grad_norm, ms, comm_ms and collectives. `after_backward` (may be empty) runs between backward and
+// clipping.
+void train_step(llama::LlamaForCausalLM& model, const Batch& batch, const StepContext& context, StepRecord& rec,
+                const std::function<void()>& after_backward = {});
+
+}  // namespace train

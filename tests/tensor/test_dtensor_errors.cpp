@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "dtensor/api/dtensor_api.h"
+#include "dtensor/core/error.h"
 #include "harness/multi_rank.h"
 
 using namespace dtensor;
@@ -68,4 +69,20 @@ TEST(DTensorErrors, FromLocalRunCheckFailsOnEveryRank) {
     at::Tensor y = DTensor::from_local(at::full({rows, 3}, double(rank)), mesh, {Shard(0)}, true);
     EXPECT_EQ(y.sizes(), (at::IntArrayRef{5, 3}));
   });
+}
+
+// DTENSOR_CHECK (dtensor/core/error.h): the message is the pieces as they print, built only when the check fails.
+TEST(DTensorErrors, CheckBuildsItsMessageOnlyWhenItFails) {
+  int built = 0;
+  auto piece = [&] { return ++built; };
+  DTENSOR_CHECK(1 + 1 == 2, "never ", piece());
+  EXPECT_EQ(built, 0);
+  try {
+    DTENSOR_CHECK(built > 0, "dtensor: ", int64_t{3}, " heads, ", std::string("tp "), piece(), ' ', at::IntArrayRef{2, 3});
+    ADD_FAILURE() << "DTENSOR_CHECK did not throw";
+  } catch (const dtensor::Error& e) {
+    EXPECT_STREQ(e.what(), "dtensor: 3 heads, tp 1 [2, 3]");
+  }
+  EXPECT_EQ(built, 1);
+  EXPECT_THROW(throw DTENSOR_ERROR("dtensor: ", 1), dtensor::Error);
 }

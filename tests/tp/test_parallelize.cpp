@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "dtensor/debug/comm_debug_mode.h"
+#include "dtensor/tp/head_replicated_colwise.h"
 #include "dtensor/tp/loss_parallel.h"
 #include "dtensor/tp/parallelize.h"
 #include "dtensor/api/dtensor_api.h"
@@ -101,6 +102,26 @@ TEST(Parallelize, BadPlansGiveClearErrors) {
     EXPECT_EQ(paths, (std::vector<std::string>{"in_proj", "out_proj"}));
     parallelize_module(*model, mesh, plan_from_strings({{"in_proj", "colwise"}, {"out_proj", "rowwise"}}));
     EXPECT_EQ(placements(model->out_proj->weight), Placements{Shard(1)});
+  });
+}
+
+// HeadReplicatedColwiseParallel learns the TP degree from the mesh: heads that the degree divides neither way
+// fail while parallelize_module validates the plan, before any entry applies; a degree that is a multiple of
+// the heads replicates each head.
+TEST(Parallelize, HeadReplicatedColwiseTakesTheDegreeFromTheMesh) {
+  run_ranks(2, [](int, int world) {
+    auto mesh = init_device_mesh("cpu", {world});
+    ToyModel model;  // out_proj: Linear(.., 5)
+    std::string e = error_of([&] {
+      parallelize_module(*model, mesh, {{"in_proj", ColwiseParallel()},
+                                        {"out_proj", HeadReplicatedColwiseParallel({.num_heads = 5, .head_dim = 1})}});
+    });
+    EXPECT_NE(e.find("HeadReplicatedColwiseParallel on 'out_proj': 5 key/value heads and TP degree 2 divide neither way"),
+              std::string::npos)
+        << e;
+    EXPECT_FALSE(is_dtensor(model->in_proj->weight)) << "an entry applied before the plan was validated";
+    parallelize_module(*model, mesh, {{"out_proj", HeadReplicatedColwiseParallel({.num_heads = 1, .head_dim = 5})}});
+    EXPECT_EQ(placements(model->out_proj->weight), Placements{Replicate()});  // one head, on both ranks
   });
 }
 

@@ -4,9 +4,11 @@
 //   auto tp = dtensor::init_device_mesh("cpu", {world}, {"tp"});
 //   dtensor::parallelize_module(*model, tp, plan);
 //
-// The layers, from the bottom up: mesh/ (process groups, DeviceMesh, collectives), tensor/ (placements,
-// DTensor), redistribute/, ops/ (dispatch controls, custom sharding rules), parallel/ (module hooks, layers,
-// styles, parallelize_module, loss parallel, CommDebugMode).
+// The layers, from the bottom up (docs/design/layout.md): core/ (errors, chunk arithmetic), mesh/ (process
+// groups, DeviceMesh, collectives), tensor/ (placements, the DTensor type), redistribute/, api/ (distribute_tensor,
+// from_local, ...), ops/ (dispatch controls, custom sharding rules), checkpoint/, nn/ (module hooks, layers),
+// dp/ (DDP, FSDP, clipping), tp/ (styles, parallelize_module, async TP, loss parallel), debug/ (CommDebugMode),
+// plan/ (the dry run).
 #pragma once
 
 #include "dtensor/core/error.h"
@@ -44,3 +46,4 @@
 #include "dtensor/tp/style.h"
 #include "dtensor/debug/comm_debug_mode.h"
 #include "dtensor/plan/dry_run.h"
+#include "dtensor/plan/fake_world.h"

@@ -13,7 +13,6 @@
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/comm_hooks.h"
 #include "mesh/deadline.h"
-#include "mesh/fake_backend.h"
 #include "mesh/group_text.h"
 #include "mesh/shm/shm_backend.h"
 #include "mesh/size_agreement.h"
@@ -155,16 +154,15 @@ void Work::wait() {
 // ---------------------------------------------------------------------------------------------- ProcessGroup
 
 ProcessGroup::ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, std::vector<int> global_ranks,
-                           int global_rank, std::chrono::milliseconds timeout)
+                           int global_rank, std::chrono::milliseconds timeout, bool peerless)
     : backend_(std::move(backend)), health_(std::make_shared<detail::GroupHealth>()), ranks_(std::move(global_ranks)),
       rank_(-1), timeout_(timeout) {
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (ranks_[i] == global_rank) rank_ = static_cast<int>(i);
   }
   DTENSOR_CHECK(rank_ >= 0, "dtensor: rank ", global_rank, " is not in ", describe());
-  // Shared memory checks sizes within the collective; a fake group has no peers to disagree with.
-  in_band_sizes_ = backend_->getBackendName() == detail::shm::kBackendName ||
-                   backend_->getBackendName() == detail::kFakeBackendName;
+  // Shared memory checks sizes within the collective; a peerless group has no peers to disagree with.
+  in_band_sizes_ = peerless || backend_->getBackendName() == detail::shm::kBackendName;
 }
 
 ProcessGroup::~ProcessGroup() {

@@ -169,7 +169,7 @@ void check_descriptors(const std::string& what, const std::vector<int>& global_r
 
 bool needs_size_agreement(const ProcessGroup& group, const at::Tensor& in) {
   // The shared-memory backend checks CPU tensors' sizes inside the collective itself; CUDA tensors go elsewhere.
-  // A fake group (a plan dry run, on meta tensors) has no peers to disagree with.
+  // A peerless group (a plan dry run's, on meta tensors) has no peers to disagree with: checks_sizes_in_band.
   const bool in_band = group.checks_sizes_in_band() && (!in.defined() || in.is_cpu() || in.is_meta());
   return group.size() > 1 && size_agreement_enabled() && !in_band && !group.failed();
 }

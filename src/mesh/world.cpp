@@ -18,7 +18,6 @@
 #include "dtensor/mesh/launch_env.h"
 #include "mesh/cuda_support.h"
 #include "mesh/deadline.h"
-#include "mesh/fake_backend.h"
 #include "mesh/group_text.h"
 #include "mesh/host_identity.h"
 #include "mesh/host_staged_backend.h"
@@ -71,7 +70,6 @@ std::string resolve_choice(const std::string& requested, const char* option, con
     mode = env && *env ? env : fallback;
     from = env_name;
   }
-  if (mode == "fake" && from == "InitOptions::backend") return mode;  // fake_world's, never the env's
   if (std::find(allowed.begin(), allowed.end(), mode) == allowed.end()) {
     std::string list;
     for (size_t i = 0; i < allowed.size(); ++i) {
@@ -110,13 +108,13 @@ World::World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOpti
     : store_(std::move(store)), rank_(rank), size_(size), options_(std::move(options)),
       groups_(std::make_unique<Groups>()) {
   options_.timeout = resolve_timeout(options_.timeout);
-  options_.backend = resolve_backend(options_.backend);
+  if (!options_.make_backend) options_.backend = resolve_backend(options_.backend);
   options_.cuda_backend = resolve_cuda_backend(options_.cuda_backend);
   DTENSOR_CHECK(size >= 1 && rank >= 0 && rank < size, "dtensor: rank ", rank, " is outside [0, world size ",
                 size, ")");
-  // Also on Gloo: a failed collective's error reports the members by it (describe_members). A fake world
-  // (a plan dry run) has no members to describe.
-  if (options_.backend == "fake") return;
+  // Also on Gloo: a failed collective's error reports the members by it (describe_members). A world of
+  // peerless groups (make_backend: a plan dry run) has no members to describe.
+  if (options_.make_backend) return;
   try {
     detail::publish_host_identity(*store_, rank_);  // one store op: bounded by the store's timeout
   } catch (const std::exception& e) {
@@ -142,9 +140,9 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
   }
   DTENSOR_CHECK(group_rank >= 0, "dtensor: rank ", rank_, " is not a member of group [",
                 join(global_ranks, ", "), "]");
-  if (options_.backend == "fake") {  // no peers: nothing to connect
-    auto group = std::make_shared<ProcessGroup>(detail::make_fake_backend(group_rank, static_cast<int>(global_ranks.size())),
-                                                global_ranks, rank_, options_.timeout);
+  if (options_.make_backend) {  // no peers: nothing to connect
+    auto group = std::make_shared<ProcessGroup>(options_.make_backend(group_rank, static_cast<int>(global_ranks.size())),
+                                                global_ranks, rank_, options_.timeout, /*peerless=*/true);
     groups_->by_ranks.emplace(global_ranks, group);
     return group;
   }

@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "dtensor/core/error.h"
+#include "dtensor/plan/fake_world.h"
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/nn/default_device.h"
 #include "dtensor/api/dtensor_api.h"

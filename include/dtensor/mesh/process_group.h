@@ -53,8 +53,10 @@ class Work {
 
 class ProcessGroup {
  public:
+  // `peerless`: a backend with no peers to disagree with (InitOptions::make_backend's): sizes are not
+  // exchanged before its collectives.
   ProcessGroup(c10::intrusive_ptr<c10d::Backend> backend, std::vector<int> global_ranks, int global_rank,
-               std::chrono::milliseconds timeout);
+               std::chrono::milliseconds timeout, bool peerless = false);
   ~ProcessGroup();
 
   int rank() const { return rank_; }                      // rank within the group
@@ -158,9 +160,12 @@ struct InitOptions {
   // else the interface named by GLOO_SOCKET_IFNAME, else the machine's hostname.
   std::string gloo_hostname;
   // "auto": shared memory for groups on one host, Gloo otherwise; "gloo": Gloo for every group; "shm":
-  // shared memory, and an error for a group that spans hosts; "fake": no peers at all (fake_world below).
-  // Empty: DTENSOR_BACKEND, else "auto".
+  // shared memory, and an error for a group that spans hosts. Empty: DTENSOR_BACKEND, else "auto".
   std::string backend;
+  // When set, every group's backend is make_backend(group rank, group size), connecting no peers and using
+  // no store (c10d's Backend.register_backend, for a world whose other ranks do not exist: the dry run's
+  // fake world, dtensor/plan/fake_world.h). `backend` is then ignored.
+  std::function<c10::intrusive_ptr<c10d::Backend>(int group_rank, int group_size)> make_backend;
   // CUDA tensors: "nccl" (ProcessGroupNCCL, one GPU per rank) or "gloo" (copied to the host and back through
   // the group's CPU backend: for ranks that share one GPU, which NCCL refuses). Empty: DTENSOR_CUDA_BACKEND,
   // else "nccl". Only consulted when a collective meets a CUDA tensor.
@@ -200,14 +205,6 @@ class World {
   std::unique_ptr<Groups> groups_;
 };
 
-// Rank `rank` of a world of `size` ranks that do not exist: every group's backend is a fake one (as c10d's
-// FakeProcessGroup) whose collectives complete at once without communicating and leave outputs correctly
-// shaped (all_gather: the local input in every rank's slot; reduce_scatter: this rank's chunk of the input;
-// all_reduce, broadcast: the tensor as it was). Collectives still pass the comm hooks, so they are counted
-// as a real rank would issue them. Needs no store, no launcher and no peers: the plan dry run
-// (dtensor/plan/dry_run.h) builds a DeviceMesh of any shape over it. Not installed as the current world.
-// What it cannot know: other ranks' sizes. An exchange of sizes (uneven shards) sees every rank as this one.
-std::shared_ptr<World> fake_world(int size, int rank);
 
 // Initialises the calling thread's (and, if none is set yet, the process's) default world from the launcher's
 // environment (LaunchEnv): rank 0 serves a TCPStore on MASTER_ADDR:MASTER_PORT, all ranks connect to it and

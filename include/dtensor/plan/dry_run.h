@@ -7,7 +7,7 @@
 //       [&](auto& model, const DeviceMesh& mesh) { return loss_of(model(tokens_on_meta)); },
 //       {.mesh_dim_names = {"dp", "tp"}});
 //
-// How: each simulated rank gets a fake_world (process_group.h: c10d's FakeProcessGroup, collectives
+// How: each simulated rank gets a fake_world (fake_world.h: c10d's FakeProcessGroup, collectives
 // complete at once and are still seen by the comm hooks) and a DeviceMesh of the requested shape over it;
 // the model factory runs under nn::DefaultDeviceGuard(kMeta) (dtensor/nn/default_device.h), the plan and the step run through
 // the real dispatch, redistribute and styles, and a backward and an optimizer step follow. What is recorded:

@@ -1,4 +1,4 @@
-// fake_world (process_group.h) and its groups' backend: a c10d::Backend with no peers. Each collective
+// fake_world (dtensor/plan/fake_world.h) and its groups' backend: a c10d::Backend with no peers. Each collective
 // completes at once and leaves its output shaped as the real one, filled from this rank's own input (the
 // values are meaningless; on meta tensors nothing is computed at all):
 //   all_reduce, broadcast   the tensor as it is
@@ -6,7 +6,7 @@
 //   reduce_scatter          this rank's chunk of the input
 //   all_to_all              the input, when the output has its size; else the output as it is
 // (c10d's own FakeProcessGroup does the same, but its header needs Python's.)
-#include "mesh/fake_backend.h"
+#include "dtensor/plan/fake_world.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -17,7 +17,6 @@
 #include "dtensor/mesh/process_group.h"
 
 namespace dtensor {
-namespace detail {
 namespace {
 
 class DoneWork final : public c10d::Work {
@@ -32,7 +31,7 @@ c10::intrusive_ptr<c10d::Work> done() { return c10::make_intrusive<DoneWork>(); 
 class FakeBackend final : public c10d::Backend {
  public:
   FakeBackend(int rank, int size) : c10d::Backend(rank, size) {}
-  const std::string getBackendName() const override { return kFakeBackendName; }
+  const std::string getBackendName() const override { return "fake"; }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>&, const c10d::AllreduceOptions&) override {
     return done();
@@ -62,17 +61,13 @@ class FakeBackend final : public c10d::Backend {
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Backend> make_fake_backend(int group_rank, int group_size) {
-  return c10::make_intrusive<FakeBackend>(group_rank, group_size);
-}
-
-}  // namespace detail
-
 std::shared_ptr<World> fake_world(int size, int rank) {
   DTENSOR_CHECK(size >= 1 && rank >= 0 && rank < size, "dtensor: fake_world: rank ", rank,
                 " is outside [0, world size ", size, ")");
   InitOptions options;
-  options.backend = "fake";
+  options.make_backend = [](int group_rank, int group_size) -> c10::intrusive_ptr<c10d::Backend> {
+    return c10::make_intrusive<FakeBackend>(group_rank, group_size);
+  };
   // The store is never used for a rendezvous: a fake group talks to no one.
   return std::make_shared<World>(c10::make_intrusive<c10d::HashStore>(), rank, size, options);
 }

@@ -1,4 +1,4 @@
-// fake_world (process_group.h): one rank of a mesh whose other ranks do not exist; collectives complete at
+// fake_world (dtensor/plan/fake_world.h): one rank of a mesh whose other ranks do not exist; collectives complete at
 // once with correctly shaped outputs and are seen by the comm hooks. And DefaultDeviceGuard (nn/default_device.h):
 // layers built on the meta device cost no memory.
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/nn/layers.h"
+#include "dtensor/plan/fake_world.h"
 
 namespace {
 

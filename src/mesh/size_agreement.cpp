@@ -96,16 +96,18 @@ std::string disagreement(const std::vector<const int64_t*>& all, int64_t n) {
         if (d[IN_BYTES] != first[IN_BYTES]) return "ranks passed inputs of different sizes";
         if (d[OUT_BYTES] * n != d[IN_BYTES]) return "an output is not the input divided by the group size";
         break;
-      case SizedCollective::ALL_GATHER_ROWS:
-        if (d[NDIM] != first[NDIM]) return "ranks passed inputs of different ranks (numbers of dims)";
+      case SizedCollective::ALL_GATHER_ROWS: {
+        // The row counts may differ; a row may not: its dims, and its bytes (dims past kShapeDims).
+        if (d[NDIM] != first[NDIM]) return "ranks passed inputs with different numbers of dims";
         for (int64_t k = 1; k < std::min(d[NDIM], kShapeDims); ++k) {
           if (d[SHAPE + k] != first[SHAPE + k]) return "ranks passed inputs whose sizes differ beyond the gathered dim";
         }
-        if (d[IN_BYTES] / std::max<int64_t>(1, d[SHAPE]) != first[IN_BYTES] / std::max<int64_t>(1, first[SHAPE]) &&
-            d[SHAPE] > 0 && first[SHAPE] > 0) {
+        const bool both_have_rows = d[SHAPE] > 0 && first[SHAPE] > 0;
+        if (both_have_rows && d[IN_BYTES] / d[SHAPE] != first[IN_BYTES] / first[SHAPE]) {
           return "ranks passed inputs whose sizes differ beyond the gathered dim";
         }
         break;
+      }
       case SizedCollective::ALL_TO_ALL:
         for (int64_t j = 0; j < n; ++j) {
           if (d[kFixed + n + j] != all[j][kFixed + r]) {

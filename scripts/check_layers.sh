@@ -23,6 +23,11 @@ done < "$TABLE"
 violations=0 files=0 includes=0
 report() { echo "check_layers: $*"; violations=$((violations + 1)); }
 
+# "line:path" for each quoted #include of a file.
+includes_of() {
+  grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$1" | sed -E 's/^([0-9]+):[^"]*"([^"]+)".*/\1:\2/'
+}
+
 # The layer a quoted include names, or "" for a same-folder include.
 layer_of() {
   local inc=$1
@@ -49,7 +54,7 @@ for layer in "${!allowed[@]}"; do
       [[ -z "$target" || -z "${allowed[$target]:-}" ]] && continue  # same folder, or not ours (gloo/, torch/)
       [[ "${allowed[$layer]}" == *" $target "* ]] ||
         report "${file#$ROOT/}:$lineno: layer '$layer' includes \"$inc\" of layer '$target', which is not below it"
-    done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file" | sed -E 's/^([0-9]+):[^"]*"([^"]+)".*/\1:\2/')
+    done < <(includes_of "$file")
   done < <(find "$ROOT/src/$layer" "$ROOT/include/dtensor/$layer" \( -name '*.h' -o -name '*.cpp' \) 2>/dev/null)
 done
 
@@ -63,7 +68,7 @@ for family in "$ROOT"/models/*/; do
       [[ "$inc" == dtensor/* ]] || continue
       [[ "$inc" == dtensor/core/* || "$inc" == dtensor/nn/* ]] ||
         report "${file#$ROOT/}:$lineno: model code includes \"$inc\" (model code depends on dtensor/nn and dtensor/core alone; plans go in parallelize.*)"
-    done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file" | sed -E 's/^([0-9]+):[^"]*"([^"]+)".*/\1:\2/')
+    done < <(includes_of "$file")
   done < <(find "$family" \( -name '*.h' -o -name '*.cpp' \))
 done
 

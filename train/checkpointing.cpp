@@ -12,6 +12,7 @@
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/core/error.h"
+#include "llama/hf_config.h"
 
 namespace fs = std::filesystem;
 namespace ckpt = dtensor::checkpoint;

@@ -1,5 +1,7 @@
 #include "train/loop.h"
 
+#include "llama/hf_weights.h"
+
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
@@ -29,7 +31,11 @@ int64_t local_param_bytes(llama::LlamaForCausalLM& model) {
 
 llama::LlamaForCausalLM make_model(const TrainOptions& o) {
   llama::LlamaForCausalLM model(o.model);
-  model->init_weights(o.seed);
+  if (o.hf_dir.empty()) {
+    model->init_weights(o.seed);
+  } else {
+    llama::load_hf_llama(o.hf_dir, model);  // every rank the whole checkpoint; the plan then shards it
+  }
   return model;
 }
 

@@ -32,7 +32,8 @@ struct TrainResult {
   int64_t num_params = 0;  // of the whole model
 };
 
-// The model for `options`, initialized from options.seed (the same on every rank), not yet parallelized.
+// The model for `options`, initialized from options.seed (the same on every rank) or, with options.hf_dir,
+// from that checkpoint's weights; not yet parallelized.
 llama::LlamaForCausalLM make_model(const TrainOptions& options);
 
 // parallelize_llama(model, dims of `mesh`, parallelize_config(options)) on a mesh laid out as ParallelDims

@@ -1,5 +1,7 @@
 #include "train/options.h"
 
+#include "llama/hf_config.h"
+
 #include <charconv>
 #include <filesystem>
 #include <functional>
@@ -27,6 +29,8 @@ std::string help_text() {
     << "  --no-reshard-after-forward  fsdp: keep each block's gathered parameters from forward to backward\n"
     << "  --no-fsdp-prefetch        fsdp: gather each block when it runs (default: the next block's all-gather\n"
     << "                            runs while this one computes)\n"
+    << "  --hf-dir DIR              fine-tune a Hugging Face checkpoint (llama, mistral, qwen2, qwen3): its\n"
+    << "                            config.json is the model (no size flags then), its weights the start\n"
     << "  --dim N                   hidden size (default " << d.model.hidden_size << ")\n"
     << "  --layers N                decoder layers (default " << d.model.num_hidden_layers << ")\n"
     << "  --heads N                 query heads (default " << d.model.num_attention_heads << ")\n"
@@ -63,14 +67,22 @@ std::string help_text() {
 TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
   TrainOptions o;
   help = false;
+  std::string size_flag;  // the last model-size flag given: --hf-dir brings its own sizes
+  auto size = [&](const char* name, int64_t& field) {
+    return [&, name](const std::string& v) {
+      field = positive(name, v);
+      size_flag = name;
+    };
+  };
   const tools_cli::ValuedOptions valued = {
+      {"hf-dir", [&](const std::string& v) { o.hf_dir = v; }},
       {"tp", [&](const std::string& v) { o.tp = positive("tp", v); }},
       {"dp", [&](const std::string& v) { o.dp = positive("dp", v); }},
-      {"dim", [&](const std::string& v) { o.model.hidden_size = positive("dim", v); }},
-      {"layers", [&](const std::string& v) { o.model.num_hidden_layers = positive("layers", v); }},
-      {"heads", [&](const std::string& v) { o.model.num_attention_heads = positive("heads", v); }},
-      {"kv-heads", [&](const std::string& v) { o.model.num_key_value_heads = positive("kv-heads", v); }},
-      {"ffn-dim", [&](const std::string& v) { o.model.intermediate_size = positive("ffn-dim", v); }},
+      {"dim", size("dim", o.model.hidden_size)},
+      {"layers", size("layers", o.model.num_hidden_layers)},
+      {"heads", size("heads", o.model.num_attention_heads)},
+      {"kv-heads", size("kv-heads", o.model.num_key_value_heads)},
+      {"ffn-dim", size("ffn-dim", o.model.intermediate_size)},
       {"seq-len", [&](const std::string& v) { o.seq_len = positive("seq-len", v); }},
       {"batch", [&](const std::string& v) { o.batch = positive("batch", v); }},
       {"steps", [&](const std::string& v) { o.steps = positive("steps", v); }},
@@ -135,7 +147,11 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
     throw UsageError(std::string(o.resume ? "--resume" : "--checkpoint-every") + " needs --checkpoint-dir");
   }
+  if (!o.hf_dir.empty() && !size_flag.empty()) {
+    throw UsageError("--" + size_flag + " with --hf-dir: the checkpoint's config.json gives the model's sizes");
+  }
   try {
+    if (!o.hf_dir.empty()) o.model = llama::config_from_hf_json((std::filesystem::path(o.hf_dir) / "config.json").string());
     o.model.validate();
   } catch (const std::exception& e) {
     throw UsageError(e.what());
@@ -145,7 +161,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
 
 void fit_to_corpus(TrainOptions& o, const Corpus& corpus) {
   const int64_t max_token = corpus.max_token();
-  if (!o.data.empty() && o.data.ends_with(".bin")) {
+  if (!o.data.empty() && o.data.ends_with(".bin") && o.hf_dir.empty()) {
     o.model.vocab_size = (max_token + 1 + 127) / 128 * 128;  // a multiple of 128: divisible by the TP degree
   } else if (max_token >= o.model.vocab_size) {
     throw UsageError("token id " + std::to_string(max_token) + " >= vocab " + std::to_string(o.model.vocab_size));

@@ -23,6 +23,7 @@ struct TrainOptions {
   bool reshard_after_forward = true;  // fsdp: free gathered parameters after each block's forward
   bool fsdp_prefetch = true;          // fsdp: the next block's all-gather runs while this one computes
   llama::LlamaConfig model;
+  std::string hf_dir;  // fine-tune this HF checkpoint: `model` is its config.json, make_model loads its weights
   int64_t seq_len = 64;
   int64_t batch = 4;
   int64_t steps = 300;

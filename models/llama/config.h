@@ -1,12 +1,32 @@
-// The Llama-3 model's sizes (HF's LlamaConfig fields, torchtitan's names in comments).
+// The decoder's configuration: HF's LlamaConfig fields, plus the parts other families choose (each family's
+// differences are a short file in llama/families/; HF config.json in and out is llama/hf_config.h).
+// torchtitan's names in comments.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace llama {
 
+// HF's rope_parameters (rope_scaling before transformers 5) beyond rope_theta: how the rotary frequencies
+// are scaled (llama/rope.h computes them as transformers' modeling_rope_utils does).
+struct RopeScaling {
+  std::string rope_type = "default";     // default, linear, dynamic, yarn, longrope, llama3
+  std::optional<double> factor;          // linear, dynamic, llama3: required; yarn, longrope: derived when absent
+  double low_freq_factor = 1.0;          // llama3
+  double high_freq_factor = 4.0;         // llama3
+  int64_t original_max_position_embeddings = 0;  // llama3, yarn, longrope
+  std::optional<double> attention_factor;        // yarn, longrope: cos/sin scale (derived from factor when absent)
+  double beta_fast = 32.0, beta_slow = 1.0;      // yarn
+  std::optional<double> mscale, mscale_all_dim;  // yarn
+  bool truncate = true;                          // yarn
+  std::vector<double> short_factor, long_factor; // longrope: head_dim / 2 each
+};
+
 struct LlamaConfig {
+  std::string model_type = "llama";  // the family (llama/families/): what config.json and the export say
   int64_t vocab_size = 256;          // byte-level tokens by default
   int64_t hidden_size = 256;         // torchtitan: dim
   int64_t num_hidden_layers = 4;     // n_layers
@@ -15,19 +35,26 @@ struct LlamaConfig {
   int64_t intermediate_size = 768;   // the SwiGLU hidden size (torchtitan derives it from ffn_dim_multiplier)
   int64_t max_position_embeddings = 2048;
   double rope_theta = 500000.0;      // Llama-3's
+  RopeScaling rope_scaling;
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
+  // The parts a family chooses (all off: Llama 3.0).
+  int64_t explicit_head_dim = 0;     // HF's head_dim when config.json gives one (0: hidden / heads)
+  bool attention_bias = false;       // q/k/v/o biases (Llama's attention_bias, Qwen3's)
+  bool qkv_bias = false;             // q/k/v biases only (Qwen2)
+  bool mlp_bias = false;             // gate/up/down biases
+  bool qk_norm = false;              // Qwen3: RMSNorm over head_dim of each query and key head, before rotary
+  int64_t sliding_window = 0;        // > 0: a query sees the last sliding_window keys (itself included)
+  std::vector<bool> sliding_layers;  // which layers slide (empty: all, when sliding_window > 0)
 
-  int64_t head_dim() const { return hidden_size / num_attention_heads; }
+  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }
+  bool q_bias() const { return attention_bias || qkv_bias; }  // q, k, v
+  bool layer_slides(int64_t layer) const {
+    return sliding_window > 0 && (sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer)));
+  }
   // Throws dtensor::Error naming the first inconsistent field.
   void validate() const;
   std::string to_string() const;
 };
-
-// Reads the fields above from an HF config.json (absent fields keep their defaults).
-LlamaConfig config_from_hf_json(const std::string& path);
-// The config.json that transformers' save_pretrained writes for `config` (model_type "llama"; `dtype` is
-// HF's name: "float32", "bfloat16", "float16").
-std::string config_to_hf_json(const LlamaConfig& config, const std::string& dtype = "float32");
 
 }  // namespace llama

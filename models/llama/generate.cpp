@@ -30,7 +30,9 @@ void check_prompts(const LlamaConfig& config, const std::vector<std::vector<int6
     }
     longest = std::max(longest, prompts[i].size());
   }
-  DTENSOR_CHECK(static_cast<int64_t>(longest) + max_new_tokens <= config.max_position_embeddings,
+  // Dynamic NTK scaling exists to run past max_position_embeddings (rope.h); the other kinds stop there.
+  DTENSOR_CHECK(config.rope_scaling.rope_type == "dynamic" ||
+                    static_cast<int64_t>(longest) + max_new_tokens <= config.max_position_embeddings,
                 "llama generate: prompt (", longest, ") + max_new_tokens (", max_new_tokens,
                 ") exceeds max_position_embeddings ", config.max_position_embeddings);
 }

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/safetensors.h"
@@ -12,6 +13,7 @@
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
 #include "dtensor/api/dtensor_api.h"
+#include "llama/hf_config.h"
 #include "llama/parallelize.h"
 
 namespace fs = std::filesystem;
@@ -19,19 +21,31 @@ namespace fs = std::filesystem;
 namespace llama {
 namespace {
 
-// The sizes that decide the weights' shapes and meaning must agree; the rest (max positions) may differ.
+// The fields that decide the weights' shapes and meaning must agree; the rest (max positions) may differ.
 void check_config(const std::string& dir, const LlamaConfig& file, const LlamaConfig& model) {
-  auto check = [&](const char* field, double a, double b) {
-    DTENSOR_CHECK(a == b, "dtensor: load_hf_llama('", dir, "'): config.json has ", field, " = ", std::to_string(a),
-                  ", the model ", std::to_string(b));
+  auto check = [&](const char* field, const auto& a, const auto& b) {
+    if (a == b) return;
+    std::ostringstream s;
+    s << "dtensor: load_hf_llama('" << dir << "'): config.json has " << field << " = " << a << ", the model " << b;
+    throw DTENSOR_ERROR(s.str());
   };
+  check("model_type", file.model_type, model.model_type);
   check("vocab_size", file.vocab_size, model.vocab_size);
   check("hidden_size", file.hidden_size, model.hidden_size);
   check("num_hidden_layers", file.num_hidden_layers, model.num_hidden_layers);
   check("num_attention_heads", file.num_attention_heads, model.num_attention_heads);
   check("num_key_value_heads", file.num_key_value_heads, model.num_key_value_heads);
+  check("head_dim", file.head_dim(), model.head_dim());
   check("intermediate_size", file.intermediate_size, model.intermediate_size);
   check("tie_word_embeddings", file.tie_word_embeddings, model.tie_word_embeddings);
+  check("attention_bias", file.attention_bias, model.attention_bias);
+  check("q/k/v bias", file.q_bias(), model.q_bias());
+  check("mlp_bias", file.mlp_bias, model.mlp_bias);
+  check("q/k norm", file.qk_norm, model.qk_norm);
+  check("rms_norm_eps", file.rms_norm_eps, model.rms_norm_eps);
+  check("rope_theta", file.rope_theta, model.rope_theta);
+  check("rope_type", file.rope_scaling.rope_type, model.rope_scaling.rope_type);
+  check("sliding_window", file.sliding_window, model.sliding_window);
 }
 
 std::string hf_dtype_name(at::ScalarType dtype) {
@@ -96,8 +110,10 @@ LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMe
       apply_hf_tp(model, *tp_mesh);
     } else if (plan == "torchtitan") {
       apply_tp(model, *tp_mesh);
+    } else if (plan == "inference") {
+      apply_inference_tp(model, *tp_mesh);
     } else {
-      throw DTENSOR_ERROR("dtensor: from_pretrained: unknown plan '", plan, "' (hf or torchtitan)");
+      throw DTENSOR_ERROR("dtensor: from_pretrained: unknown plan '", plan, "' (hf, torchtitan or inference)");
     }
   }
   load_hf_llama(dir, model);

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "dtensor/mesh/device_mesh.h"
+#include "llama/hf_config.h"
 #include "llama/model.h"
 
 namespace llama {
@@ -32,7 +33,8 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model);
 // weight).
 void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, at::ScalarType dtype = at::kFloat);
 
-// A model from config.json, parallelized with `plan` ("hf": HF's base_model_tp_plan, "torchtitan") on
+// A model from config.json (any family of llama/hf_config.h), parallelized with `plan` ("hf": HF's
+// base_model_tp_plan, "torchtitan": SP and loss parallel, "inference": generation's) on
 // `tp_mesh` when given (and of size > 1), with the weights loaded.
 LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh = nullptr,
                                  const std::string& plan = "hf");

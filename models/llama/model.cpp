@@ -16,8 +16,8 @@
 namespace llama {
 namespace {
 
-dtensor::nn::Linear linear(int64_t in, int64_t out) {
-  return dtensor::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+dtensor::nn::Linear linear(int64_t in, int64_t out, bool bias = false) {
+  return dtensor::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
 // [b, kv_heads, s, d] -> [b, kv_heads * n_rep, s, d], each head repeated n_rep times in place.
@@ -31,22 +31,20 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
+// The additive masks [b, 1, s, t] (0 or -inf) over cache indices: `visible` [b, s, t] and, with a sliding
+// window, the same with keys at or before query index - window hidden too.
+void fill_masks(const LlamaConfig& config, const at::Tensor& visible, const at::Tensor& query_pos,
+                const at::Tensor& key_pos, AttentionInputs& in) {
+  auto additive = [](const at::Tensor& see) {
+    return at::zeros(see.sizes(), see.options().dtype(at::kFloat))
+        .masked_fill_(see.logical_not(), -std::numeric_limits<float>::infinity())
+        .unsqueeze(1);
+  };
+  in.mask = additive(visible);
+  if (config.sliding_window > 0) in.sliding_mask = additive(visible & (key_pos > query_pos - config.sliding_window).unsqueeze(0));
+}
+
 }  // namespace
-
-std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64_t seq_len, c10::Device device) {
-  const int64_t d = config.head_dim();
-  const auto on = at::TensorOptions().device(device);
-  at::Tensor inv_freq = 1.0 / at::pow(config.rope_theta, at::arange(0, d, 2, on.dtype(at::kLong)).to(at::kFloat) / d);
-  at::Tensor freqs = at::outer(at::arange(seq_len, on.dtype(at::kFloat)), inv_freq);  // [s, d/2]
-  at::Tensor angles = at::cat({freqs, freqs}, -1);                          // [s, d]
-  return {angles.cos(), angles.sin()};
-}
-
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
-  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
-}
 
 AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s) {
   const int64_t b = attention_mask.size(0), t = past + s;
@@ -55,7 +53,9 @@ AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& at
                 attention_mask.size(-1));
   at::Tensor real = attention_mask.to(at::kBool);                                        // [b, t]
   at::Tensor pos = (real.to(at::kLong).cumsum(1) - 1).clamp_min(0).narrow(1, past, s);  // [b, s]
-  auto [cos_table, sin_table] = rotary_tables(config, t, attention_mask.device());      // [t, d]
+  // dynamic / longrope: the frequencies of this forward's length, HF's max(position_ids) + 1.
+  const int64_t freq_len = rope_depends_on_length(config) ? pos.max().item<int64_t>() + 1 : t;
+  auto [cos_table, sin_table] = rotary_tables(config, t, attention_mask.device(), freq_len);  // [t, d]
   const int64_t d = cos_table.size(1);
   AttentionInputs in;
   in.cos = cos_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
@@ -64,26 +64,31 @@ AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& at
   at::Tensor query_pos = at::arange(past, t, longs).view({s, 1});
   at::Tensor key_pos = at::arange(t, longs).view({1, t});
   at::Tensor visible = (key_pos <= query_pos).unsqueeze(0) & (real.unsqueeze(1) | (key_pos == query_pos).unsqueeze(0));
-  in.mask = at::zeros({b, 1, s, t}, attention_mask.options().dtype(at::kFloat))
-                .masked_fill_(visible.logical_not().unsqueeze(1), -std::numeric_limits<float>::infinity());
+  fill_masks(config, visible, query_pos, key_pos, in);
   return in;
 }
 
 AttentionImpl::AttentionImpl(const LlamaConfig& c)
     : head_dim(c.head_dim()),
-      q_proj(register_module("q_proj", linear(c.hidden_size, c.num_attention_heads * c.head_dim()))),
-      k_proj(register_module("k_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim()))),
-      v_proj(register_module("v_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim()))),
-      o_proj(register_module("o_proj", linear(c.num_attention_heads * c.head_dim(), c.hidden_size))) {}
+      q_proj(register_module("q_proj", linear(c.hidden_size, c.num_attention_heads * c.head_dim(), c.q_bias()))),
+      k_proj(register_module("k_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim(), c.q_bias()))),
+      v_proj(register_module("v_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim(), c.q_bias()))),
+      o_proj(register_module("o_proj", linear(c.num_attention_heads * c.head_dim(), c.hidden_size, c.attention_bias))) {
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", dtensor::nn::RMSNorm(c.head_dim(), c.rms_norm_eps));
+    k_norm = register_module("k_norm", dtensor::nn::RMSNorm(c.head_dim(), c.rms_norm_eps));
+  }
+}
 
 at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                   const at::Tensor& mask) {
   const int64_t b = x.size(0), s = x.size(1);
-  at::Tensor q = q_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);  // [b, heads, s, head_dim]
-  at::Tensor k = k_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);  // [b, kv_heads, s, head_dim]
+  at::Tensor q = q_proj(x).view({b, s, -1, head_dim});  // [b, s, heads, head_dim]
+  at::Tensor k = k_proj(x).view({b, s, -1, head_dim});  // [b, s, kv_heads, head_dim]
   at::Tensor v = v_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);
-  q = apply_rotary(q, cos, sin);
-  k = apply_rotary(k, cos, sin);
+  if (q_norm) q = q_norm(q), k = k_norm(k);  // per head, before rotary
+  q = apply_rotary(q.transpose(1, 2), cos, sin);  // [b, heads, s, head_dim]
+  k = apply_rotary(k.transpose(1, 2), cos, sin);
   if (cache) std::tie(k, v) = cache->update(k, v);  // [b, kv_heads, past + s, head_dim]
   const int64_t n_rep = q.size(1) / k.size(1);  // query heads per key/value head
   const std::optional<at::Tensor> attn_mask = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
@@ -93,18 +98,19 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
 }
 
 FeedForwardImpl::FeedForwardImpl(const LlamaConfig& c)
-    : gate_proj(register_module("gate_proj", linear(c.hidden_size, c.intermediate_size))),
-      up_proj(register_module("up_proj", linear(c.hidden_size, c.intermediate_size))),
-      down_proj(register_module("down_proj", linear(c.intermediate_size, c.hidden_size))) {}
+    : gate_proj(register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias))),
+      up_proj(register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias))),
+      down_proj(register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias))) {}
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& x) { return down_proj(at::silu(gate_proj(x)) * up_proj(x)); }
 
-DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c)
+DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, int64_t layer)
     : self_attn(register_module("self_attn", Attention(c))),
       mlp(register_module("mlp", FeedForward(c))),
       input_layernorm(register_module("input_layernorm", dtensor::nn::RMSNorm(c.hidden_size, c.rms_norm_eps))),
       post_attention_layernorm(
-          register_module("post_attention_layernorm", dtensor::nn::RMSNorm(c.hidden_size, c.rms_norm_eps))) {}
+          register_module("post_attention_layernorm", dtensor::nn::RMSNorm(c.hidden_size, c.rms_norm_eps))),
+      sliding(c.layer_slides(layer)) {}
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                      const at::Tensor& mask) {
@@ -117,23 +123,25 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
       embed_tokens(register_module("embed_tokens", dtensor::nn::Embedding(c.vocab_size, c.hidden_size))),
       layers(register_module("layers", torch::nn::ModuleList())),
       norm(register_module("norm", dtensor::nn::RMSNorm(c.hidden_size, c.rms_norm_eps))) {
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
 }
 
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask) {
   const int64_t b = tokens.size(0), s = tokens.size(1), past = cache_length();
-  at::Tensor cos, sin, mask;  // mask undefined: causal over s (the training forward)
-  if (has_cache() || attention_mask.defined()) {
+  AttentionInputs in;  // mask undefined: causal over s (the training forward)
+  if (has_cache() || attention_mask.defined() || config.sliding_window > 0) {
     at::Tensor padding =
         attention_mask.defined() ? attention_mask : at::ones({b, past + s}, tokens.options().dtype(at::kLong));
-    AttentionInputs in = attention_inputs(config, padding, past, s);
-    cos = in.cos, sin = in.sin, mask = in.mask;
+    in = attention_inputs(config, padding, past, s);
   } else {
-    std::tie(cos, sin) = rotary_tables(config, s, tokens.device());
+    std::tie(in.cos, in.sin) = rotary_tables(config, s, tokens.device());
   }
   at::Tensor h = embed_tokens(tokens);
   // Through the layer's hooks (module_hooks.h rule 2): fully_shard gathers a layer's parameters there.
-  for (const auto& layer : *layers) h = dtensor::nn::forward_with_hooks(*layer->as<DecoderLayerImpl>(), h, cos, sin, mask);
+  for (const auto& layer : *layers) {
+    auto& l = *layer->as<DecoderLayerImpl>();
+    h = dtensor::nn::forward_with_hooks(l, h, in.cos, in.sin, l.sliding ? in.sliding_mask : in.mask);
+  }
   return norm(h);
 }
 
@@ -173,7 +181,7 @@ void LlamaForCausalLMImpl::init_weights(uint64_t seed) {
   for (auto& item : named_parameters()) {
     const std::string& name = item.key();
     at::Tensor& p = item.value();
-    if (ends_with(name, "norm.weight") || ends_with(name, "layernorm.weight")) {
+    if (ends_with(name, "norm.weight")) {
       p.fill_(1.0);
       continue;
     }

@@ -14,6 +14,10 @@
 // An attention_mask [b, past + s] (HF's: 1 a token, 0 left padding) gives each sequence its own positions
 // (count of tokens before it) and hides its padding. Without cache and mask the forward is the training one
 // (causal over s, positions 0..s-1).
+//
+// The parts a config chooses (config.h; each family's choices are a file in llama/families/): biases on
+// q/k/v (and o) and on the MLP, an explicit head_dim, Qwen3's q/k norms, a sliding window on some layers
+// (their own additive mask: HF's index-space window, kv > q - window), and the rotary scaling (rope.h).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -28,22 +32,17 @@
 #include "dtensor/nn/layers.h"
 #include "llama/config.h"
 #include "llama/kv_cache.h"
+#include "llama/rope.h"
 
 namespace llama {
-
-// cos and sin tables [seq_len, head_dim] for positions 0..seq_len-1 (HF's LlamaRotaryEmbedding, no scaling).
-std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64_t seq_len,
-                                                 c10::Device device = c10::kCPU);
-
-// x [b, heads, s, head_dim] rotated by position: x * cos + rotate_half(x) * sin.
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 // What the attention layers need for s new tokens after `past` cached ones, from attention_mask
 // [b, past + s] (1: a token, 0: padding): cos, sin [b, 1, s, head_dim] at each sequence's own positions
 // (HF's position_ids: tokens before it), and an additive mask [b, 1, s, past + s] (0 or -inf): a query sees
-// the tokens at or before it, and itself (so a padding row stays finite; it is never read).
+// the tokens at or before it, and itself (so a padding row stays finite; it is never read). With a sliding
+// window, sliding_mask also hides the keys at or before query index - window.
 struct AttentionInputs {
-  at::Tensor cos, sin, mask;
+  at::Tensor cos, sin, mask, sliding_mask;
 };
 AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s);
 
@@ -55,6 +54,7 @@ struct AttentionImpl : torch::nn::Module {
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
   int64_t head_dim;
   dtensor::nn::Linear q_proj, k_proj, v_proj, o_proj;
+  dtensor::nn::RMSNorm q_norm{nullptr}, k_norm{nullptr};  // config.qk_norm: over head_dim, per head
   std::shared_ptr<KVCache> cache;  // null: no cache
 };
 DTENSOR_MODULE(Attention);
@@ -68,11 +68,12 @@ struct FeedForwardImpl : torch::nn::Module {
 DTENSOR_MODULE(FeedForward);
 
 struct DecoderLayerImpl : torch::nn::Module {
-  explicit DecoderLayerImpl(const LlamaConfig& config);
+  DecoderLayerImpl(const LlamaConfig& config, int64_t layer);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
   Attention self_attn;
   FeedForward mlp;
   dtensor::nn::RMSNorm input_layernorm, post_attention_layernorm;
+  bool sliding;  // config.layer_slides(layer): LlamaModel gives it the sliding mask
 };
 TORCH_MODULE(DecoderLayer);
 

@@ -25,30 +25,70 @@
 #include "dtensor/tp/enable_async_tp.h"
 #include "dtensor/tp/head_replicated_colwise.h"
 #include "dtensor/tp/style.h"
+#include "dtensor/nn/parameter_replacement.h"
 
 namespace llama {
 namespace {
 
 using namespace dtensor;
 
-void require_divisible(const std::string& module, const std::string& what, int64_t size, int64_t tp) {
-  DTENSOR_CHECK(size % tp == 0, "dtensor: llama TP plan: '", module, "' has ", size, " ", what,
-                ", not divisible by the TP degree ", tp);
+// The TP degrees (up to the query heads) at which `fits` holds, for the errors: "works at TP 1, 2, 4".
+std::string degrees_that_work(const LlamaConfig& c, bool (*fits)(const LlamaConfig&, int64_t)) {
+  std::string out;
+  for (int64_t d = 1; d <= c.num_attention_heads; ++d) {
+    if (fits(c, d)) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  }
+  return out;
+}
+
+// Heads are never split: the query heads divide evenly; the key/value heads too, or (when replication is
+// allowed) each is replicated on tp / kv_heads ranks. Everything else may be uneven (a Shard of any size:
+// the vocabulary of embed_tokens / lm_head / loss parallel, the feed-forward columns).
+bool heads_fit(const LlamaConfig& c, int64_t tp) {
+  const int64_t kv = c.num_key_value_heads;
+  return c.num_attention_heads % tp == 0 && (kv % tp == 0 || tp % kv == 0);
+}
+bool heads_fit_unreplicated(const LlamaConfig& c, int64_t tp) {
+  return c.num_attention_heads % tp == 0 && c.num_key_value_heads % tp == 0;
 }
 
 void check_sizes(const LlamaConfig& c, int64_t tp, bool allow_replicated_kv) {
-  require_divisible("model.layers.*.self_attn.q_proj", "query heads", c.num_attention_heads, tp);
+  DTENSOR_CHECK(c.num_attention_heads % tp == 0, "dtensor: llama TP plan: 'model.layers.*.self_attn.q_proj' has ",
+                c.num_attention_heads, " query heads, not divisible by the TP degree ", tp,
+                " (heads are not split); TP degrees that work: ",
+                degrees_that_work(c, allow_replicated_kv ? heads_fit : heads_fit_unreplicated));
   const int64_t kv = c.num_key_value_heads;
-  DTENSOR_CHECK(!allow_replicated_kv || kv % tp == 0 || tp % kv == 0,
-                "dtensor: llama TP plan: 'model.layers.*.self_attn.k_proj' has ", kv,
-                " key/value heads and the TP degree is ", tp,
-                ": they divide neither way (kv heads % tp == 0, or tp % kv heads == 0 to replicate heads)");
-  if (!allow_replicated_kv) require_divisible("model.layers.*.self_attn.k_proj", "key/value heads", kv, tp);
-  require_divisible("model.layers.*.mlp.gate_proj", "intermediate features", c.intermediate_size, tp);
-  require_divisible("lm_head", "vocabulary entries", c.vocab_size, tp);
-  DTENSOR_CHECK(!c.tie_word_embeddings || tp <= 1,
-                "dtensor: llama TP plan: tied embeddings (lm_head.weight is model.embed_tokens.weight) "
-                "are not supported at TP degree ", tp);
+  if (allow_replicated_kv) {
+    DTENSOR_CHECK(kv % tp == 0 || tp % kv == 0, "dtensor: llama TP plan: 'model.layers.*.self_attn.k_proj' has ", kv,
+                  " key/value heads and the TP degree is ", tp,
+                  ": they divide neither way (kv heads % tp == 0, or tp % kv heads == 0 to replicate heads); "
+                  "TP degrees that work: ", degrees_that_work(c, heads_fit));
+  } else {
+    DTENSOR_CHECK(kv % tp == 0, "dtensor: llama TP plan: 'model.layers.*.self_attn.k_proj' has ", kv,
+                  " key/value heads, not divisible by the TP degree ", tp,
+                  " (HF's plan does not replicate heads; the torchtitan and inference plans do); TP degrees that work: ",
+                  degrees_that_work(c, heads_fit_unreplicated));
+  }
+}
+
+// Qwen3's q/k norms (over head_dim) on DTensor heads: weight Replicate, the heads' Shard(2) kept. Their
+// weight gradient is a sum over the sharded heads, Partial -> Replicate: one all-reduce (HF's
+// "replicated_with_grad_allreduce").
+void add_qk_norms(const LlamaConfig& c, ParallelizePlan& plan) {
+  if (!c.qk_norm) return;
+  for (const char* norm : {"model.layers.*.self_attn.q_norm", "model.layers.*.self_attn.k_norm"}) plan.emplace_back(norm, ReplicateParallel());
+}
+
+// A tied lm_head.weight is embed_tokens.weight: the plans shard both Shard(0) (vocab), and after the plan
+// lm_head takes embed_tokens' DTensor again, so there is one parameter and both uses' gradients reach it.
+void tie_embeddings(LlamaForCausalLM& model) {
+  if (!model->config.tie_word_embeddings) return;
+  nn::replace_parameter(*model->lm_head, "weight", model->model->embed_tokens->weight);
+}
+
+void apply_plan(LlamaForCausalLM& model, const DeviceMesh& tp_mesh, const ParallelizePlan& plan) {
+  parallelize_module(*model, tp_mesh, plan);
+  tie_embeddings(model);
 }
 
 }  // namespace
@@ -77,6 +117,7 @@ ParallelizePlan torchtitan_plan(const LlamaConfig& c, int64_t tp, const TPOption
       {"model.layers.*.mlp.up_proj", ColwiseParallel()},
       {"model.layers.*.mlp.down_proj", rowwise_out},
   };
+  add_qk_norms(c, plan);
   if (o.sequence_parallel) {
     for (const char* norm : {"model.norm", "model.layers.*.input_layernorm", "model.layers.*.post_attention_layernorm"}) {
       plan.emplace_back(norm, SequenceParallel());
@@ -89,8 +130,8 @@ ParallelizePlan inference_plan(const LlamaConfig& c, int64_t tp) {
   check_sizes(c, tp, /*allow_replicated_kv=*/true);
   // k, v: their output, and so the KV cache, is Shard(1) by heads.
   const HeadReplicatedColwiseParallel kv({.num_heads = c.num_key_value_heads, .head_dim = c.head_dim()});
-  // model.embed_tokens and the norms are not in the plan: their weights stay whole on every rank.
-  return {
+  // model.embed_tokens (untied) and the norms are not in the plan: their weights stay whole on every rank.
+  ParallelizePlan plan = {
       // (x, cos, sin, mask): replicated plain tensors become Replicate DTensors
       {"model.layers.*.self_attn", PrepareModuleInput({.input_layouts = {Replicate(), Replicate(), Replicate(), Replicate()},
                                                        .desired_input_layouts = {Replicate(), Replicate(), Replicate(),
@@ -105,11 +146,16 @@ ParallelizePlan inference_plan(const LlamaConfig& c, int64_t tp) {
       // Shard(-1) -> Replicate: one all-gather of [b, 1, vocab] per step
       {"lm_head", ColwiseParallel({.output_layouts = Replicate()})},
   };
+  add_qk_norms(c, plan);
+  // Tied: the vocab-parallel embedding shares lm_head's Shard(0) weight; its masked lookup is Partial ->
+  // Replicate (one all-reduce of [b, s, hidden] per forward).
+  if (c.tie_word_embeddings) plan.emplace_back("model.embed_tokens", RowwiseParallel({.input_layouts = Replicate()}));
+  return plan;
 }
 
 ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
   check_sizes(c, tp, /*allow_replicated_kv=*/false);
-  return plan_from_strings({
+  ParallelizePlan plan = plan_from_strings({
       {"model.layers.*.self_attn.q_proj", "colwise"},
       {"model.layers.*.self_attn.k_proj", "colwise"},
       {"model.layers.*.self_attn.v_proj", "colwise"},
@@ -119,6 +165,16 @@ ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
       {"model.layers.*.mlp.down_proj", "rowwise"},
       {"lm_head", "colwise_rep"},
   });
+  if (c.qk_norm) {
+    // Qwen3's "replicated_with_grad_allreduce": q/k arrive as this rank's local heads, the local part of
+    // Shard(2) of [b, s, heads, head_dim]; weight Replicate, output back to local heads.
+    for (const char* norm : {"model.layers.*.self_attn.q_norm", "model.layers.*.self_attn.k_norm"}) {
+      plan.emplace_back(norm, SequenceParallel({.sequence_dim = 2, .use_local_output = true}));
+    }
+  }
+  // Tied: HF's "embedding_rowwise" (vocab-parallel embedding, output all-reduced) beside lm_head's Shard(0).
+  if (c.tie_word_embeddings) plan.emplace_back("model.embed_tokens", RowwiseParallel({.input_layouts = Replicate()}));
+  return plan;
 }
 
 void apply_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh, const TPOptions& options) {
@@ -126,16 +182,16 @@ void apply_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh, const TPOption
                 "dtensor: llama TP plan: async TP fuses sequence parallel's all-gathers and reduce-scatters "
                 "with their matmuls; it needs sequence_parallel");
   const ParallelizePlan plan = torchtitan_plan(model->config, tp_mesh.size(), options);
-  parallelize_module(*model, tp_mesh, plan);
+  apply_plan(model, tp_mesh, plan);
   if (options.async_tp) enable_async_tp(*model, tp_mesh, plan);
 }
 
 void apply_inference_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh) {
-  parallelize_module(*model, tp_mesh, inference_plan(model->config, tp_mesh.size()));
+  apply_plan(model, tp_mesh, inference_plan(model->config, tp_mesh.size()));
 }
 
 void apply_hf_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh) {
-  parallelize_module(*model, tp_mesh, hf_plan(model->config, tp_mesh.size()));
+  apply_plan(model, tp_mesh, hf_plan(model->config, tp_mesh.size()));
 }
 
 void apply_fsdp(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const dtensor::FullyShardOptions& options) {

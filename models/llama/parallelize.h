@@ -25,13 +25,20 @@ struct TPOptions {
   bool async_tp = false;
 };
 
-// torchtitan's plan for a TP degree `tp`. Throws dtensor::Error naming the module and the sizes when tp
-// does not divide the query heads, the key/value heads (either way: see HeadReplicatedColwiseParallel),
-// the feed-forward size or the vocabulary.
+// torchtitan's plan for a TP degree `tp`. Heads are never split: throws dtensor::Error naming the module,
+// the sizes and the TP degrees that work when tp does not divide the query heads, or the key/value heads
+// either way (see HeadReplicatedColwiseParallel). The vocabulary and the feed-forward size may be uneven
+// (DTensor's uneven Shard: embed_tokens, lm_head and loss parallel take any vocabulary at any degree).
+// The parts a config chooses get their entries: biases follow their weights (Colwise: Shard(0) with the
+// weight; Rowwise: Replicate, added once after the reduction), Qwen3's q/k norms are ReplicateParallel on
+// the heads' DTensors, and tied embeddings share one Shard(0) weight (the plan re-ties lm_head to
+// embed_tokens' DTensor, so both uses' gradients reach one parameter).
 dtensor::ParallelizePlan torchtitan_plan(const LlamaConfig& config, int64_t tp, const TPOptions& options = {});
 
-// HF transformers' base_model_tp_plan for Llama, as strings, plus LlamaForCausalLM's lm_head "colwise_rep".
-// The same losses as torchtitan_plan with sequence_parallel = false.
+// HF transformers' base_model_tp_plan for the family, as strings, plus *ForCausalLM's lm_head "colwise_rep";
+// Qwen3's q/k norms ("replicated_with_grad_allreduce": on the local heads), and with tied embeddings the
+// vocab-parallel embed_tokens. The same losses as torchtitan_plan with sequence_parallel = false. The key/value
+// heads must divide by tp (HF's plan does not replicate them).
 dtensor::ParallelizePlan hf_plan(const LlamaConfig& config, int64_t tp);
 
 // Plain TP for generation (generate.h): Colwise q/k/v/gate/up, Rowwise o/down with Replicate output

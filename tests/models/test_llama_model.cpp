@@ -12,6 +12,7 @@
 #include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 #include "harness/subprocess.h"
+#include "llama/hf_config.h"
 #include "llama/parallelize.h"
 #include "llama_test_util.h"
 

@@ -14,6 +14,7 @@
 #include "train/checkpointing.h"  // train::latest_checkpoint: one home for "which step-N is newest"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/state_dict.h"
+#include "llama/hf_config.h"
 #include "llama/hf_weights.h"
 #include "llama/parallelize.h"
 

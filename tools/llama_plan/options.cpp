@@ -1,5 +1,7 @@
 #include "options.h"
 
+#include "llama/hf_config.h"
+
 #include <algorithm>
 #include <optional>
 #include <sstream>

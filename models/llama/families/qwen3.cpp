@@ -1,0 +1,24 @@
+// Qwen3 (transformers' modular_qwen3.py): Qwen2's attention masks, Llama's attention_bias and explicit
+// head_dim (128 when absent), and an RMSNorm over head_dim on each query and key head before the rotary
+// embedding (q_norm, k_norm).
+#include "llama/families/families.h"
+
+namespace llama::families {
+
+Family qwen3() {
+  return {"qwen3", "Qwen3ForCausalLM",
+          [](HfConfigReader& r, LlamaConfig& c) {
+            c.qk_norm = true;
+            c.explicit_head_dim = 128;  // Qwen3Config's default
+            r.read("head_dim", c.explicit_head_dim);
+            r.read("attention_bias", c.attention_bias);
+            read_qwen2_sliding(r, c);
+          },
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) {
+            j["head_dim"] = c.head_dim();
+            j["attention_bias"] = c.attention_bias;
+            write_qwen2_sliding(c, j);
+          }};
+}
+
+}  // namespace llama::families

@@ -1,0 +1,217 @@
+// The fields every family shares (transformers' PreTrainedConfig and LlamaConfig's sizes, norms and rope).
+#include "llama/hf_config.h"
+
+#include <fstream>
+
+#include "dtensor/core/error.h"
+
+namespace llama {
+namespace {
+
+// PreTrainedConfig's bookkeeping and generation defaults: none changes the model's numerics.
+const char* const kIgnored[] = {
+    "transformers_version", "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+    "decoder_start_token_id", "use_cache", "initializer_range", "_name_or_path", "name_or_path", "output_attentions",
+    "output_hidden_states", "return_dict", "use_return_dict", "torchscript", "id2label", "label2id", "problem_type",
+    "tokenizer_class", "prefix", "task_specific_params", "finetuning_task", "is_decoder", "is_encoder_decoder",
+    "add_cross_attention", "tie_encoder_decoder", "chunk_size_feed_forward", "pruned_heads",
+    "cross_attention_hidden_size", "tf_legacy_loss", "use_bfloat16", "return_dict_in_generate", "output_scores",
+    "max_length", "min_length", "do_sample", "early_stopping", "num_beams", "num_beam_groups", "diversity_penalty",
+    "temperature", "top_k", "top_p", "typical_p", "repetition_penalty", "length_penalty", "no_repeat_ngram_size",
+    "encoder_no_repeat_ngram_size", "bad_words_ids", "num_return_sequences", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
+    "begin_suppress_tokens", "output_router_logits", "_attn_implementation_autoset", "attn_implementation"};
+
+// rope_parameters (transformers >= 5) or rope_scaling (before, with rope_theta at the top level).
+void read_rope(HfConfigReader& r, LlamaConfig& c) {
+  r.read("rope_theta", c.rope_theta);
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    r.ignore(key);
+    if (!r.has(key)) continue;
+    const nlohmann::json& rope = r.json().at(key);
+    if (!rope.is_object()) r.fail(std::string(key) + " must be an object");
+    HfConfigReader p(rope, r.path() + ": " + key);
+    RopeScaling& s = c.rope_scaling;
+    p.read("rope_theta", c.rope_theta);
+    std::string type = "default";
+    if (!p.read("rope_type", type)) p.read("type", type);
+    p.ignore("type");
+    static const std::set<std::string> kTypes = {"default", "linear", "dynamic", "yarn", "longrope", "llama3"};
+    if (!kTypes.count(type)) {
+      p.fail("rope_type '" + type + "' is not supported (default, linear, dynamic, yarn, longrope, llama3)");
+    }
+    s.rope_type = type;
+    double factor = 0;
+    if (p.read("factor", factor)) s.factor = factor;
+    p.read("low_freq_factor", s.low_freq_factor);
+    p.read("high_freq_factor", s.high_freq_factor);
+    p.read("original_max_position_embeddings", s.original_max_position_embeddings);
+    double v = 0;
+    if (p.read("attention_factor", v)) s.attention_factor = v;
+    if (p.read("mscale", v)) s.mscale = v;
+    if (p.read("mscale_all_dim", v)) s.mscale_all_dim = v;
+    p.read("beta_fast", s.beta_fast);
+    p.read("beta_slow", s.beta_slow);
+    p.read("truncate", s.truncate);
+    p.read("short_factor", s.short_factor);
+    p.read("long_factor", s.long_factor);
+    double partial = 1.0;
+    if (p.read("partial_rotary_factor", partial) && partial != 1.0) {
+      p.fail("partial_rotary_factor " + std::to_string(partial) + " is not supported (rotary over the whole head only)");
+    }
+    for (const auto& k : p.unread()) p.fail("field '" + k + "' is not known; it may change the rotary embedding");
+    auto need = [&](bool ok, const char* field) {
+      if (!ok) p.fail("rope_type '" + type + "' needs '" + field + "'");
+    };
+    if (type == "linear" || type == "dynamic" || type == "llama3") need(s.factor.has_value(), "factor");
+    if (type == "llama3" || type == "yarn" || type == "longrope") {
+      need(s.original_max_position_embeddings > 0, "original_max_position_embeddings");
+    }
+    if (type == "longrope") need(!s.short_factor.empty() && !s.long_factor.empty(), "short_factor and long_factor");
+  }
+}
+
+void write_rope(const LlamaConfig& c, nlohmann::ordered_json& j) {
+  const RopeScaling& s = c.rope_scaling;
+  nlohmann::ordered_json rope = {{"rope_theta", c.rope_theta}, {"rope_type", s.rope_type}};
+  if (s.factor) rope["factor"] = *s.factor;
+  if (s.rope_type == "llama3") {
+    rope["low_freq_factor"] = s.low_freq_factor;
+    rope["high_freq_factor"] = s.high_freq_factor;
+  }
+  if (s.original_max_position_embeddings > 0) rope["original_max_position_embeddings"] = s.original_max_position_embeddings;
+  if (s.attention_factor) rope["attention_factor"] = *s.attention_factor;
+  if (s.rope_type == "yarn") {
+    rope["beta_fast"] = s.beta_fast;
+    rope["beta_slow"] = s.beta_slow;
+    rope["truncate"] = s.truncate;
+    if (s.mscale) rope["mscale"] = *s.mscale;
+    if (s.mscale_all_dim) rope["mscale_all_dim"] = *s.mscale_all_dim;
+  }
+  if (s.rope_type == "longrope") {
+    rope["short_factor"] = s.short_factor;
+    rope["long_factor"] = s.long_factor;
+  }
+  j["rope_parameters"] = rope;
+}
+
+std::string supported() {
+  std::string known;
+  for (const Family& f : all_families()) known += (known.empty() ? "" : ", ") + f.model_type;
+  return known;
+}
+
+}  // namespace
+
+HfConfigReader::HfConfigReader(nlohmann::json json, std::string path) : json_(std::move(json)), path_(std::move(path)) {}
+
+bool HfConfigReader::has(const std::string& key) const { return json_.contains(key) && !json_.at(key).is_null(); }
+
+void HfConfigReader::fail(const std::string& what) const {
+  throw DTENSOR_ERROR("dtensor: config '", path_, "': ", what);
+}
+
+std::vector<std::string> HfConfigReader::unread() const {
+  std::vector<std::string> out;
+  for (const auto& item : json_.items()) {
+    if (!seen_.count(item.key())) out.push_back(item.key());
+  }
+  return out;
+}
+
+const Family& family(const std::string& model_type) {
+  for (const Family& f : all_families()) {
+    if (f.model_type == model_type) return f;
+  }
+  throw DTENSOR_ERROR("dtensor: model_type '", model_type, "' is not supported (supported: ", supported(), ")");
+}
+
+LlamaConfig config_from_hf_json_text(const std::string& text, const std::string& origin) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw DTENSOR_ERROR("dtensor: config '", origin, "' is not valid JSON: ", e.what());
+  }
+  HfConfigReader r(std::move(j), origin);
+  if (!r.json().is_object()) r.fail("not a JSON object");
+  std::string model_type;
+  std::vector<std::string> architectures;
+  r.read("architectures", architectures);
+  if (!r.read("model_type", model_type)) {
+    // Older files may name only the architecture: the family whose it is.
+    for (const Family& f : all_families()) {
+      if (architectures.size() == 1 && architectures[0] == f.architecture) model_type = f.model_type;
+    }
+    if (model_type.empty()) r.fail("no model_type, and no supported architecture names the family");
+  }
+  const Family* fam = nullptr;
+  for (const Family& f : all_families()) {
+    if (f.model_type == model_type) fam = &f;
+  }
+  if (fam == nullptr) r.fail("model_type '" + model_type + "' is not supported (supported: " + supported() + ")");
+  for (const auto& a : architectures) {
+    if (a != fam->architecture) {
+      r.fail("architectures names '" + a + "'; dtensor runs '" + fam->architecture + "' for model_type '" + model_type + "'");
+    }
+  }
+  LlamaConfig c;
+  c.model_type = model_type;
+  r.read("vocab_size", c.vocab_size);
+  r.read("hidden_size", c.hidden_size);
+  r.read("num_hidden_layers", c.num_hidden_layers);
+  r.read("num_attention_heads", c.num_attention_heads);
+  c.num_key_value_heads = c.num_attention_heads;  // HF's default when the key is absent
+  r.read("num_key_value_heads", c.num_key_value_heads);
+  r.read("intermediate_size", c.intermediate_size);
+  r.read("max_position_embeddings", c.max_position_embeddings);
+  r.read("rms_norm_eps", c.rms_norm_eps);
+  r.read("tie_word_embeddings", c.tie_word_embeddings);
+  read_rope(r, c);
+  std::string act = "silu";
+  if (r.read("hidden_act", act) && act != "silu") r.fail("hidden_act '" + act + "' is not supported (silu)");
+  double dropout = 0.0;
+  if (r.read("attention_dropout", dropout) && dropout != 0.0) {
+    r.fail("attention_dropout " + std::to_string(dropout) + " is not supported (0.0: no dropout)");
+  }
+  for (const char* key : kIgnored) r.ignore(key);
+  fam->read(r, c);
+  const auto unread = r.unread();
+  if (!unread.empty()) {
+    r.fail("field '" + unread.front() + "' is not one dtensor knows for model_type '" + model_type +
+           "'; it may change the numerics, so the checkpoint is refused rather than run differently");
+  }
+  c.validate();
+  return c;
+}
+
+LlamaConfig config_from_hf_json(const std::string& path) {
+  std::ifstream in(path);
+  DTENSOR_CHECK(in, "dtensor: config: cannot open '", path, "'");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return config_from_hf_json_text(text, path);
+}
+
+std::string config_to_hf_json(const LlamaConfig& c, const std::string& dtype) {
+  const Family& fam = family(c.model_type);
+  nlohmann::ordered_json j = {{"architectures", {fam.architecture}},
+                              {"model_type", fam.model_type},
+                              {"vocab_size", c.vocab_size},
+                              {"hidden_size", c.hidden_size},
+                              {"intermediate_size", c.intermediate_size},
+                              {"num_hidden_layers", c.num_hidden_layers},
+                              {"num_attention_heads", c.num_attention_heads},
+                              {"num_key_value_heads", c.num_key_value_heads},
+                              {"hidden_act", "silu"},
+                              {"max_position_embeddings", c.max_position_embeddings},
+                              {"rms_norm_eps", c.rms_norm_eps},
+                              {"attention_dropout", 0.0},
+                              {"tie_word_embeddings", c.tie_word_embeddings}};
+  write_rope(c, j);
+  fam.write(c, j);
+  j["dtype"] = dtype;        // transformers >= 5
+  j["torch_dtype"] = dtype;  // before
+  return j.dump(2);
+}
+
+}  // namespace llama

@@ -1,0 +1,65 @@
+// HF config.json in and out. Reading dispatches on model_type to the family's file (llama/families/): the
+// decoder fields every family shares are read here, the family reads its own, and any field left unread
+// is an error naming it (a field we do not know may change the numerics: nothing loads silently wrong).
+//
+//   llama::LlamaConfig c = llama::config_from_hf_json(dir + "/config.json");  // llama, mistral, qwen2, qwen3
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "llama/config.h"
+
+namespace llama {
+
+// config.json's fields, each read at most once; what no one read is reported by unread().
+class HfConfigReader {
+ public:
+  HfConfigReader(nlohmann::json json, std::string path);
+  bool has(const std::string& key) const;  // present and not null
+  // Sets `field` from the key when present and not null (a wrong JSON type is an error naming the key).
+  template <class T>
+  bool read(const std::string& key, T& field) {
+    seen_.insert(key);
+    if (!has(key)) return false;
+    try {
+      field = json_.at(key).get<T>();
+    } catch (const std::exception& e) {
+      fail("field '" + key + "' has the wrong type: " + e.what());
+    }
+    return true;
+  }
+  void ignore(const std::string& key) { seen_.insert(key); }  // known not to change the numerics
+  const nlohmann::json& json() const { return json_; }
+  const std::string& path() const { return path_; }
+  [[noreturn]] void fail(const std::string& what) const;  // dtensor::Error naming the file
+  std::vector<std::string> unread() const;
+
+ private:
+  nlohmann::json json_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+// One model family: what transformers' modular_<family>.py changes relative to Llama.
+struct Family {
+  std::string model_type;    // "mistral"
+  std::string architecture;  // "MistralForCausalLM"
+  void (*read)(HfConfigReader&, LlamaConfig&);                // the family's own fields
+  void (*write)(const LlamaConfig&, nlohmann::ordered_json&);  // the same fields, as transformers saves them
+};
+const std::vector<Family>& all_families();  // llama/families/*.cpp
+const Family& family(const std::string& model_type);  // dtensor::Error naming the supported ones
+
+// Reads config.json: architectures / model_type name a supported family, every field is known (see above)
+// and the values are ones we implement (hidden_act silu, no dropout, ...). Throws dtensor::Error.
+LlamaConfig config_from_hf_json(const std::string& path);
+LlamaConfig config_from_hf_json_text(const std::string& text, const std::string& origin = "config.json");
+// The config.json transformers' save_pretrained writes for `config`'s family (`dtype` is HF's name:
+// "float32", "bfloat16", "float16").
+std::string config_to_hf_json(const LlamaConfig& config, const std::string& dtype = "float32");
+
+}  // namespace llama

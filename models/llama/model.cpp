@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/modules/linear.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -140,13 +141,20 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
   // Through the layer's hooks (module_hooks.h rule 2): fully_shard gathers a layer's parameters there.
   for (const auto& layer : *layers) {
     auto& l = *layer->as<DecoderLayerImpl>();
-    h = dtensor::nn::forward_with_hooks(l, h, in.cos, in.sin, l.sliding ? in.sliding_mask : in.mask);
+    at::Tensor mask = l.sliding ? in.sliding_mask : in.mask;
+    // A sliding layer's cache keeps the last window - 1 positions: its keys are columns [first, past + s).
+    const int64_t first = l.sliding && l.self_attn->cache ? std::max<int64_t>(0, past - (config.sliding_window - 1)) : 0;
+    if (first > 0) mask = mask.narrow(-1, first, mask.size(-1) - first);
+    h = dtensor::nn::forward_with_hooks(l, h, in.cos, in.sin, mask);
   }
   return norm(h);
 }
 
 void LlamaModelImpl::setup_cache(int64_t max_len) {
-  for (const auto& layer : *layers) layer->as<DecoderLayerImpl>()->self_attn->cache = std::make_shared<KVCache>(max_len);
+  for (const auto& layer : *layers) {
+    auto& l = *layer->as<DecoderLayerImpl>();
+    l.self_attn->cache = std::make_shared<KVCache>(max_len, l.sliding ? config.sliding_window : 0);
+  }
 }
 
 void LlamaModelImpl::clear_cache() {

@@ -8,6 +8,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
+#include "llama/hf_weights.h"
 
 namespace llama_test {
 
@@ -101,6 +102,24 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
   double worst = 0;
   for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::abs(a[i]));
   return worst;
+}
+
+at::Tensor pretrained_logits(const std::string& dir, int tp, const std::string& plan, const at::Tensor& tokens,
+                             const at::Tensor& attention_mask) {
+  at::Tensor out;
+  std::mutex mu;
+  dtensor::testing::run_ranks(tp, [&](int rank, int world) {
+    auto mesh = dtensor::init_device_mesh("cpu", {world});
+    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, plan);
+    at::NoGradGuard no_grad;
+    at::Tensor logits = model(tokens, attention_mask);
+    if (dtensor::is_dtensor(logits)) logits = dtensor::full_tensor(logits);
+    if (rank == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      out = logits.clone();
+    }
+  });
+  return out;
 }
 
 }  // namespace llama_test

@@ -34,6 +34,10 @@ RunResult run_tp(const train::TrainOptions& options, int tp, bool capture_grads 
 // Trains `options` on a ("dp", "tp") mesh of dp * tp ranks (threads) with options.data_parallel over dp.
 RunResult run_dp_tp(train::TrainOptions options, int dp, int tp, bool capture_grads = false);
 
+// Loads the HF checkpoint `dir` with llama::from_pretrained at TP `tp` (ranks as threads) under `plan` and
+// returns rank 0's full logits for tokens (and attention mask, when given).
+at::Tensor pretrained_logits(const std::string& dir, int tp, const std::string& plan, const at::Tensor& tokens,
+                             const at::Tensor& attention_mask = {});
 // The largest |a - b| / |a| over the curve; a different length is infinity.
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b);
 

@@ -70,24 +70,6 @@ double masked_rel(const at::Tensor& got, const at::Tensor& want, const at::Tenso
   return (((got - want) * real).abs().max() / (want * real).abs().max()).item<double>();
 }
 
-// Rank 0's full logits of `dir` at TP `tp` under `plan`.
-at::Tensor logits_at(const std::string& dir, int tp, const std::string& plan, const at::Tensor& tokens, const at::Tensor& mask) {
-  at::Tensor out;
-  std::mutex mu;
-  dtensor::testing::run_ranks(tp, [&](int rank, int world) {
-    auto mesh = dtensor::init_device_mesh("cpu", {world});
-    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, plan);
-    at::NoGradGuard no_grad;
-    at::Tensor logits = model(tokens, mask);
-    if (dtensor::is_dtensor(logits)) logits = dtensor::full_tensor(logits);
-    if (rank == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      out = logits.clone();
-    }
-  });
-  return out;
-}
-
 // The unpadded prompts of a left-padded batch.
 std::vector<std::vector<int64_t>> prompts_of(const at::Tensor& ids, const at::Tensor& mask) {
   std::vector<std::vector<int64_t>> out;
@@ -129,7 +111,7 @@ TEST_P(HfFamily, LogitsEqualTransformersAtTp1Tp2Tp4) {
   std::vector<std::pair<int, std::string>> runs = {{1, "hf"}, {2, "hf"}, {2, "torchtitan"}, {4, "torchtitan"}};
   for (const auto& [tp, plan] : runs) {
     if (plan == "hf" && config.num_key_value_heads % tp != 0) continue;  // HF's plan does not replicate kv heads
-    const double rel = masked_rel(logits_at(dir, tp, plan, ref.tokens, ref.mask), ref.logits, ref.mask);
+    const double rel = masked_rel(llama_test::pretrained_logits(dir, tp, plan, ref.tokens, ref.mask), ref.logits, ref.mask);
     std::printf("%s tp=%d plan=%s max_rel=%.3e\n", GetParam().c_str(), tp, plan.c_str(), rel);
     EXPECT_LE(rel, 1e-5) << GetParam() << " TP " << tp << " plan " << plan;
   }
@@ -149,6 +131,36 @@ TEST_P(HfFamily, GreedyTokensEqualTransformersForOnePromptAndALeftPaddedBatch) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, HfFamily, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// Mistral's window (5) in the KV cache: each layer keeps the last 4 positions, under TP 2 too, and the cached
+// decode's logits equal the naive reference's (the whole sequence every step, no cache).
+TEST(HfFamilies, SlidingWindowCacheKeepsTheWindowOnly) {
+  const std::string dir = root() + "/mistral";
+  const Reference ref = reference("mistral");
+  const auto prompts = prompts_of(ref.batch, ref.batch_mask);
+  dtensor::testing::run_ranks(2, [&](int, int world) {
+    auto mesh = dtensor::init_device_mesh("cpu", {world});
+    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, "inference");
+    at::NoGradGuard no_grad;
+    std::vector<at::Tensor> got;
+    {
+      llama::Decoder cached(model, prompts, 6, 0, /*use_cache=*/true);
+      got.push_back(cached.prefill());
+      for (int step = 0; step < 5; ++step) got.push_back(cached.step(got.back().argmax(-1)));
+      for (const auto& layer : *model->model->layers) {
+        const auto& cache = *layer->as<llama::DecoderLayerImpl>()->self_attn->cache;
+        EXPECT_EQ(cache.keys().size(2), 4);  // window - 1
+        EXPECT_EQ(cache.length(), ref.batch.size(1) + 5);
+      }
+    }  // the decoder drops the model's cache
+    llama::Decoder naive(model, prompts, 6, 0, /*use_cache=*/false);
+    at::Tensor want = naive.prefill();
+    for (int step = 0; step < 5; ++step) {
+      EXPECT_LE((got[step] - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>()) << step;
+      want = naive.step(got[step].argmax(-1));
+    }
+  });
+}
 
 // save_hf_llama at TP 2 (each weight gathered once) for the cases whose config.json carries the most:
 // transformers loads each export back and gets the reference logits.

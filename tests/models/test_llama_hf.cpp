@@ -15,6 +15,7 @@
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
 #include "llama/parallelize.h"
+#include "llama_test_util.h"
 
 namespace fs = std::filesystem;
 namespace ckpt = dtensor::checkpoint;
@@ -47,24 +48,6 @@ double max_rel(const at::Tensor& got, const at::Tensor& want) {
   return ((got - want).abs().max() / want.abs().max()).item<double>();
 }
 
-// Loads `dir` at TP `tp` with `plan` and returns the full logits on the reference tokens (rank 0's).
-at::Tensor logits_at(const std::string& dir, int tp, const std::string& plan, const at::Tensor& tokens) {
-  at::Tensor out;
-  std::mutex mu;
-  dtensor::testing::run_ranks(tp, [&](int rank, int world) {
-    auto mesh = dtensor::init_device_mesh("cpu", {world});
-    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, plan);
-    at::NoGradGuard no_grad;
-    at::Tensor logits = model(tokens);
-    if (dtensor::is_dtensor(logits)) logits = dtensor::full_tensor(logits);
-    if (rank == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      out = logits.clone();
-    }
-  });
-  return out;
-}
-
 }  // namespace
 
 TEST(LlamaHF, LoadsTransformersWeightsAtTp1AndTp2WithHfLogits) {
@@ -74,7 +57,7 @@ TEST(LlamaHF, LoadsTransformersWeightsAtTp1AndTp2WithHfLogits) {
   ASSERT_EQ(made.exit_code, 0) << made.output;
   const Reference ref = read_reference(ref_path);
   for (const auto& [tp, plan] : std::vector<std::pair<int, std::string>>{{1, "hf"}, {2, "hf"}, {2, "torchtitan"}}) {
-    const at::Tensor logits = logits_at(dir, tp, plan, ref.tokens);
+    const at::Tensor logits = llama_test::pretrained_logits(dir, tp, plan, ref.tokens);
     const double rel = max_rel(logits, ref.logits);
     std::printf("hf logits tp=%d plan=%s max_rel=%.3e\n", tp, plan.c_str(), rel);
     EXPECT_LE(rel, 1e-5) << "TP " << tp << " plan " << plan;
@@ -101,7 +84,7 @@ TEST(LlamaHF, ShardedIndexAndTiedEmbeddings) {
   const Reference ref = read_reference(ref_path);
   // Tied at TP 2: embed_tokens and lm_head share one Shard(0) weight (llama/parallelize.h).
   for (const auto& [tp, plan] : std::vector<std::pair<int, std::string>>{{1, "hf"}, {2, "hf"}, {2, "torchtitan"}}) {
-    EXPECT_LE(max_rel(logits_at(dir, tp, plan, ref.tokens), ref.logits), 1e-5) << "TP " << tp << " plan " << plan;
+    EXPECT_LE(max_rel(llama_test::pretrained_logits(dir, tp, plan, ref.tokens), ref.logits), 1e-5) << "TP " << tp << " plan " << plan;
   }
   const std::string exported = root + "/exported";
   dtensor::testing::run_ranks(1, [&](int, int) {
@@ -121,7 +104,7 @@ TEST(LlamaHF, Bf16FilesLoadIntoAnFp32Model) {
   ASSERT_EQ(made.exit_code, 0) << made.output;
   const Reference ref = read_reference(ref_path);  // HF's fp32 logits of the bf16 weights
   for (int tp : {1, 2}) {
-    const double rel = max_rel(logits_at(dir, tp, "hf", ref.tokens), ref.logits);
+    const double rel = max_rel(llama_test::pretrained_logits(dir, tp, "hf", ref.tokens), ref.logits);
     EXPECT_LE(rel, 1e-5) << "TP " << tp;
   }
 }

@@ -15,7 +15,11 @@ ProcessState process_state(int pid) {
   // /proc/<pid>/stat: "pid (comm) S ..." — the state letter follows the last ')' (comm may hold one).
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string line;
-  if (!std::getline(stat, line)) return ProcessState::RUNNING;  // no /proc: trust kill()
+  if (!std::getline(stat, line)) {
+    // Either no /proc (trust kill()), or the process was reaped between kill() and the read: a zombie its
+    // parent collected just now. Ask kill() again, so a peer reaped in that window is not called "running".
+    return kill(pid, 0) != 0 && errno == ESRCH ? ProcessState::GONE : ProcessState::RUNNING;
+  }
   const auto close_paren = line.rfind(')');
   if (close_paren == std::string::npos || close_paren + 2 >= line.size()) return ProcessState::RUNNING;
   // After the state: ppid pgrp session tty_nr tpgid flags. A process being killed closes its sockets and

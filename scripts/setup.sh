@@ -10,9 +10,10 @@ TORCH_VERSION=2.14.1
 
 log() { echo "[setup] $*"; }
 
-# --- Debian packages: compiler, gtest, gloo's headers (ProcessGroupGloo.hpp includes them), ccache.
+# --- Debian packages: compiler, gtest, gloo's headers (ProcessGroupGloo.hpp includes them), ccache, and the
+#     tokenizer's PCRE2 (Unicode regexes) and utf8proc (normalization).
 need=()
-for pkg in g++ libgtest-dev libgloo-dev ccache nlohmann-json3-dev; do
+for pkg in g++ libgtest-dev libgloo-dev ccache nlohmann-json3-dev libpcre2-dev libutf8proc-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then

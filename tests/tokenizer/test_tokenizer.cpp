@@ -1,0 +1,125 @@
+// The tokenizer against Hugging Face's: tests/oracle/hf_tokenizer_oracle.py trains BPE tokenizers with the
+// `tokenizers` package on the Debian license texts plus a multilingual, emoji and whitespace-heavy sample, in
+// the pipelines of GPT-2, Llama 3, Qwen2 and Llama 2 / Mistral (byte fallback), saves them as transformers does
+// and records AutoTokenizer's ids and decodes for every test line. Checked for every line: the ids (with the
+// post-processor's special tokens), the decode with and without special tokens, and decode(encode(x)) == x
+// wherever HF's own round trip holds; plus the special ids, and the errors for what we cannot read.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "harness/subprocess.h"
+#include "tokenizer/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::string> kKinds = {"gpt2", "llama3", "qwen2", "llama2"};
+
+const std::string& root() {
+  static const std::string dir = [] {
+    std::string pattern = (fs::temp_directory_path() / "dtensor_tokenizers_XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    const auto made = dtensor::testing::run_process(
+        {DTENSOR_PYTHON, DTENSOR_SOURCE_DIR "/tests/oracle/hf_tokenizer_oracle.py", "make", pattern},
+        {{"OMP_NUM_THREADS", "1"}, {"RAYON_NUM_THREADS", "1"}, {"TOKENIZERS_PARALLELISM", "false"},
+         {"HF_HUB_OFFLINE", "1"}, {"TRANSFORMERS_VERBOSITY", "error"}},
+        600);
+    if (made.exit_code != 0) throw std::runtime_error("hf_tokenizer_oracle.py make failed:\n" + made.output);
+    return pattern;
+  }();
+  return dir;
+}
+
+std::vector<nlohmann::json> expected(const std::string& kind) {
+  std::ifstream in(root() + "/" + kind + "/expected.jsonl");
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+  }
+  return rows;
+}
+
+class HfTokenizer : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfTokenizer, IdsAndDecodesEqualTransformersOnEveryLine) {
+  const auto tok = tokenizer::Tokenizer::from_pretrained(root() + "/" + GetParam());
+  const auto rows = expected(GetParam());
+  ASSERT_GT(rows.size(), 300u);
+  int64_t round_trips = 0, tokens = 0;
+  for (const auto& row : rows) {
+    const std::string text = row.at("text").get<std::string>();
+    const auto want = row.at("ids").get<std::vector<int64_t>>();
+    const auto ids = tok.encode(text);
+    tokens += static_cast<int64_t>(ids.size());
+    EXPECT_EQ(ids, want) << GetParam() << ": " << text;
+    EXPECT_EQ(tok.decode(want), row.at("decoded").get<std::string>()) << GetParam() << ": " << text;
+    EXPECT_EQ(tok.decode(want, /*skip_special_tokens=*/true), row.at("decoded_skip").get<std::string>()) << text;
+    if (row.at("decoded_skip").get<std::string>() == text) {  // HF's round trip holds: ours must too
+      EXPECT_EQ(tok.decode(tok.encode(text, /*add_special_tokens=*/false), true), text) << GetParam();
+      ++round_trips;
+    }
+  }
+  // Batch encode is the per-line encode.
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < 20; ++i) texts.push_back(rows[i].at("text").get<std::string>());
+  const auto batch = tok.encode_batch(texts);
+  for (size_t i = 0; i < texts.size(); ++i) EXPECT_EQ(batch[i], tok.encode(texts[i]));
+  std::printf("%s: %zu lines, %lld tokens, %lld round trips\n", GetParam().c_str(), rows.size(),
+              static_cast<long long>(tokens), static_cast<long long>(round_trips));
+  EXPECT_GT(round_trips, static_cast<int64_t>(rows.size()) / 2);
+}
+
+TEST_P(HfTokenizer, SpecialIdsAreTransformers) {
+  const auto tok = tokenizer::Tokenizer::from_pretrained(root() + "/" + GetParam());
+  std::ifstream in(root() + "/" + GetParam() + "/expected_meta.json");
+  const auto meta = nlohmann::json::parse(in);
+  auto id = [](const std::optional<int64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); };
+  EXPECT_EQ(id(tok.bos_token_id()), meta.at("bos_token_id")) << GetParam();
+  EXPECT_EQ(id(tok.eos_token_id()), meta.at("eos_token_id")) << GetParam();
+  EXPECT_EQ(id(tok.pad_token_id()), meta.at("pad_token_id")) << GetParam();
+  EXPECT_EQ(tok.vocab_size(), meta.at("vocab_size").get<int64_t>()) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, HfTokenizer, ::testing::ValuesIn(kKinds),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const tokenizer::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(TokenizerErrors, WhatWeCannotReadIsNamed) {
+  const std::string dir = root() + "/errors";
+  fs::create_directories(dir);
+  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_pretrained(dir); }).find("no tokenizer.json"), std::string::npos);
+  std::ofstream(dir + "/tokenizer.model") << "x";
+  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_pretrained(dir); }).find("tokenizer.model"), std::string::npos);
+  const std::string bpe = R"("model": {"type": "BPE", "vocab": {"a": 0}, "merges": []})";
+  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_json(R"({"model": {"type": "WordPiece", "vocab": {}}})"); })
+                .find("model type 'WordPiece'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_json(R"({"normalizer": {"type": "BertNormalizer"}, )" + bpe + "}"); })
+                .find("normalizer type 'BertNormalizer'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_json(R"({"pre_tokenizer": {"type": "Whitespace"}, )" + bpe + "}"); })
+                .find("pre_tokenizer type 'Whitespace'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_json(R"({"decoder": {"type": "WordPiece"}, )" + bpe + "}"); })
+                .find("decoder type 'WordPiece'"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_json("{" + bpe + "}").encode("b"); }).find("'b' is not in the vocabulary"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_json("{nope"); }).find("not valid JSON"), std::string::npos);
+}
+
+}  // namespace

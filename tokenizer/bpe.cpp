@@ -1,7 +1,9 @@
 #include "tokenizer/bpe.h"
 
 #include <cstdio>
+#include <functional>
 #include <limits>
+#include <queue>
 
 #include "tokenizer/error.h"
 #include "tokenizer/text.h"
@@ -22,8 +24,13 @@ Bpe::Bpe(const nlohmann::json& m) {
     if (static_cast<int64_t>(id_to_token_.size()) <= i) id_to_token_.resize(static_cast<size_t>(i) + 1);
     id_to_token_[static_cast<size_t>(i)] = token;
   }
+  const auto& merge_list = m.at("merges");
+  size_t capacity = 16;
+  while (capacity < 2 * merge_list.size()) capacity *= 2;
+  merges_.assign(capacity, Merge{});
+  shift_ = 64 - __builtin_ctzll(capacity);
   int64_t rank = 0;
-  for (const auto& merge : m.at("merges")) {
+  for (const auto& merge : merge_list) {
     std::string left, right;
     if (merge.is_array()) {  // tokenizers >= 0.20: ["a", "b"]
       left = merge.at(0).get<std::string>(), right = merge.at(1).get<std::string>();
@@ -37,7 +44,7 @@ Bpe::Bpe(const nlohmann::json& m) {
     if (l == vocab_.end() || r == vocab_.end() || lr == vocab_.end()) {
       throw Error("tokenizer: BPE merge '" + left + " " + right + "' names a token outside the vocabulary");
     }
-    merges_.emplace((static_cast<uint64_t>(l->second) << 32) | static_cast<uint64_t>(r->second), Merge{rank++, lr->second});
+    add_merge((static_cast<uint64_t>(l->second) << 32) | static_cast<uint64_t>(r->second), rank++, lr->second);
   }
   if (m.contains("unk_token") && m.at("unk_token").is_string()) {
     auto it = vocab_.find(m.at("unk_token").get<std::string>());
@@ -46,6 +53,26 @@ Bpe::Bpe(const nlohmann::json& m) {
   byte_fallback_ = m.value("byte_fallback", false);
   fuse_unk_ = m.value("fuse_unk", false);
   ignore_merges_ = m.value("ignore_merges", false);
+}
+
+void Bpe::add_merge(uint64_t key, int64_t rank, int64_t id) {
+  const size_t mask = merges_.size() - 1;
+  for (size_t i = (key * 0x9E3779B97F4A7C15ULL) >> shift_;; i = (i + 1) & mask) {
+    if (merges_[i].key == key) return;  // a repeated merge keeps its first (lowest) rank
+    if (merges_[i].key == kEmpty) {
+      merges_[i] = {key, rank, id};
+      return;
+    }
+  }
+}
+
+const Bpe::Merge* Bpe::find_merge(int64_t left, int64_t right) const {
+  const uint64_t key = (static_cast<uint64_t>(left) << 32) | static_cast<uint64_t>(right);
+  const size_t mask = merges_.size() - 1;
+  for (size_t i = (key * 0x9E3779B97F4A7C15ULL) >> shift_;; i = (i + 1) & mask) {
+    if (merges_[i].key == key) return &merges_[i];
+    if (merges_[i].key == kEmpty) return nullptr;
+  }
 }
 
 std::optional<int64_t> Bpe::token_to_id(const std::string& token) const {
@@ -95,17 +122,56 @@ void Bpe::encode(const std::string& piece, std::vector<int64_t>& ids) const {
     if (!(fuse_unk_ && last_unk)) word.push_back(*unk_);
     last_unk = true;
   }
-  // Merge the adjacent pair of the lowest rank until none is left (HF's merge_word).
-  while (word.size() > 1) {
-    int64_t best = std::numeric_limits<int64_t>::max(), merged = -1;
-    size_t at = 0;
-    for (size_t i = 0; i + 1 < word.size(); ++i) {
-      auto it = merges_.find((static_cast<uint64_t>(word[i]) << 32) | static_cast<uint64_t>(word[i + 1]));
-      if (it != merges_.end() && it->second.rank < best) best = it->second.rank, merged = it->second.id, at = i;
+  // Merge the adjacent pair of the lowest rank (leftmost among equals) until none is left: HF's merge_word,
+  // with a heap of candidate pairs over a linked list of symbols (O(n log n); the naive rescan is O(n^2) on
+  // the long pieces of pipelines without a pre-tokenizer, such as Llama 2's).
+  if (word.size() > 1 && word.size() <= 16) {
+    // Short pieces (most byte-level words): rescan for the best pair each time, the reference algorithm.
+    while (word.size() > 1) {
+      int64_t best = std::numeric_limits<int64_t>::max(), merged = -1;
+      size_t at = 0;
+      for (size_t i = 0; i + 1 < word.size(); ++i) {
+        const Merge* mg = find_merge(word[i], word[i + 1]);
+        if (mg != nullptr && mg->rank < best) best = mg->rank, merged = mg->id, at = i;
+      }
+      if (merged < 0) break;
+      word[at] = merged;
+      word.erase(word.begin() + static_cast<std::ptrdiff_t>(at) + 1);
     }
-    if (merged < 0) break;
-    word[at] = merged;
-    word.erase(word.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  } else if (word.size() > 1) {
+    const size_t n = word.size();
+    std::vector<int64_t> prev(n), next(n);
+    for (size_t i = 0; i < n; ++i) prev[i] = static_cast<int64_t>(i) - 1, next[i] = i + 1 < n ? static_cast<int64_t>(i) + 1 : -1;
+    struct Candidate {
+      int64_t rank, pos, left, right, merged;
+      bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    };
+    std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+    auto push = [&](int64_t i) {
+      if (i < 0 || next[static_cast<size_t>(i)] < 0) return;
+      const int64_t j = next[static_cast<size_t>(i)];
+      const int64_t l = word[static_cast<size_t>(i)], r = word[static_cast<size_t>(j)];
+      if (const Merge* mg = find_merge(l, r)) heap.push({mg->rank, i, l, r, mg->id});
+    };
+    for (size_t i = 0; i + 1 < n; ++i) push(static_cast<int64_t>(i));
+    std::vector<bool> alive(n, true);
+    while (!heap.empty()) {
+      const Candidate cand = heap.top();
+      heap.pop();
+      const auto i = static_cast<size_t>(cand.pos);
+      // Stale: the symbol or its right neighbour changed since the pair was pushed.
+      if (!alive[i] || next[i] < 0 || word[i] != cand.left || word[static_cast<size_t>(next[i])] != cand.right) continue;
+      const auto j = static_cast<size_t>(next[i]);
+      word[i] = cand.merged;
+      alive[j] = false;
+      next[i] = next[j];
+      if (next[j] >= 0) prev[static_cast<size_t>(next[j])] = static_cast<int64_t>(i);
+      push(prev[i]);
+      push(static_cast<int64_t>(i));
+    }
+    std::vector<int64_t> merged;
+    for (int64_t i = 0; i >= 0; i = next[static_cast<size_t>(i)]) merged.push_back(word[static_cast<size_t>(i)]);
+    word.swap(merged);
   }
   ids.insert(ids.end(), word.begin(), word.end());
 }

@@ -24,10 +24,17 @@ class Bpe {
  private:
   std::unordered_map<std::string, int64_t> vocab_;
   std::vector<std::string> id_to_token_;
+  // (left id << 32 | right id) -> rank and merged id: an open-addressing table (the node-based
+  // unordered_map's cache misses were a fifth of the encode time).
   struct Merge {
-    int64_t rank, id;
+    uint64_t key = kEmpty;
+    int64_t rank = 0, id = 0;
   };
-  std::unordered_map<uint64_t, Merge> merges_;  // (left id << 32 | right id) -> rank and merged id
+  static constexpr uint64_t kEmpty = ~0ULL;
+  std::vector<Merge> merges_;
+  int shift_ = 64;
+  void add_merge(uint64_t key, int64_t rank, int64_t id);
+  const Merge* find_merge(int64_t left, int64_t right) const;
   std::optional<int64_t> unk_;
   bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false;
 };

@@ -38,7 +38,7 @@ struct Tokenizer::Impl {
       size_t best = added.size(), best_len = 0;
       for (size_t i = 0; i < added.size(); ++i) {
         const std::string& p = added_patterns[i];
-        if (added[i].normalized != normalized || p.empty() || p.size() <= best_len) continue;
+        if (p.empty() || p[0] != text[at] || added[i].normalized != normalized || p.size() <= best_len) continue;
         if (text.compare(at, p.size(), p) != 0) continue;
         if (added[i].single_word) {
           auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };

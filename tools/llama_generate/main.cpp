@@ -9,10 +9,12 @@
 // `error:` line on rank 0 and exits 2 on every rank, before any communication.
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dtensor/mesh/device_mesh.h"
+#include "tokenizer/streamer.h"
 #include "llama/generate.h"
 #include "options.h"
 #include "weights.h"
@@ -78,27 +80,33 @@ int main(int argc, char** argv) {
       return 2;
     }
     const bool bytes = options.byte_prompts;
+    const tokenizer::Tokenizer* tok = options.tokenizer.get();
+    // A sequence as text: decoded by the tokenizer, else bytes or ids.
+    auto text_of = [&](const std::vector<int64_t>& ids) { return tok ? tok->decode(ids, true) : show_all(ids, bytes); };
     if (rank == 0) {
       std::printf("llama_generate: tp=%lld batch=%zu | %s\n", static_cast<long long>(tp_mesh.size()),
                   options.prompts.size(), config.to_string().c_str());
-      if (options.stream) std::printf("%s", show_all(options.prompts[0], bytes).c_str());
+      if (options.stream) std::printf("%s", text_of(options.prompts[0]).c_str());
       std::fflush(stdout);
     }
     llama::TokenCallback stream;
+    std::unique_ptr<tokenizer::TextStreamer> streamer;
+    if (tok) streamer = std::make_unique<tokenizer::TextStreamer>(*tok);
     if (rank == 0 && options.stream) {
       stream = [&](int64_t, const std::vector<int64_t>& tokens) {
         if (tokens[0] < 0) return;
-        std::printf("%s", show(tokens[0], bytes).c_str());
+        // With a tokenizer: the text this token completes (a UTF-8 character split across tokens waits).
+        std::printf("%s", streamer ? streamer->put(tokens[0]).c_str() : show(tokens[0], bytes).c_str());
         std::fflush(stdout);
       };
     }
     const auto result = llama::generate(model, options.prompts, options.generate, stream);
     if (rank == 0) {
-      if (options.stream) std::printf("\n");
+      if (options.stream) std::printf("%s\n", streamer ? streamer->end().c_str() : "");
       int64_t new_tokens = 0;
       for (size_t i = 0; i < result.new_tokens.size(); ++i) {
         new_tokens += static_cast<int64_t>(result.new_tokens[i].size());
-        std::printf("[%zu] %s|%s\n", i, show_all(options.prompts[i], bytes).c_str(), show_all(result.new_tokens[i], bytes).c_str());
+        std::printf("[%zu] %s|%s\n", i, text_of(options.prompts[i]).c_str(), text_of(result.new_tokens[i]).c_str());
       }
       const double ms_per_token = result.steps > 1 ? result.decode_ms / static_cast<double>(result.steps - 1) : 0.0;
       const double tokens_per_s = result.decode_ms > 0

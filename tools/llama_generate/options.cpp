@@ -6,6 +6,8 @@
 #include <map>
 #include <sstream>
 
+#include "tokenizer/error.h"
+
 namespace llama_generate {
 namespace {
 
@@ -45,7 +47,9 @@ std::string help_text() {
     << "  --hf-dir DIR              HF Llama weights (config.json + model.safetensors)\n"
     << "  --random-init             random weights from --seed, sizes from the model flags below\n"
     << "prompts (one or more; several make a batch, left-padded):\n"
-    << "  --prompt TEXT             bytes as tokens (our byte-level models)\n"
+    << "  --prompt TEXT             text: encoded with the tokenizer (--tokenizer, or --hf-dir's tokenizer.json),\n"
+    << "                            else bytes as tokens (our byte-level models)\n"
+    << "  --tokenizer DIR           a Hugging Face tokenizer (tokenizer.json and its configs) for --prompt and output\n"
     << "  --prompt-ids 1,2,3        token ids\n"
     << "generation:\n"
     << "  --max-new-tokens N        per sequence (default " << d.generate.max_new_tokens << ")\n"
@@ -79,7 +83,15 @@ GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& hel
          if (!std::filesystem::is_directory(v)) throw UsageError("--hf-dir: no such directory '" + v + "'");
          o.hf_dir = v;
        }},
-      {"prompt", [&](const std::string& v) { o.prompts.push_back(bytes_of(v)); has_text = true; }},
+      {"prompt", [&](const std::string& v) {
+         o.prompts.push_back(bytes_of(v));
+         o.prompt_texts.push_back(v);
+         has_text = true;
+       }},
+      {"tokenizer", [&](const std::string& v) {
+         if (!std::filesystem::is_directory(v)) throw UsageError("--tokenizer: no such directory '" + v + "'");
+         o.tokenizer_dir = v;
+       }},
       {"prompt-ids", [&](const std::string& v) { o.prompts.push_back(parse_ids(v)); has_ids = true; }},
       {"max-new-tokens", [&](const std::string& v) { o.generate.max_new_tokens = positive("max-new-tokens", v); }},
       {"eos-id", [&](const std::string& v) {
@@ -119,7 +131,20 @@ GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& hel
   if (sources != 1) throw UsageError("give exactly one of --checkpoint, --hf-dir, --random-init (got " + std::to_string(sources) + ")");
   if (o.prompts.empty()) throw UsageError("no prompt: give --prompt TEXT or --prompt-ids 1,2,3");
   if (has_text && has_ids) throw UsageError("--prompt and --prompt-ids cannot be mixed");
-  o.byte_prompts = has_text;
+  if (o.tokenizer_dir.empty() && !o.hf_dir.empty() && std::filesystem::exists(std::filesystem::path(o.hf_dir) / "tokenizer.json")) {
+    o.tokenizer_dir = o.hf_dir;
+  }
+  if (!o.tokenizer_dir.empty()) {
+    try {
+      o.tokenizer = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_pretrained(o.tokenizer_dir));
+    } catch (const tokenizer::Error& e) {
+      throw UsageError(e.what());
+    }
+    for (size_t i = 0; i < o.prompt_texts.size(); ++i) o.prompts[i] = o.tokenizer->encode(o.prompt_texts[i]);
+    if (!o.generate.eos_token_id) o.generate.eos_token_id = o.tokenizer->eos_token_id();
+    if (const auto pad = o.tokenizer->pad_token_id()) o.generate.pad_token_id = *pad;
+  }
+  o.byte_prompts = has_text && !o.tokenizer;
   if (o.batch > 0) {
     if (o.prompts.size() != 1) throw UsageError("--batch repeats a single prompt; got " + std::to_string(o.prompts.size()) + " prompts");
     o.prompts.assign(static_cast<size_t>(o.batch), o.prompts[0]);

@@ -4,12 +4,14 @@
 #include "../common/cli.h"
 
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "llama/config.h"
 #include "llama/generate.h"
+#include "tokenizer/tokenizer.h"
 
 namespace llama_generate {
 
@@ -21,7 +23,13 @@ struct GenerateCliOptions {
   llama::LlamaConfig model;  // --random-init's sizes (a checkpoint carries its own)
   // Prompts: byte-level text (our byte-token models) or token ids; several --prompt / --prompt-ids make a batch.
   std::vector<std::vector<int64_t>> prompts;
-  bool byte_prompts = false;  // the prompts came from --prompt: stream and print the output as text
+  bool byte_prompts = false;  // the prompts came from --prompt without a tokenizer: bytes, printed as text
+  // --tokenizer DIR, or --hf-dir's when it holds a tokenizer.json: --prompt is encoded with it (its special
+  // tokens included, as transformers does), the output is decoded and streamed as text, and its eos stops a
+  // sequence unless --eos-id says otherwise.
+  std::string tokenizer_dir;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+  std::vector<std::string> prompt_texts;  // --prompt's, as given
   int64_t batch = 0;          // 0: one sequence per prompt; else a single prompt repeated `batch` times
   llama::GenerateOptions generate;  // max_new_tokens, eos, sampling (seed: --seed)
   uint64_t seed = 0;          // sampling, and --random-init's weights

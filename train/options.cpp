@@ -31,6 +31,8 @@ std::string help_text() {
     << "                            runs while this one computes)\n"
     << "  --hf-dir DIR              fine-tune a Hugging Face checkpoint (llama, mistral, qwen2, qwen3): its\n"
     << "                            config.json is the model (no size flags then), its weights the start\n"
+    << "  --tokenizer DIR           tokenize text --data with this HF tokenizer (default: --hf-dir's tokenizer.json,\n"
+    << "                            else bytes are tokens); tokenized once into a cache, with a progress bar\n"
     << "  --dim N                   hidden size (default " << d.model.hidden_size << ")\n"
     << "  --layers N                decoder layers (default " << d.model.num_hidden_layers << ")\n"
     << "  --heads N                 query heads (default " << d.model.num_attention_heads << ")\n"
@@ -76,6 +78,12 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
   };
   const tools_cli::ValuedOptions valued = {
       {"hf-dir", [&](const std::string& v) { o.hf_dir = v; }},
+      {"tokenizer", [&](const std::string& v) {
+         if (!std::filesystem::exists(std::filesystem::path(v) / "tokenizer.json")) {
+           throw UsageError("--tokenizer: no tokenizer.json in '" + v + "'");
+         }
+         o.tokenizer_dir = v;
+       }},
       {"tp", [&](const std::string& v) { o.tp = positive("tp", v); }},
       {"dp", [&](const std::string& v) { o.dp = positive("dp", v); }},
       {"dim", size("dim", o.model.hidden_size)},
@@ -147,6 +155,9 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
     throw UsageError(std::string(o.resume ? "--resume" : "--checkpoint-every") + " needs --checkpoint-dir");
   }
+  if (o.tokenizer_dir.empty() && !o.hf_dir.empty() && std::filesystem::exists(std::filesystem::path(o.hf_dir) / "tokenizer.json")) {
+    o.tokenizer_dir = o.hf_dir;
+  }
   if (!o.hf_dir.empty() && !size_flag.empty()) {
     throw UsageError("--" + size_flag + " with --hf-dir: the checkpoint's config.json gives the model's sizes");
   }
@@ -161,7 +172,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
 
 void fit_to_corpus(TrainOptions& o, const Corpus& corpus) {
   const int64_t max_token = corpus.max_token();
-  if (!o.data.empty() && o.data.ends_with(".bin") && o.hf_dir.empty()) {
+  if (!o.data.empty() && o.data.ends_with(".bin") && o.hf_dir.empty() && o.tokenizer_dir.empty()) {
     o.model.vocab_size = (max_token + 1 + 127) / 128 * 128;  // a multiple of 128: divisible by the TP degree
   } else if (max_token >= o.model.vocab_size) {
     throw UsageError("token id " + std::to_string(max_token) + " >= vocab " + std::to_string(o.model.vocab_size));

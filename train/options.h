@@ -24,6 +24,9 @@ struct TrainOptions {
   bool fsdp_prefetch = true;          // fsdp: the next block's all-gather runs while this one computes
   llama::LlamaConfig model;
   std::string hf_dir;  // fine-tune this HF checkpoint: `model` is its config.json, make_model loads its weights
+  // Text --data through this tokenizer (train/tokenized_corpus.h): --tokenizer DIR, or hf_dir when it holds a
+  // tokenizer.json. "": bytes are tokens.
+  std::string tokenizer_dir;
   int64_t seq_len = 64;
   int64_t batch = 4;
   int64_t steps = 300;

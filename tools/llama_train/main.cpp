@@ -21,6 +21,7 @@
 #include "llama/parallelize.h"
 #include "train/checkpointing.h"
 #include "train/loop.h"
+#include "train/tokenized_corpus.h"
 #include "train/options.h"
 
 namespace {
@@ -66,7 +67,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     train::check_options(options, world_size);
-    corpus = train::load_corpus(options.data);
+    const bool text_data = options.data.empty() || !options.data.ends_with(".bin");
+    corpus = !options.tokenizer_dir.empty() && text_data
+                 ? train::load_tokenized_corpus(options.data, options.tokenizer_dir, /*progress=*/rank == 0)
+                 : train::load_corpus(options.data);
     train::fit_to_corpus(options, corpus);
     // The plan's size checks (heads, kv heads, ffn, vocab vs the TP degree) before any communication.
     const int64_t tp = train::tp_degree(options, world_size);

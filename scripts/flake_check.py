@@ -11,8 +11,9 @@ What runs in each round:
   - llama_tests: the command-line, checkpoint, generation, data-parallel and async TP suites;
   - fault_soak: 4 random fault trials (a rank SIGKILLed or SIGSTOPped at a random phase), this round's seed;
 - once, under one backend, alternating from round to round (shm in odd rounds, gloo in even ones): the
-  transformers oracle (LlamaHF.*) and the PyTorch-beside-us oracles that ctest runs (toy TP, Llama TP+SP,
-  FSDP2 x TP, generation vs transformers). Their PyTorch side (torchrun, Gloo) does not read DTENSOR_BACKEND, so
+  transformers oracles (LlamaHF, the HF families, the tokenized corpus) and the oracles that ctest runs beside
+  PyTorch / transformers (toy TP, Llama TP+SP, FSDP2 x TP, generation and text generation vs transformers, the
+  tokenizers). Their PyTorch side (torchrun, Gloo) does not read DTENSOR_BACKEND, so
   each PyTorch launch runs N times; our side runs N/2 times on each backend. (Every round on both backends would
   make a 20-round sweep take 2 h 20 min on 2 cores; this keeps it near 1 h 40 min.)
 Every command is bounded by --timeout. H busy loops (default 1) run for the whole sweep. A failed run's output is
@@ -37,9 +38,11 @@ DTENSOR_SUITES = ["Failures", "Rendezvous", "SizeMismatch", "ShmBackend", "ShmAs
                   "CheckpointErrors", "CheckpointInterop", "AsyncTP", "Oracle", "Parallelize"]
 LLAMA_SUITES = ["LlamaTrainCli", "LlamaCheckpoint", "LlamaGenerate", "LlamaGenerateCli", "LlamaAsyncTP",
                 "LlamaDataParallelMesh", "LlamaDataParallelCheckpoint"]
-LLAMA_ORACLE_SUITES = ["LlamaHF"]  # transformers in a Python process beside each test
+# transformers in a Python process beside each test (or once per process: the HF families and tokenizers)
+LLAMA_ORACLE_SUITES = ["LlamaHF", "Cases/HfFamily", "HfFamilies", "TokenizedCorpus"]
 # ctest entries, run through ctest so their commands have one home (tests/CMakeLists.txt).
-ORACLES = ["toy_tp_vs_pytorch", "llama_vs_pytorch", "llama_fsdp_tp_vs_pytorch", "llama_generate_vs_hf"]
+ORACLES = ["toy_tp_vs_pytorch", "llama_vs_pytorch", "llama_fsdp_tp_vs_pytorch", "llama_generate_vs_hf",
+           "text_generate_vs_hf", "tokenizer_tests"]
 GENERATORS = ["oracle_generate", "oracle_styles_generate"]  # backend-independent: PyTorch alone
 CTEST = shutil.which("ctest", path=os.path.dirname(PY) + os.pathsep + os.environ.get("PATH", "")) or "ctest"
 

@@ -22,8 +22,7 @@ bool byte_token(const std::string& t, unsigned char& byte) {
 
 bool valid_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    const size_t n = utf8_length(static_cast<unsigned char>(s[i]));
     if (n == 0 || i + n > s.size()) return false;
     for (size_t k = 1; k < n; ++k) {
       if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
@@ -38,8 +37,7 @@ bool valid_utf8(const std::string& s) {
 std::string lossy_utf8(const std::string& bytes) {
   std::string out;
   for (size_t i = 0; i < bytes.size();) {
-    const auto c = static_cast<unsigned char>(bytes[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    size_t n = utf8_length(static_cast<unsigned char>(bytes[i]));
     bool ok = n > 0 && i + n <= bytes.size();
     for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(bytes[i + k]) & 0xC0) == 0x80;
     if (ok) {
@@ -147,16 +145,7 @@ Decoder make_decoder(const nlohmann::json& j) {
     const std::string content = j.at("content").get<std::string>();
     return [re, content](const std::vector<std::string>& tokens) {
       std::vector<std::string> out;
-      for (const auto& t : tokens) {
-        std::string s;
-        size_t at = 0;
-        for (const auto& [b, e] : re->find_all(t)) {
-          s.append(t, at, b - at);
-          s += content;
-          at = e;
-        }
-        out.push_back(s + t.substr(at));
-      }
+      for (const auto& t : tokens) out.push_back(re->replace_all(t, content));
       return out;
     };
   }

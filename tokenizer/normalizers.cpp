@@ -28,17 +28,7 @@ Normalizer unicode_form(utf8proc_option_t options, const std::string& name) {
 Normalizer replace(const nlohmann::json& j) {
   auto re = std::make_shared<Regex>(pattern_of(j.at("pattern")));
   const std::string content = j.at("content").get<std::string>();
-  return [re, content](const std::string& s) {
-    std::string out;
-    size_t at = 0;
-    for (const auto& [b, e] : re->find_all(s)) {
-      out.append(s, at, b - at);
-      out += content;
-      at = e;
-    }
-    out.append(s, at, std::string::npos);
-    return out;
-  };
+  return [re, content](const std::string& s) { return re->replace_all(s, content); };
 }
 
 }  // namespace

@@ -10,12 +10,13 @@
 
 namespace tokenizer {
 
+size_t utf8_length(unsigned char c) { return c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0; }
+
 std::vector<std::string> utf8_chars(const std::string& s) {
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
-    if (i + n > s.size()) n = 1;
+    size_t n = utf8_length(static_cast<unsigned char>(s[i]));
+    if (n == 0 || i + n > s.size()) n = 1;
     out.push_back(s.substr(i, n));
     i += n;
   }
@@ -84,6 +85,18 @@ Regex::Regex(const std::string& pattern) : pattern_(pattern) {
                 reinterpret_cast<const char*>(msg));
   }
   pcre2_jit_compile(static_cast<pcre2_code*>(code_), PCRE2_JIT_COMPLETE);  // a speed-up when available
+}
+
+std::string Regex::replace_all(const std::string& text, const std::string& content) const {
+  std::string out;
+  size_t at = 0;
+  for (const auto& [b, e] : find_all(text)) {
+    out.append(text, at, b - at);
+    out += content;
+    at = e;
+  }
+  out.append(text, at, std::string::npos);
+  return out;
 }
 
 Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }

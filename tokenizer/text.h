@@ -10,6 +10,8 @@
 
 namespace tokenizer {
 
+// The byte length of the UTF-8 sequence a lead byte starts (1 to 4), or 0 for a continuation or invalid byte.
+size_t utf8_length(unsigned char lead);
 // The code points of `s` as UTF-8 substrings (invalid bytes are single-byte pieces).
 std::vector<std::string> utf8_chars(const std::string& s);
 
@@ -27,6 +29,8 @@ class Regex {
   Regex& operator=(const Regex&) = delete;
   // [begin, end) byte offsets of every non-overlapping match, left to right.
   std::vector<std::pair<size_t, size_t>> find_all(const std::string& text) const;
+  // `text` with every match replaced by `content` (the Replace normalizer and decoder).
+  std::string replace_all(const std::string& text, const std::string& content) const;
   const std::string& pattern() const { return pattern_; }
 
  private:

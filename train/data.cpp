@@ -29,21 +29,32 @@ at::Tensor bytes_to_tokens(const std::string& bytes) {
 
 int64_t Corpus::max_token() const { return tokens.max().item<int64_t>(); }
 
+std::vector<std::string> corpus_files(const std::string& path) {
+  if (!path.empty()) return {path};
+  const std::filesystem::path dir = "/usr/share/common-licenses";
+  std::vector<std::string> files;
+  if (std::filesystem::is_directory(dir)) {
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (e.is_regular_file() && !e.is_symlink()) files.push_back(e.path().string());  // GPL -> GPL-3: once
+    }
+  }
+  DTENSOR_CHECK(!files.empty(), "dtensor: llama_train: the default corpus ", dir.string(),
+                " is missing; pass --data FILE");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+std::string corpus_text(const std::string& path) {
+  if (!path.empty()) return read_file(path);
+  std::string text;
+  for (const auto& f : corpus_files(path)) text += read_file(f) + "\n";
+  return text;
+}
+
 Corpus load_corpus(const std::string& path) {
   if (path.empty()) {
-    const std::filesystem::path dir = "/usr/share/common-licenses";
-    std::vector<std::filesystem::path> files;
-    if (std::filesystem::is_directory(dir)) {
-      for (const auto& e : std::filesystem::directory_iterator(dir)) {
-        if (e.is_regular_file() && !e.is_symlink()) files.push_back(e.path());  // GPL -> GPL-3: once
-      }
-    }
-    DTENSOR_CHECK(!files.empty(), "dtensor: llama_train: the default corpus ", dir.string(),
-                  " is missing; pass --data FILE");
-    std::sort(files.begin(), files.end());
-    std::string text;
-    for (const auto& f : files) text += read_file(f) + "\n";
-    return {bytes_to_tokens(text), dir.string() + " (" + std::to_string(files.size()) + " files)"};
+    return {bytes_to_tokens(corpus_text(path)),
+            "/usr/share/common-licenses (" + std::to_string(corpus_files(path).size()) + " files)"};
   }
   std::string bytes = read_file(path);
   if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace train {
 
@@ -18,6 +19,12 @@ struct Corpus {
 
 // path "" : the default corpus. A ".bin" suffix: uint16 little-endian ids. Anything else: bytes.
 Corpus load_corpus(const std::string& path);
+
+// The text files a text --data path stands for: the file itself, or ("") the default corpus's files, sorted.
+// Throws dtensor::Error when the default corpus is missing.
+std::vector<std::string> corpus_files(const std::string& path);
+// Their text as load_corpus reads it: the file as it is, or the default corpus's files each followed by "\n".
+std::string corpus_text(const std::string& path);
 
 struct Batch {
   at::Tensor inputs;  // int64 [batch, seq_len]

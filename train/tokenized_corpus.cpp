@@ -33,17 +33,6 @@ uint64_t fnv1a(const std::string& bytes, uint64_t h = 1469598103934665603ULL) {
   return h;
 }
 
-// The files a --data path stands for ("" : the default corpus, as load_corpus reads it).
-std::vector<fs::path> files_of(const std::string& path) {
-  if (!path.empty()) return {fs::path(path)};
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator("/usr/share/common-licenses")) {
-    if (e.is_regular_file() && !e.is_symlink()) files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 fs::path cache_dir() {
   if (const char* d = std::getenv("DTENSOR_CACHE_DIR"); d && *d) return d;
   const char* home = std::getenv("HOME");
@@ -54,7 +43,7 @@ fs::path cache_dir() {
 
 std::string tokenized_cache_path(const std::string& path, const std::string& tokenizer_dir) {
   uint64_t h = fnv1a(read_file(fs::path(tokenizer_dir) / "tokenizer.json"));
-  for (const auto& f : files_of(path)) {
+  for (const auto& f : corpus_files(path)) {
     h = fnv1a(fs::absolute(f).string(), h);
     h = fnv1a(std::to_string(fs::file_size(f)) + ":" +
                   std::to_string(fs::last_write_time(f).time_since_epoch().count()), h);
@@ -81,8 +70,7 @@ Corpus load_tokenized_corpus(const std::string& path, const std::string& tokeniz
     }
   }
   const auto tok = tokenizer::Tokenizer::from_pretrained(tokenizer_dir);
-  std::string text;
-  for (const auto& f : files_of(path)) text += read_file(f) + (path.empty() ? "\n" : "");
+  const std::string text = corpus_text(path);
   std::vector<int64_t> ids;
   const auto start = std::chrono::steady_clock::now();
   for (size_t at = 0; at < text.size();) {

@@ -119,10 +119,15 @@ std::vector<std::string> HfConfigReader::unread() const {
   return out;
 }
 
-const Family& family(const std::string& model_type) {
+const Family* find_family(const std::string& model_type) {
   for (const Family& f : all_families()) {
-    if (f.model_type == model_type) return f;
+    if (f.model_type == model_type) return &f;
   }
+  return nullptr;
+}
+
+const Family& family(const std::string& model_type) {
+  if (const Family* f = find_family(model_type)) return *f;
   throw DTENSOR_ERROR("dtensor: model_type '", model_type, "' is not supported (supported: ", supported(), ")");
 }
 
@@ -145,10 +150,7 @@ LlamaConfig config_from_hf_json_text(const std::string& text, const std::string&
     }
     if (model_type.empty()) r.fail("no model_type, and no supported architecture names the family");
   }
-  const Family* fam = nullptr;
-  for (const Family& f : all_families()) {
-    if (f.model_type == model_type) fam = &f;
-  }
+  const Family* fam = find_family(model_type);
   if (fam == nullptr) r.fail("model_type '" + model_type + "' is not supported (supported: " + supported() + ")");
   for (const auto& a : architectures) {
     if (a != fam->architecture) {

@@ -52,7 +52,8 @@ struct Family {
   void (*write)(const LlamaConfig&, nlohmann::ordered_json&);  // the same fields, as transformers saves them
 };
 const std::vector<Family>& all_families();  // llama/families/*.cpp
-const Family& family(const std::string& model_type);  // dtensor::Error naming the supported ones
+const Family* find_family(const std::string& model_type);  // null when no family has it
+const Family& family(const std::string& model_type);       // dtensor::Error naming the supported ones
 
 // Reads config.json: architectures / model_type name a supported family, every field is known (see above)
 // and the values are ones we implement (hidden_act silu, no dropout, ...). Throws dtensor::Error.

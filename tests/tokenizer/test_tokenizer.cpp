@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "harness/multi_rank.h"  // error_of
 #include "harness/subprocess.h"
 #include "tokenizer/error.h"
 #include "tokenizer/tokenizer.h"
@@ -89,16 +90,8 @@ TEST_P(HfTokenizer, SpecialIdsAreTransformers) {
 INSTANTIATE_TEST_SUITE_P(Kinds, HfTokenizer, ::testing::ValuesIn(kKinds),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const tokenizer::Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(TokenizerErrors, WhatWeCannotReadIsNamed) {
+  using dtensor::testing::error_of;
   const std::string dir = root() + "/errors";
   fs::create_directories(dir);
   EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_pretrained(dir); }).find("no tokenizer.json"), std::string::npos);

@@ -11,9 +11,9 @@ TORCH_VERSION=2.14.1
 log() { echo "[setup] $*"; }
 
 # --- Debian packages: compiler, gtest, gloo's headers (ProcessGroupGloo.hpp includes them), ccache, and the
-#     tokenizer's PCRE2 (Unicode regexes) and utf8proc (normalization).
+#     tokenizer's PCRE2 (Unicode regexes), utf8proc (normalization) and libsentencepiece (tokenizer.model).
 need=()
-for pkg in g++ libgtest-dev libgloo-dev ccache nlohmann-json3-dev libpcre2-dev libutf8proc-dev; do
+for pkg in g++ libgtest-dev libgloo-dev ccache nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -35,10 +35,12 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.sta
     2> >(grep -v '^WARNING: Location' >&2)
 fi
 # The checkpoint tests' other side: safetensors (PyTorch's DCP Hugging Face storage) and transformers (HF Llama,
-# the greedy-generation oracle, tools/bench/generate_bench.py).
-if ! .venv/bin/python -c "import safetensors, transformers" 2>/dev/null; then
-  log "installing safetensors and transformers into .venv (once)"
-  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check safetensors transformers 2> >(grep -v '^WARNING: Location' >&2)
+# the greedy-generation oracle, tools/bench/generate_bench.py); sentencepiece and protobuf for the tokenizer
+# oracle's tokenizer.model (trained by sentencepiece, converted by transformers).
+if ! .venv/bin/python -c "import safetensors, transformers, sentencepiece, google.protobuf" 2>/dev/null; then
+  log "installing safetensors, transformers, sentencepiece and protobuf into .venv (once)"
+  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check safetensors transformers sentencepiece protobuf \
+    2> >(grep -v '^WARNING: Location' >&2)
 fi
 command -v cmake >/dev/null 2>&1 || export PATH="$ROOT/.venv/bin:$PATH"
 

@@ -1,15 +1,13 @@
 // A Hugging Face tokenizer in C++: what transformers' AutoTokenizer.from_pretrained(dir) gives, read from the
-// checkpoint's tokenizer.json (with tokenizer_config.json, special_tokens_map.json and generation_config.json
-// for bos, eos and pad):
+// checkpoint's tokenizer.json (or, failing that, its SentencePiece tokenizer.model), with tokenizer_config.json,
+// special_tokens_map.json and generation_config.json for bos, eos and pad, and the checkpoint's chat template:
 //
 //   auto tok = tokenizer::Tokenizer::from_pretrained(dir);
 //   std::vector<int64_t> ids = tok.encode("Hello world");   // with the post-processor's bos, as HF
 //   std::string text = tok.decode(ids, /*skip_special_tokens=*/true);
+//   std::string prompt = tok.apply_chat_template(messages, {.add_generation_prompt = true});
 //
-// The pipeline is tokenizer.json's: added tokens split out first (special and non-normalized ones on the raw
-// text, normalized ones after the normalizer), then normalizer, pre-tokenizer (pipeline.h), BPE (bpe.h) and
-// the post-processor (TemplateProcessing, ByteLevel, Sequence). Decoding runs the decoder and, when
-// tokenizer_config.json asks, transformers' clean_up_tokenization. Anything else is a tokenizer::Error naming it.
+// backend.h says what runs underneath. Anything we cannot read is a tokenizer::Error naming it.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "tokenizer/chat_template.h"
+
 namespace tokenizer {
+
+class Backend;  // backend.h
 
 struct AddedToken {
   int64_t id = 0;
@@ -28,7 +30,7 @@ struct AddedToken {
 
 class Tokenizer {
  public:
-  // dir holds tokenizer.json (tokenizer.model alone is not read yet); throws Error naming what is missing.
+  // dir holds tokenizer.json or tokenizer.model; throws Error naming what is missing.
   static Tokenizer from_pretrained(const std::string& dir);
   // tokenizer.json's text (no side files: no bos / eos / pad unless the post-processor names them).
   static Tokenizer from_json(const std::string& tokenizer_json, const std::string& origin = "tokenizer.json");
@@ -47,12 +49,22 @@ class Tokenizer {
   std::optional<int64_t> eos_token_id() const;
   std::optional<int64_t> pad_token_id() const;
   const std::vector<AddedToken>& added_tokens() const;
+  // transformers' special_tokens_map: {"bos_token": "<s>", ...}, the named ones that are set.
+  const nlohmann::ordered_json& special_tokens_map() const { return special_tokens_; }
 
-  struct Impl;  // tokenizer.cpp
+  // The checkpoint's chat template rendered for `messages` (transformers' apply_chat_template with
+  // tokenize=False); encode the result with add_special_tokens=false, as transformers does. Throws Error when
+  // the checkpoint has no template or uses a construct outside our Jinja subset.
+  std::string apply_chat_template(const nlohmann::ordered_json& messages, const ChatOptions& options = {}) const;
+  bool has_chat_template() const { return chat_template_ != nullptr || !chat_template_error_.empty(); }
 
  private:
-  explicit Tokenizer(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Tokenizer(std::unique_ptr<Backend> backend);
+  std::unique_ptr<Backend> backend_;
+  std::optional<int64_t> bos_, eos_, pad_;
+  nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();
+  std::unique_ptr<ChatTemplate> chat_template_;
+  std::string chat_template_error_;  // why the checkpoint's template could not be parsed
 };
 
 }  // namespace tokenizer

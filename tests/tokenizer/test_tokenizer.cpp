@@ -1,7 +1,8 @@
 // The tokenizer against Hugging Face's: tests/oracle/hf_tokenizer_oracle.py trains BPE tokenizers with the
 // `tokenizers` package on the Debian license texts plus a multilingual, emoji and whitespace-heavy sample, in
-// the pipelines of GPT-2, Llama 3, Qwen2 and Llama 2 / Mistral (byte fallback), saves them as transformers does
-// and records AutoTokenizer's ids and decodes for every test line. Checked for every line: the ids (with the
+// the pipelines of GPT-2, Llama 3, Qwen2, Llama 2 / Mistral (byte fallback) and Gemma, saves them as
+// transformers does and records AutoTokenizer's ids and decodes for every test line. The `spm` kind is a
+// SentencePiece-only checkpoint (tokenizer.model), its ids and decodes from the sentencepiece library itself. Checked for every line: the ids (with the
 // post-processor's special tokens), the decode with and without special tokens, and decode(encode(x)) == x
 // wherever HF's own round trip holds; plus the special ids, and the errors for what we cannot read.
 #include <gtest/gtest.h>
@@ -14,13 +15,15 @@
 #include "harness/multi_rank.h"  // error_of
 #include "harness/subprocess.h"
 #include "tokenizer/error.h"
+#include "tokenizer/streamer.h"
+#include "tokenizer/text.h"
 #include "tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::vector<std::string> kKinds = {"gpt2", "llama3", "qwen2", "llama2"};
+const std::vector<std::string> kKinds = {"gpt2", "llama3", "qwen2", "llama2", "gemma", "spm"};
 
 const std::string& root() {
   static const std::string dir = [] {
@@ -87,6 +90,37 @@ TEST_P(HfTokenizer, SpecialIdsAreTransformers) {
   EXPECT_EQ(tok.vocab_size(), meta.at("vocab_size").get<int64_t>()) << GetParam();
 }
 
+// The incremental stream against its naive reference: decode(prompt) followed by every put() and end() is
+// decode(prompt + new ids), and no piece ends inside a UTF-8 character.
+TEST_P(HfTokenizer, StreamedTextIsTheWholeDecode) {
+  const auto tok = tokenizer::Tokenizer::from_pretrained(root() + "/" + GetParam());
+  const auto rows = expected(GetParam());
+  int64_t streams = 0;
+  for (const auto& row : rows) {
+    const auto ids = row.at("ids").get<std::vector<int64_t>>();
+    if (ids.size() < 4) continue;
+    for (size_t split : {size_t{0}, size_t{1}, ids.size() / 2}) {
+      const std::vector<int64_t> prompt(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(split));
+      const std::string prompt_text = tok.decode(prompt, true);
+      if (prompt_text.size() >= 3 && prompt_text.compare(prompt_text.size() - 3, 3, "\xEF\xBF\xBD") == 0) continue;  // a prompt is whole text
+      tokenizer::TextStreamer streamer(tok);
+      streamer.prime(prompt);
+      std::string streamed = prompt_text;
+      for (size_t i = split; i < ids.size(); ++i) {
+        const std::string piece = streamer.put(ids[i]);
+        for (const auto& ch : tokenizer::utf8_chars(piece)) {
+          EXPECT_EQ(ch.size(), tokenizer::utf8_length(static_cast<unsigned char>(ch[0]))) << "split character in " << row.at("text");
+        }
+        streamed += piece;
+      }
+      streamed += streamer.end();
+      EXPECT_EQ(streamed, tok.decode(ids, true)) << GetParam() << ": " << row.at("text") << " split " << split;
+      ++streams;
+    }
+  }
+  EXPECT_GT(streams, 500);
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, HfTokenizer, ::testing::ValuesIn(kKinds),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
@@ -94,9 +128,11 @@ TEST(TokenizerErrors, WhatWeCannotReadIsNamed) {
   using dtensor::testing::error_of;
   const std::string dir = root() + "/errors";
   fs::create_directories(dir);
-  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_pretrained(dir); }).find("no tokenizer.json"), std::string::npos);
+  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_pretrained(dir); }).find("no tokenizer.json or tokenizer.model"),
+            std::string::npos);
   std::ofstream(dir + "/tokenizer.model") << "x";
-  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_pretrained(dir); }).find("tokenizer.model"), std::string::npos);
+  EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_pretrained(dir); }).find("cannot read SentencePiece model"),
+            std::string::npos);
   const std::string bpe = R"("model": {"type": "BPE", "vocab": {"a": 0}, "merges": []})";
   EXPECT_NE(error_of([&] { tokenizer::Tokenizer::from_json(R"({"model": {"type": "WordPiece", "vocab": {}}})"); })
                 .find("model type 'WordPiece'"),

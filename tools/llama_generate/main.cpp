@@ -91,7 +91,10 @@ int main(int argc, char** argv) {
     }
     llama::TokenCallback stream;
     std::unique_ptr<tokenizer::TextStreamer> streamer;
-    if (tok) streamer = std::make_unique<tokenizer::TextStreamer>(*tok);
+    if (tok) {
+      streamer = std::make_unique<tokenizer::TextStreamer>(*tok);
+      streamer->prime(options.prompts[0]);  // the continuation's first word keeps its leading space
+    }
     if (rank == 0 && options.stream) {
       stream = [&](int64_t, const std::vector<int64_t>& tokens) {
         if (tokens[0] < 0) return;

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -49,7 +50,11 @@ std::string help_text() {
     << "prompts (one or more; several make a batch, left-padded):\n"
     << "  --prompt TEXT             text: encoded with the tokenizer (--tokenizer, or --hf-dir's tokenizer.json),\n"
     << "                            else bytes as tokens (our byte-level models)\n"
-    << "  --tokenizer DIR           a Hugging Face tokenizer (tokenizer.json and its configs) for --prompt and output\n"
+    << "  --chat TEXT               a user message, rendered with the tokenizer's chat template (and a generation prompt)\n"
+    << "  --system TEXT             a system message before each --chat\n"
+    << "  --messages FILE           a conversation: a JSON list of {\"role\", \"content\"}, rendered as --chat\n"
+    << "  --tokenizer DIR           a Hugging Face tokenizer (tokenizer.json or tokenizer.model, and its configs)\n"
+    << "                            for --prompt, --chat and the output\n"
     << "  --prompt-ids 1,2,3        token ids\n"
     << "generation:\n"
     << "  --max-new-tokens N        per sequence (default " << d.generate.max_new_tokens << ")\n"
@@ -87,6 +92,23 @@ GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& hel
          o.prompts.push_back(bytes_of(v));
          o.prompt_texts.push_back(v);
          has_text = true;
+       }},
+      {"chat", [&](const std::string& v) {
+         if (v.empty()) throw UsageError("--chat is empty");
+         auto chat = nlohmann::ordered_json::array();
+         chat.push_back(nlohmann::ordered_json::object({{"role", "user"}, {"content", v}}));
+         o.chats.push_back(std::move(chat));
+       }},
+      {"system", [&](const std::string& v) { o.system_prompt = v; }},
+      {"messages", [&](const std::string& v) {
+         std::ifstream in(v);
+         if (!in) throw UsageError("--messages: cannot read '" + v + "'");
+         const auto j = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
+         if (!j.is_array() || j.empty()) throw UsageError("--messages: '" + v + "' is not a non-empty JSON list of messages");
+         for (const auto& m : j) {
+           if (!m.is_object() || !m.contains("role")) throw UsageError("--messages: '" + v + "': each message needs a \"role\"");
+         }
+         o.chats.push_back(j);
        }},
       {"tokenizer", [&](const std::string& v) {
          if (!std::filesystem::is_directory(v)) throw UsageError("--tokenizer: no such directory '" + v + "'");
@@ -129,11 +151,15 @@ GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& hel
   if (help) return o;
   const int sources = !o.checkpoint.empty() + !o.hf_dir.empty() + o.random_init;
   if (sources != 1) throw UsageError("give exactly one of --checkpoint, --hf-dir, --random-init (got " + std::to_string(sources) + ")");
-  if (o.prompts.empty()) throw UsageError("no prompt: give --prompt TEXT or --prompt-ids 1,2,3");
-  if (has_text && has_ids) throw UsageError("--prompt and --prompt-ids cannot be mixed");
-  if (o.tokenizer_dir.empty() && !o.hf_dir.empty() && std::filesystem::exists(std::filesystem::path(o.hf_dir) / "tokenizer.json")) {
+  if (o.prompts.empty() && o.chats.empty()) throw UsageError("no prompt: give --prompt TEXT, --chat TEXT or --prompt-ids 1,2,3");
+  if (has_text + has_ids + !o.chats.empty() > 1) throw UsageError("--prompt, --chat / --messages and --prompt-ids cannot be mixed");
+  if (!o.system_prompt.empty() && o.chats.empty()) throw UsageError("--system needs --chat");
+  const std::filesystem::path hf(o.hf_dir);
+  if (o.tokenizer_dir.empty() && !o.hf_dir.empty() &&
+      (std::filesystem::exists(hf / "tokenizer.json") || std::filesystem::exists(hf / "tokenizer.model"))) {
     o.tokenizer_dir = o.hf_dir;
   }
+  if (!o.chats.empty() && o.tokenizer_dir.empty()) throw UsageError("--chat and --messages need a tokenizer: --tokenizer DIR or --hf-dir");
   if (!o.tokenizer_dir.empty()) {
     try {
       o.tokenizer = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_pretrained(o.tokenizer_dir));
@@ -141,6 +167,18 @@ GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& hel
       throw UsageError(e.what());
     }
     for (size_t i = 0; i < o.prompt_texts.size(); ++i) o.prompts[i] = o.tokenizer->encode(o.prompt_texts[i]);
+    for (auto& chat : o.chats) {
+      if (!o.system_prompt.empty()) {
+        chat.insert(chat.begin(), nlohmann::ordered_json::object({{"role", "system"}, {"content", o.system_prompt}}));
+      }
+      tokenizer::ChatOptions chat_options;
+      chat_options.add_generation_prompt = true;
+      try {
+        o.prompts.push_back(o.tokenizer->encode(o.tokenizer->apply_chat_template(chat, chat_options), /*add_special_tokens=*/false));
+      } catch (const tokenizer::Error& e) {
+        throw UsageError(std::string("--chat: ") + e.what());
+      }
+    }
     if (!o.generate.eos_token_id) o.generate.eos_token_id = o.tokenizer->eos_token_id();
     if (const auto pad = o.tokenizer->pad_token_id()) o.generate.pad_token_id = *pad;
   }

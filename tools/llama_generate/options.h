@@ -30,6 +30,11 @@ struct GenerateCliOptions {
   std::string tokenizer_dir;
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
   std::vector<std::string> prompt_texts;  // --prompt's, as given
+  // --chat TEXT (a user message; several make a batch), with --system TEXT before each, or --messages FILE (a
+  // JSON list of {"role", "content"}): rendered with the tokenizer's chat template and a generation prompt,
+  // then encoded without added special tokens, as transformers' apply_chat_template(tokenize=True).
+  std::vector<nlohmann::ordered_json> chats;
+  std::string system_prompt;
   int64_t batch = 0;          // 0: one sequence per prompt; else a single prompt repeated `batch` times
   llama::GenerateOptions generate;  // max_new_tokens, eos, sampling (seed: --seed)
   uint64_t seed = 0;          // sampling, and --random-init's weights

@@ -1,6 +1,7 @@
-"""Tokenizer speed: our `tokenize` tool beside HF's Rust `tokenizers` on the same lines, for the four pipelines of
-tests/oracle/hf_tokenizer_oracle.py (GPT-2, Llama 3, Qwen2 byte-level BPE; Llama 2 byte-fallback BPE). Prints a
-table; asserts nothing (the ids themselves are checked by tokenizer_tests).
+"""Tokenizer speed: our `tokenize` tool beside HF's Rust `tokenizers` on the same lines, for the pipelines of
+tests/oracle/hf_tokenizer_oracle.py (GPT-2, Llama 3, Qwen2 byte-level BPE; Llama 2 and Gemma byte-fallback BPE),
+and beside the `sentencepiece` package (C++ under Python) for the SentencePiece-only `spm` kind, which both sides
+run through libsentencepiece. Prints a table; asserts nothing (the ids themselves are checked by tokenizer_tests).
 
     .venv/bin/python tools/bench/tokenizer_bench.py build/bin [--repeat 5]
 
@@ -55,17 +56,25 @@ def main():
     print(f"# {len(lines)} lines ({len(text) / 1e6:.1f} MB), one thread, tokens/s (higher is better)")
     print("| pipeline | ours | HF encode (per line) | HF encode_batch | ours / HF per line |")
     print("|---|---:|---:|---:|---:|")
-    for kind in ["gpt2", "llama3", "qwen2", "llama2"]:
+    for kind in ["gpt2", "llama3", "qwen2", "llama2", "gemma", "spm"]:
         d = os.path.join(root, kind)
         tokens, seconds = min((ours(a.bin_dir, d, text) for _ in range(3)), key=lambda r: r[1])
-        hf = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+        if kind == "spm":  # the peer is sentencepiece itself, with the bos that add_bos_token asks for
+            import sentencepiece
+            sp = sentencepiece.SentencePieceProcessor(model_file=os.path.join(d, "tokenizer.model"))
+            encode_line = lambda l: len(sp.encode(l)) + 1
+            encode_batch = lambda ls: [len(ids) + 1 for ids in sp.encode(ls)]
+        else:
+            hf = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+            encode_line = lambda l: len(hf.encode(l).ids)
+            encode_batch = lambda ls: [len(e.ids) for e in hf.encode_batch(ls)]
         best_line = best_batch = float("inf")
         for _ in range(3):
             t0 = time.perf_counter()
-            n_line = sum(len(hf.encode(l).ids) for l in lines)
+            n_line = sum(encode_line(l) for l in lines)
             best_line = min(best_line, time.perf_counter() - t0)
             t0 = time.perf_counter()
-            n_batch = sum(len(e.ids) for e in hf.encode_batch(lines))
+            n_batch = sum(encode_batch(lines))
             best_batch = min(best_batch, time.perf_counter() - t0)
         if not (tokens == n_line == n_batch):
             sys.exit(f"{kind}: token counts differ: ours {tokens}, HF {n_line} / {n_batch}")

@@ -15,7 +15,7 @@
 #include <map>
 
 #include "harness/multi_rank.h"  // error_of
-#include "harness/subprocess.h"
+#include "oracle_dir.h"
 #include "tokenizer/error.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/tokenizer.h"
@@ -25,17 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string& chat_root() {
-  static const std::string dir = [] {
-    std::string pattern = (fs::temp_directory_path() / "dtensor_chat_templates_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    const auto made = dtensor::testing::run_process(
-        {DTENSOR_PYTHON, DTENSOR_SOURCE_DIR "/tests/oracle/hf_chat_template_oracle.py", "make", pattern},
-        {{"OMP_NUM_THREADS", "1"}, {"RAYON_NUM_THREADS", "1"}, {"TOKENIZERS_PARALLELISM", "false"},
-         {"HF_HUB_OFFLINE", "1"}, {"TRANSFORMERS_VERBOSITY", "error"}},
-        600);
-    if (made.exit_code != 0) throw std::runtime_error("hf_chat_template_oracle.py make failed:\n" + made.output);
-    return pattern;
-  }();
+  static const std::string dir = tokenizer_testing::make_oracle_dir("hf_chat_template_oracle.py", "dtensor_chat_templates");
   return dir;
 }
 

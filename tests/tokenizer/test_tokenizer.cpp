@@ -13,7 +13,7 @@
 #include <fstream>
 
 #include "harness/multi_rank.h"  // error_of
-#include "harness/subprocess.h"
+#include "oracle_dir.h"
 #include "tokenizer/error.h"
 #include "tokenizer/streamer.h"
 #include "tokenizer/text.h"
@@ -26,17 +26,7 @@ namespace {
 const std::vector<std::string> kKinds = {"gpt2", "llama3", "qwen2", "llama2", "gemma", "spm"};
 
 const std::string& root() {
-  static const std::string dir = [] {
-    std::string pattern = (fs::temp_directory_path() / "dtensor_tokenizers_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    const auto made = dtensor::testing::run_process(
-        {DTENSOR_PYTHON, DTENSOR_SOURCE_DIR "/tests/oracle/hf_tokenizer_oracle.py", "make", pattern},
-        {{"OMP_NUM_THREADS", "1"}, {"RAYON_NUM_THREADS", "1"}, {"TOKENIZERS_PARALLELISM", "false"},
-         {"HF_HUB_OFFLINE", "1"}, {"TRANSFORMERS_VERBOSITY", "error"}},
-        600);
-    if (made.exit_code != 0) throw std::runtime_error("hf_tokenizer_oracle.py make failed:\n" + made.output);
-    return pattern;
-  }();
+  static const std::string dir = tokenizer_testing::make_oracle_dir("hf_tokenizer_oracle.py", "dtensor_tokenizers");
   return dir;
 }
 

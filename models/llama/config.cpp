@@ -25,6 +25,12 @@ void LlamaConfig::validate() const {
   DTENSOR_CHECK(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_hidden_layers,
                 "dtensor: llama config: layer_types has ", sliding_layers.size(), " entries for ", num_hidden_layers,
                 " layers");
+  DTENSOR_CHECK(hidden_act == "silu" || hidden_act == "gelu_pytorch_tanh" || hidden_act == "gelu",
+                "dtensor: llama config: hidden_act '", hidden_act, "' is not supported (silu, gelu_pytorch_tanh, gelu)");
+  DTENSOR_CHECK(!norm_bias || norm == NormKind::layer_norm, "dtensor: llama config: a norm bias needs NormKind::layer_norm");
+  DTENSOR_CHECK(!(qk_norm && qk_norm_full_width), "dtensor: llama config: qk_norm is per head or full width, not both");
+  DTENSOR_CHECK(!rope_on_sliding_only || sliding_window > 0,
+                "dtensor: llama config: rotary on sliding layers only needs a sliding window");
   const RopeScaling& r = rope_scaling;
   if (r.rope_type == "longrope") {
     const size_t half = static_cast<size_t>(head_dim() / 2);
@@ -44,6 +50,14 @@ std::string LlamaConfig::to_string() const {
   if (qkv_bias) s << " qkv_bias";
   if (mlp_bias) s << " mlp_bias";
   if (qk_norm) s << " qk_norm";
+  if (qk_norm_full_width) s << " qk_norm_full_width";
+  if (hidden_act != "silu") s << " act=" << hidden_act;
+  if (layer == LayerKind::sandwich) s << " sandwich_norms";
+  if (layer == LayerKind::post_norm) s << " post_norms";
+  if (layer == LayerKind::parallel) s << " parallel_block";
+  if (mlp == MlpKind::plain) s << " plain_mlp";
+  if (attn_logit_softcapping > 0) s << " attn_softcap=" << attn_logit_softcapping;
+  if (final_logit_softcapping > 0) s << " logit_softcap=" << final_logit_softcapping;
   if (sliding_window > 0) s << " sliding_window=" << sliding_window;
   if (tie_word_embeddings) s << " tied";
   return s.str();

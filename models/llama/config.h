@@ -25,6 +25,26 @@ struct RopeScaling {
   std::vector<double> short_factor, long_factor; // longrope: head_dim / 2 each
 };
 
+// The norm every norm of the decoder takes (llama/norm.h).
+enum class NormKind {
+  rms,             // x / rms(x) * w (Llama)
+  rms_one_plus,    // x / rms(x) * (1 + w), in fp32 (Gemma)
+  layer_norm,      // LayerNorm with weight and bias (StarCoder2)
+  layer_norm_weight_only,  // LayerNorm, weight only, in fp32 (Cohere)
+  layer_norm_no_affine,    // LayerNorm without parameters, in fp32 (OLMo)
+};
+// Where a decoder layer's norms sit around attention and the MLP (h: the residual stream).
+enum class LayerKind {
+  pre_norm,  // h += attn(norm1(h)); h += mlp(norm2(h))                              (Llama)
+  sandwich,  // h += post_attn(attn(norm1(h))); h += post_ff(mlp(pre_ff(h)))          (Gemma 2 / 3)
+  post_norm, // h += norm1(attn(h)); h += norm2(mlp(h))                              (OLMo2)
+  parallel,  // h += attn(norm1(h)) + mlp(norm1(h))                                  (Cohere)
+};
+enum class MlpKind {
+  gated,  // down(act(gate(x)) * up(x)) (SwiGLU, GeGLU)
+  plain,  // c_proj(act(c_fc(x))) (StarCoder2)
+};
+
 struct LlamaConfig {
   std::string model_type = "llama";  // the family (llama/families/): what config.json and the export say
   int64_t vocab_size = 256;          // byte-level tokens by default
@@ -43,9 +63,28 @@ struct LlamaConfig {
   bool attention_bias = false;       // q/k/v/o biases (Llama's attention_bias, Qwen3's)
   bool qkv_bias = false;             // q/k/v biases only (Qwen2)
   bool mlp_bias = false;             // gate/up/down biases
-  bool qk_norm = false;              // Qwen3: RMSNorm over head_dim of each query and key head, before rotary
+  bool qk_norm = false;              // Qwen3, Gemma 3: the norm over head_dim of each query and key head, before rotary
   int64_t sliding_window = 0;        // > 0: a query sees the last sliding_window keys (itself included)
   std::vector<bool> sliding_layers;  // which layers slide (empty: all, when sliding_window > 0)
+  NormKind norm = NormKind::rms;
+  LayerKind layer = LayerKind::pre_norm;
+  MlpKind mlp = MlpKind::gated;
+  std::string hidden_act = "silu";    // silu, gelu_pytorch_tanh, gelu
+  bool norm_bias = false;             // NormKind::layer_norm: with bias
+  bool embedding_scale_sqrt_hidden = false;  // Gemma: embeddings * sqrt(hidden), in the activations' dtype
+  double embedding_multiplier = 1.0;  // Granite: embeddings * m
+  double residual_multiplier = 1.0;   // Granite: h += m * block(h)
+  double attention_scale = 0.0;       // the softmax scale (0: head_dim^-1/2): Granite's attention_multiplier,
+                                      // Gemma's query_pre_attn_scalar^-1/2
+  double attn_logit_softcapping = 0.0;   // Gemma 2: scores = cap * tanh(scores / cap) (0: off)
+  double final_logit_softcapping = 0.0;  // Gemma 2: logits = cap * tanh(logits / cap) (0: off)
+  double logits_scaling = 1.0;        // Granite: logits / s
+  double logit_scale = 1.0;           // Cohere: logits * s
+  double clip_qkv = 0.0;              // OLMo: q, k, v clamped to [-c, c] (0: off)
+  bool qk_norm_full_width = false;    // OLMo2: q_norm / k_norm over all heads' q / k (before the head split)
+  double rope_local_theta = 0.0;      // Gemma 3: sliding layers' rotary base (default rope; 0: as the others)
+  bool rope_interleaved = false;      // Cohere: rotary pairs (2i, 2i+1) instead of (i, i + d/2)
+  bool rope_on_sliding_only = false;  // Cohere 2: full-attention layers have no rotary embedding
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }
   bool q_bias() const { return attention_bias || qkv_bias; }  // q, k, v

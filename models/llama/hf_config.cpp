@@ -28,8 +28,26 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     r.ignore(key);
     if (!r.has(key)) continue;
-    const nlohmann::json& rope = r.json().at(key);
+    nlohmann::json rope = r.json().at(key);
     if (!rope.is_object()) r.fail(std::string(key) + " must be an object");
+    if (rope.contains("full_attention") || rope.contains("sliding_attention")) {
+      // Per layer type (Gemma 3): the full layers' rope is the model's; the sliding layers' must be default,
+      // their own base read as rope_local_theta.
+      if (rope.contains("sliding_attention")) {
+        HfConfigReader local(rope.at("sliding_attention"), r.path() + ": " + key + ".sliding_attention");
+        std::string type = "default";
+        local.read("rope_type", type);
+        if (type != "default") local.fail("rope_type '" + type + "' is not supported for sliding layers (default)");
+        local.read("rope_theta", c.rope_local_theta);
+        for (const auto& k : local.unread()) local.fail("field '" + k + "' is not known; it may change the rotary embedding");
+      }
+      for (const auto& item : rope.items()) {
+        if (item.key() != "full_attention" && item.key() != "sliding_attention") {
+          r.fail(std::string(key) + " has layer type '" + item.key() + "' (full_attention, sliding_attention)");
+        }
+      }
+      rope = rope.value("full_attention", nlohmann::json::object());
+    }
     HfConfigReader p(rope, r.path() + ": " + key);
     RopeScaling& s = c.rope_scaling;
     p.read("rope_theta", c.rope_theta);
@@ -91,6 +109,11 @@ void write_rope(const LlamaConfig& c, nlohmann::ordered_json& j) {
   if (s.rope_type == "longrope") {
     rope["short_factor"] = s.short_factor;
     rope["long_factor"] = s.long_factor;
+  }
+  if (c.rope_local_theta > 0) {  // per layer type (Gemma 3)
+    j["rope_parameters"] = {{"full_attention", rope},
+                            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_local_theta}}}};
+    return;
   }
   j["rope_parameters"] = rope;
 }
@@ -170,8 +193,10 @@ LlamaConfig config_from_hf_json_text(const std::string& text, const std::string&
   r.read("rms_norm_eps", c.rms_norm_eps);
   r.read("tie_word_embeddings", c.tie_word_embeddings);
   read_rope(r, c);
-  std::string act = "silu";
-  if (r.read("hidden_act", act) && act != "silu") r.fail("hidden_act '" + act + "' is not supported (silu)");
+  r.read("hidden_act", c.hidden_act);
+  if (c.hidden_act != "silu" && c.hidden_act != "gelu_pytorch_tanh" && c.hidden_act != "gelu") {
+    r.fail("hidden_act '" + c.hidden_act + "' is not supported (silu, gelu_pytorch_tanh, gelu)");
+  }
   double dropout = 0.0;
   if (r.read("attention_dropout", dropout) && dropout != 0.0) {
     r.fail("attention_dropout " + std::to_string(dropout) + " is not supported (0.0: no dropout)");
@@ -204,7 +229,7 @@ std::string config_to_hf_json(const LlamaConfig& c, const std::string& dtype) {
                               {"num_hidden_layers", c.num_hidden_layers},
                               {"num_attention_heads", c.num_attention_heads},
                               {"num_key_value_heads", c.num_key_value_heads},
-                              {"hidden_act", "silu"},
+                              {"hidden_act", c.hidden_act},
                               {"max_position_embeddings", c.max_position_embeddings},
                               {"rms_norm_eps", c.rms_norm_eps},
                               {"attention_dropout", 0.0},

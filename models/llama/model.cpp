@@ -21,109 +21,86 @@ dtensor::nn::Linear linear(int64_t in, int64_t out, bool bias = false) {
   return dtensor::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
-// [b, kv_heads, s, d] -> [b, kv_heads * n_rep, s, d], each head repeated n_rep times in place.
-at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
-  if (n_rep == 1) return x;
-  auto b = x.size(0), kv = x.size(1), s = x.size(2), d = x.size(3);
-  return x.unsqueeze(2).expand({b, kv, n_rep, s, d}).reshape({b, kv * n_rep, s, d});
-}
-
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// The additive masks [b, 1, s, t] (0 or -inf) over cache indices: `visible` [b, s, t] and, with a sliding
-// window, the same with keys at or before query index - window hidden too.
-void fill_masks(const LlamaConfig& config, const at::Tensor& visible, const at::Tensor& query_pos,
-                const at::Tensor& key_pos, AttentionInputs& in) {
-  auto additive = [](const at::Tensor& see) {
-    return at::zeros(see.sizes(), see.options().dtype(at::kFloat))
-        .masked_fill_(see.logical_not(), -std::numeric_limits<float>::infinity())
-        .unsqueeze(1);
-  };
-  in.mask = additive(visible);
-  if (config.sliding_window > 0) in.sliding_mask = additive(visible & (key_pos > query_pos - config.sliding_window).unsqueeze(0));
+at::Tensor activation(const std::string& act, const at::Tensor& x) {
+  if (act == "silu") return at::silu(x);
+  if (act == "gelu_pytorch_tanh") return at::gelu(x, "tanh");
+  return at::gelu(x);  // "gelu": exact (validated in config.cpp)
 }
+
+Norm norm_of(const LlamaConfig& c, int64_t dim) { return Norm(c.norm, dim, c.rms_norm_eps, c.norm_bias); }
 
 }  // namespace
 
-AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s) {
-  const int64_t b = attention_mask.size(0), t = past + s;
-  DTENSOR_CHECK(attention_mask.dim() == 2 && attention_mask.size(1) == t, "llama: attention_mask must be [batch, ", t,
-                "] (cached ", past, " + new ", s, " positions), got ", attention_mask.dim(), "-d with last size ",
-                attention_mask.size(-1));
-  at::Tensor real = attention_mask.to(at::kBool);                                        // [b, t]
-  at::Tensor pos = (real.to(at::kLong).cumsum(1) - 1).clamp_min(0).narrow(1, past, s);  // [b, s]
-  // dynamic / longrope: the frequencies of this forward's length, HF's max(position_ids) + 1.
-  const int64_t freq_len = rope_depends_on_length(config) ? pos.max().item<int64_t>() + 1 : t;
-  auto [cos_table, sin_table] = rotary_tables(config, t, attention_mask.device(), freq_len);  // [t, d]
-  const int64_t d = cos_table.size(1);
-  AttentionInputs in;
-  in.cos = cos_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
-  in.sin = sin_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
-  const auto longs = attention_mask.options().dtype(at::kLong);
-  at::Tensor query_pos = at::arange(past, t, longs).view({s, 1});
-  at::Tensor key_pos = at::arange(t, longs).view({1, t});
-  at::Tensor visible = (key_pos <= query_pos).unsqueeze(0) & (real.unsqueeze(1) | (key_pos == query_pos).unsqueeze(0));
-  fill_masks(config, visible, query_pos, key_pos, in);
-  return in;
+FeedForwardImpl::FeedForwardImpl(const LlamaConfig& c) : act(c.hidden_act) {
+  if (c.mlp == MlpKind::plain) {
+    c_fc = register_module("c_fc", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+    c_proj = register_module("c_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
+    return;
+  }
+  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
+  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
 }
 
-AttentionImpl::AttentionImpl(const LlamaConfig& c)
-    : head_dim(c.head_dim()),
-      q_proj(register_module("q_proj", linear(c.hidden_size, c.num_attention_heads * c.head_dim(), c.q_bias()))),
-      k_proj(register_module("k_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim(), c.q_bias()))),
-      v_proj(register_module("v_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim(), c.q_bias()))),
-      o_proj(register_module("o_proj", linear(c.num_attention_heads * c.head_dim(), c.hidden_size, c.attention_bias))) {
-  if (c.qk_norm) {
-    q_norm = register_module("q_norm", dtensor::nn::RMSNorm(c.head_dim(), c.rms_norm_eps));
-    k_norm = register_module("k_norm", dtensor::nn::RMSNorm(c.head_dim(), c.rms_norm_eps));
+at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
+  if (c_fc) return c_proj(activation(act, c_fc(x)));
+  return down_proj(activation(act, gate_proj(x)) * up_proj(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, int64_t layer)
+    : kind(c.layer),
+      residual_multiplier(c.residual_multiplier),
+      self_attn(register_module("self_attn", Attention(c))),
+      mlp(register_module("mlp", FeedForward(c))),
+      sliding(c.layer_slides(layer)) {
+  if (kind != LayerKind::post_norm) input_layernorm = register_module("input_layernorm", norm_of(c, c.hidden_size));
+  if (kind != LayerKind::parallel) {
+    post_attention_layernorm = register_module("post_attention_layernorm", norm_of(c, c.hidden_size));
+  }
+  if (kind == LayerKind::sandwich) {
+    pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", norm_of(c, c.hidden_size));
+  }
+  if (kind == LayerKind::sandwich || kind == LayerKind::post_norm) {
+    post_feedforward_layernorm = register_module("post_feedforward_layernorm", norm_of(c, c.hidden_size));
   }
 }
 
-at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                  const at::Tensor& mask) {
-  const int64_t b = x.size(0), s = x.size(1);
-  at::Tensor q = q_proj(x).view({b, s, -1, head_dim});  // [b, s, heads, head_dim]
-  at::Tensor k = k_proj(x).view({b, s, -1, head_dim});  // [b, s, kv_heads, head_dim]
-  at::Tensor v = v_proj(x).view({b, s, -1, head_dim}).transpose(1, 2);
-  if (q_norm) q = q_norm(q), k = k_norm(k);  // per head, before rotary
-  q = apply_rotary(q.transpose(1, 2), cos, sin);  // [b, heads, s, head_dim]
-  k = apply_rotary(k.transpose(1, 2), cos, sin);
-  if (cache) std::tie(k, v) = cache->update(k, v);  // [b, kv_heads, past + s, head_dim]
-  const int64_t n_rep = q.size(1) / k.size(1);  // query heads per key/value head
-  const std::optional<at::Tensor> attn_mask = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
-  at::Tensor out = at::scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask,
-                                                    /*dropout_p=*/0.0, /*is_causal=*/!mask.defined());
-  return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
-}
-
-FeedForwardImpl::FeedForwardImpl(const LlamaConfig& c)
-    : gate_proj(register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias))),
-      up_proj(register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias))),
-      down_proj(register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias))) {}
-
-at::Tensor FeedForwardImpl::forward(const at::Tensor& x) { return down_proj(at::silu(gate_proj(x)) * up_proj(x)); }
-
-DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, int64_t layer)
-    : self_attn(register_module("self_attn", Attention(c))),
-      mlp(register_module("mlp", FeedForward(c))),
-      input_layernorm(register_module("input_layernorm", dtensor::nn::RMSNorm(c.hidden_size, c.rms_norm_eps))),
-      post_attention_layernorm(
-          register_module("post_attention_layernorm", dtensor::nn::RMSNorm(c.hidden_size, c.rms_norm_eps))),
-      sliding(c.layer_slides(layer)) {}
-
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                      const at::Tensor& mask) {
-  at::Tensor h = x + self_attn(input_layernorm(x), cos, sin, mask);
-  return h + mlp(post_attention_layernorm(h));
+  switch (kind) {
+    case LayerKind::pre_norm: {
+      if (residual_multiplier != 1.0) {  // Granite
+        at::Tensor h = x + self_attn(input_layernorm(x), cos, sin, mask) * residual_multiplier;
+        return h + mlp(post_attention_layernorm(h)) * residual_multiplier;
+      }
+      at::Tensor h = x + self_attn(input_layernorm(x), cos, sin, mask);
+      return h + mlp(post_attention_layernorm(h));
+    }
+    case LayerKind::sandwich: {
+      at::Tensor h = x + post_attention_layernorm(self_attn(input_layernorm(x), cos, sin, mask));
+      return h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
+    }
+    case LayerKind::post_norm: {
+      at::Tensor h = x + post_attention_layernorm(self_attn(x, cos, sin, mask));
+      return h + post_feedforward_layernorm(mlp(h));
+    }
+    case LayerKind::parallel: {
+      const at::Tensor n = input_layernorm(x);
+      return x + self_attn(n, cos, sin, mask) + mlp(n);
+    }
+  }
+  return x;
 }
 
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
     : config(c),
       embed_tokens(register_module("embed_tokens", dtensor::nn::Embedding(c.vocab_size, c.hidden_size))),
       layers(register_module("layers", torch::nn::ModuleList())),
-      norm(register_module("norm", dtensor::nn::RMSNorm(c.hidden_size, c.rms_norm_eps))) {
+      norm(register_module("norm", norm_of(c, c.hidden_size))) {
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
 }
 
@@ -136,8 +113,14 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
     in = attention_inputs(config, padding, past, s);
   } else {
     std::tie(in.cos, in.sin) = rotary_tables(config, s, tokens.device());
+    if (config.rope_local_theta > 0) std::tie(in.local_cos, in.local_sin) = rotary_tables(local_rope_config(config), s, tokens.device());
   }
   at::Tensor h = embed_tokens(tokens);
+  if (config.embedding_scale_sqrt_hidden) {
+    // Gemma: times sqrt(hidden) as a tensor of the activations' dtype (so rounded to it first).
+    h = h * at::scalar_tensor(std::sqrt(static_cast<double>(config.hidden_size)), h.options().device(at::kCPU)).item<double>();
+  }
+  if (config.embedding_multiplier != 1.0) h = h * config.embedding_multiplier;  // Granite
   // Through the layer's hooks (module_hooks.h rule 2): fully_shard gathers a layer's parameters there.
   for (const auto& layer : *layers) {
     auto& l = *layer->as<DecoderLayerImpl>();
@@ -145,7 +128,12 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
     // A sliding layer's cache keeps the last window - 1 positions: its keys are columns [first, past + s).
     const int64_t first = l.sliding && l.self_attn->cache ? std::max<int64_t>(0, past - (config.sliding_window - 1)) : 0;
     if (first > 0) mask = mask.narrow(-1, first, mask.size(-1) - first);
-    h = dtensor::nn::forward_with_hooks(l, h, in.cos, in.sin, mask);
+    // Rotary: Gemma 3's sliding layers take their own tables; Cohere 2's full layers none.
+    const bool local = l.sliding && config.rope_local_theta > 0;
+    const bool rotary = !config.rope_on_sliding_only || l.sliding;
+    const at::Tensor cos = !rotary ? at::Tensor() : local ? in.local_cos : in.cos;
+    const at::Tensor sin = !rotary ? at::Tensor() : local ? in.local_sin : in.sin;
+    h = dtensor::nn::forward_with_hooks(l, h, cos, sin, mask);
   }
   return norm(h);
 }
@@ -180,7 +168,14 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c)
 at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask) {
   // Through the model's own hooks (module_hooks.h rule 2): fully_shard(model) gathers the root's parameters.
   return dtensor::nn::call_with_hooks(*this, {tokens, attention_mask},
-                                      [this](const dtensor::nn::Tensors& in) { return lm_head(model(in[0], in[1])); });
+                                      [this](const dtensor::nn::Tensors& in) {
+                                        at::Tensor logits = lm_head(model(in[0], in[1]));
+                                        if (config.logits_scaling != 1.0) logits = logits / config.logits_scaling;  // Granite
+                                        if (config.logit_scale != 1.0) logits = logits * config.logit_scale;        // Cohere
+                                        const double cap = config.final_logit_softcapping;                        // Gemma 2
+                                        if (cap > 0) logits = at::tanh(logits / cap) * cap;
+                                        return logits;
+                                      });
 }
 
 void LlamaForCausalLMImpl::init_weights(uint64_t seed) {
@@ -189,8 +184,8 @@ void LlamaForCausalLMImpl::init_weights(uint64_t seed) {
   for (auto& item : named_parameters()) {
     const std::string& name = item.key();
     at::Tensor& p = item.value();
-    if (ends_with(name, "norm.weight")) {
-      p.fill_(1.0);
+    if (ends_with(name, "norm.weight") || ends_with(name, "norm.bias")) {
+      p.fill_(ends_with(name, "weight") && config.norm != NormKind::rms_one_plus ? 1.0 : 0.0);  // the identity
       continue;
     }
     double std = 0.02;

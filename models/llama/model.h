@@ -16,8 +16,13 @@
 // (causal over s, positions 0..s-1).
 //
 // The parts a config chooses (config.h; each family's choices are a file in llama/families/): biases on
-// q/k/v (and o) and on the MLP, an explicit head_dim, Qwen3's q/k norms, a sliding window on some layers
-// (their own additive mask: HF's index-space window, kv > q - window), and the rotary scaling (rope.h).
+// q/k/v (and o) and on the MLP, an explicit head_dim, q/k norms (per head: Qwen3, Gemma 3; over all heads:
+// OLMo2), a sliding window on some layers (their own additive mask: HF's index-space window,
+// kv > q - window), the rotary scaling (rope.h; Gemma 3's own base on sliding layers, Cohere's interleaved
+// pairs, Cohere 2's rotary on sliding layers only), the norm kind (norm.h) and where the norms sit (pre-norm,
+// Gemma's sandwich, OLMo2's post-norm, Cohere's parallel block), the MLP (gated or plain, its activation),
+// the softmax scale and soft-capping, OLMo's q/k/v clipping, and the multipliers on embeddings, residuals and
+// logits (Gemma, Granite, Cohere).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -32,6 +37,7 @@
 #include "dtensor/nn/layers.h"
 #include "llama/config.h"
 #include "llama/kv_cache.h"
+#include "llama/norm.h"
 #include "llama/rope.h"
 
 namespace llama {
@@ -41,38 +47,53 @@ namespace llama {
 // (HF's position_ids: tokens before it), and an additive mask [b, 1, s, past + s] (0 or -inf): a query sees
 // the tokens at or before it, and itself (so a padding row stays finite; it is never read). With a sliding
 // window, sliding_mask also hides the keys at or before query index - window.
+// local_cos, local_sin: Gemma 3's sliding layers' own rotary tables (config.rope_local_theta > 0).
 struct AttentionInputs {
-  at::Tensor cos, sin, mask, sliding_mask;
+  at::Tensor cos, sin, mask, sliding_mask, local_cos, local_sin;
 };
 AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s);
 
 struct AttentionImpl : torch::nn::Module {
   explicit AttentionImpl(const LlamaConfig& config);
-  // x [b, s, hidden]; cos, sin [s, head_dim] or [b, 1, s, head_dim]; mask: undefined (causal over s) or
-  // additive [b, 1, s, past + s]. With a cache, k and v are appended to it and the attention reads all of
-  // it. Returns [b, s, hidden].
+  // x [b, s, hidden]; cos, sin [s, head_dim] or [b, 1, s, head_dim] (undefined: no rotary); mask:
+  // undefined (causal over s) or additive [b, 1, s, past + s]. With a cache, k and v are appended to it and
+  // the attention reads all of it. Returns [b, s, hidden].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
   int64_t head_dim;
+  double scale;         // the softmax scale
+  bool explicit_scale;  // the config sets it (else head_dim^-1/2)
+  double softcap;       // attention logit soft-capping (0: off; then scaled_dot_product_attention)
+  double clip_qkv;      // 0: off
+  bool interleaved;     // rotary pairs (2i, 2i+1)
+  bool full_width_qk_norm;
   dtensor::nn::Linear q_proj, k_proj, v_proj, o_proj;
-  dtensor::nn::RMSNorm q_norm{nullptr}, k_norm{nullptr};  // config.qk_norm: over head_dim, per head
+  Norm q_norm{nullptr}, k_norm{nullptr};  // config.qk_norm (per head) or qk_norm_full_width (all heads)
   std::shared_ptr<KVCache> cache;  // null: no cache
 };
 DTENSOR_MODULE(Attention);
 
-// SwiGLU: down_proj(silu(gate_proj(x)) * up_proj(x)).
+// Gated (SwiGLU, GeGLU): down_proj(act(gate_proj(x)) * up_proj(x)); plain (StarCoder2): c_proj(act(c_fc(x))).
 struct FeedForwardImpl : torch::nn::Module {
   explicit FeedForwardImpl(const LlamaConfig& config);
   at::Tensor forward(const at::Tensor& x);
-  dtensor::nn::Linear gate_proj, up_proj, down_proj;
+  std::string act;
+  dtensor::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // gated
+  dtensor::nn::Linear c_fc{nullptr}, c_proj{nullptr};                             // plain
 };
 DTENSOR_MODULE(FeedForward);
 
+// The norms present depend on config.layer (config.h's LayerKind): input_layernorm (all but post-norm),
+// post_attention_layernorm (all but parallel), pre_feedforward_layernorm (sandwich) and
+// post_feedforward_layernorm (sandwich, post-norm).
 struct DecoderLayerImpl : torch::nn::Module {
   DecoderLayerImpl(const LlamaConfig& config, int64_t layer);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
+  LayerKind kind;
+  double residual_multiplier;
   Attention self_attn;
   FeedForward mlp;
-  dtensor::nn::RMSNorm input_layernorm, post_attention_layernorm;
+  Norm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Norm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
   bool sliding;  // config.layer_slides(layer): LlamaModel gives it the sliding mask
 };
 TORCH_MODULE(DecoderLayer);
@@ -90,7 +111,7 @@ struct LlamaModelImpl : torch::nn::Module {
   LlamaConfig config;
   dtensor::nn::Embedding embed_tokens;
   torch::nn::ModuleList layers;
-  dtensor::nn::RMSNorm norm;
+  Norm norm;
 };
 TORCH_MODULE(LlamaModel);
 

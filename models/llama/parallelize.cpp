@@ -53,6 +53,12 @@ bool heads_fit_unreplicated(const LlamaConfig& c, int64_t tp) {
 }
 
 void check_sizes(const LlamaConfig& c, int64_t tp, bool allow_replicated_kv) {
+  // OLMo2's k_norm spans all key/value heads: a rank holding a replicated head would see a part of them
+  // that is no shard of the whole.
+  DTENSOR_CHECK(!c.qk_norm_full_width || c.num_key_value_heads % tp == 0, "dtensor: llama TP plan: ",
+                "'model.layers.*.self_attn.k_norm' normalizes over all ", c.num_key_value_heads,
+                " key/value heads, which the TP degree ", tp, " does not divide (they cannot be replicated under "
+                "it); TP degrees that work: ", degrees_that_work(c, heads_fit_unreplicated));
   DTENSOR_CHECK(c.num_attention_heads % tp == 0, "dtensor: llama TP plan: 'model.layers.*.self_attn.q_proj' has ",
                 c.num_attention_heads, " query heads, not divisible by the TP degree ", tp,
                 " (heads are not split); TP degrees that work: ",
@@ -71,12 +77,34 @@ void check_sizes(const LlamaConfig& c, int64_t tp, bool allow_replicated_kv) {
   }
 }
 
-// Qwen3's q/k norms (over head_dim) on DTensor heads: weight Replicate, the heads' Shard(2) kept. Their
-// weight gradient is a sum over the sharded heads, Partial -> Replicate: one all-reduce (HF's
-// "replicated_with_grad_allreduce").
+// q/k norms on DTensor heads, weight Replicate. Per head (Qwen3, Gemma 3: over head_dim) the heads'
+// Shard(2) is kept. Over all heads (OLMo2: over heads * head_dim, which is Shard(-1)) mean(x^2) over the
+// sharded dim is Partial, made Replicate by one all-reduce of [b, s, 1]; the weight meets its Shard(-1)
+// slice locally. Either way the weight gradient is a sum over the ranks' heads, Partial -> Replicate: one
+// all-reduce (HF's "replicated_with_grad_allreduce").
 void add_qk_norms(const LlamaConfig& c, ParallelizePlan& plan) {
-  if (!c.qk_norm) return;
+  if (!c.qk_norm && !c.qk_norm_full_width) return;
   for (const char* norm : {"model.layers.*.self_attn.q_norm", "model.layers.*.self_attn.k_norm"}) plan.emplace_back(norm, ReplicateParallel());
+}
+
+// The MLP's projections: into the hidden size (Colwise) and back (Rowwise).
+std::vector<std::string> mlp_in(const LlamaConfig& c) {
+  if (c.mlp == MlpKind::plain) return {"model.layers.*.mlp.c_fc"};
+  return {"model.layers.*.mlp.gate_proj", "model.layers.*.mlp.up_proj"};
+}
+std::string mlp_out(const LlamaConfig& c) {
+  return c.mlp == MlpKind::plain ? "model.layers.*.mlp.c_proj" : "model.layers.*.mlp.down_proj";
+}
+
+// The norms a layer has (model.h), and the final one: under sequence parallel each runs on the sequence
+// shards of the residual stream or of a block's output, both Shard(1).
+std::vector<std::string> norms(const LlamaConfig& c) {
+  std::vector<std::string> out = {"model.norm"};
+  if (c.layer != LayerKind::post_norm) out.push_back("model.layers.*.input_layernorm");
+  if (c.layer != LayerKind::parallel) out.push_back("model.layers.*.post_attention_layernorm");
+  if (c.layer == LayerKind::sandwich) out.push_back("model.layers.*.pre_feedforward_layernorm");
+  if (c.layer == LayerKind::sandwich || c.layer == LayerKind::post_norm) out.push_back("model.layers.*.post_feedforward_layernorm");
+  return out;
 }
 
 // A tied lm_head.weight is embed_tokens.weight: the plans shard both Shard(0) (vocab), and after the plan
@@ -113,14 +141,16 @@ ParallelizePlan torchtitan_plan(const LlamaConfig& c, int64_t tp, const TPOption
       {"model.layers.*.self_attn.v_proj", kv},
       {"model.layers.*.self_attn.o_proj", rowwise_out},
       {"model.layers.*.mlp", PrepareModuleInput({.input_layouts = {act}, .desired_input_layouts = {Replicate()}})},
-      {"model.layers.*.mlp.gate_proj", ColwiseParallel()},
-      {"model.layers.*.mlp.up_proj", ColwiseParallel()},
-      {"model.layers.*.mlp.down_proj", rowwise_out},
+      {mlp_out(c), rowwise_out},
   };
+  for (const auto& in : mlp_in(c)) plan.emplace_back(in, ColwiseParallel());
   add_qk_norms(c, plan);
   if (o.sequence_parallel) {
-    for (const char* norm : {"model.norm", "model.layers.*.input_layernorm", "model.layers.*.post_attention_layernorm"}) {
-      plan.emplace_back(norm, SequenceParallel());
+    // A norm whose output joins the residual stream (Gemma's and OLMo2's post-norms) hands over its local
+    // Shard(1) part, as o_proj and down_proj do; the others feed a block's PrepareModuleInput.
+    for (const auto& norm : norms(c)) {
+      const bool post = norm.find(".post_") != std::string::npos && c.layer != LayerKind::pre_norm;
+      plan.emplace_back(norm, SequenceParallel({.use_local_output = post}));
     }
   }
   return plan;
@@ -140,12 +170,11 @@ ParallelizePlan inference_plan(const LlamaConfig& c, int64_t tp) {
       {"model.layers.*.self_attn.k_proj", kv},
       {"model.layers.*.self_attn.v_proj", kv},
       {"model.layers.*.self_attn.o_proj", RowwiseParallel()},  // Partial -> Replicate: all-reduce
-      {"model.layers.*.mlp.gate_proj", ColwiseParallel()},
-      {"model.layers.*.mlp.up_proj", ColwiseParallel()},
-      {"model.layers.*.mlp.down_proj", RowwiseParallel()},  // Partial -> Replicate: all-reduce
+      {mlp_out(c), RowwiseParallel()},  // Partial -> Replicate: all-reduce
       // Shard(-1) -> Replicate: one all-gather of [b, 1, vocab] per step
       {"lm_head", ColwiseParallel({.output_layouts = Replicate()})},
   };
+  for (const auto& in : mlp_in(c)) plan.emplace_back(in, ColwiseParallel());
   add_qk_norms(c, plan);
   // Tied: the vocab-parallel embedding shares lm_head's Shard(0) weight; its masked lookup is Partial ->
   // Replicate (one all-reduce of [b, s, hidden] per forward).
@@ -155,16 +184,18 @@ ParallelizePlan inference_plan(const LlamaConfig& c, int64_t tp) {
 
 ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
   check_sizes(c, tp, /*allow_replicated_kv=*/false);
-  ParallelizePlan plan = plan_from_strings({
-      {"model.layers.*.self_attn.q_proj", "colwise"},
-      {"model.layers.*.self_attn.k_proj", "colwise"},
-      {"model.layers.*.self_attn.v_proj", "colwise"},
-      {"model.layers.*.self_attn.o_proj", "rowwise"},
-      {"model.layers.*.mlp.gate_proj", "colwise"},
-      {"model.layers.*.mlp.up_proj", "colwise"},
-      {"model.layers.*.mlp.down_proj", "rowwise"},
+  // OLMo2's q/k norms span all heads: transformers gathers q/k/v whole and splits o_proj's input again.
+  const bool gather = c.qk_norm_full_width;
+  std::vector<std::pair<std::string, std::string>> strings = {
+      {"model.layers.*.self_attn.q_proj", gather ? "colwise_gather_output" : "colwise"},
+      {"model.layers.*.self_attn.k_proj", gather ? "colwise_gather_output" : "colwise"},
+      {"model.layers.*.self_attn.v_proj", gather ? "colwise_gather_output" : "colwise"},
+      {"model.layers.*.self_attn.o_proj", gather ? "rowwise_split_input" : "rowwise"},
+      {mlp_out(c), "rowwise"},
       {"lm_head", "colwise_rep"},
-  });
+  };
+  for (const auto& in : mlp_in(c)) strings.emplace_back(in, "colwise");
+  ParallelizePlan plan = plan_from_strings(strings);
   if (c.qk_norm) {
     // Qwen3's "replicated_with_grad_allreduce": q/k arrive as this rank's local heads, the local part of
     // Shard(2) of [b, s, heads, head_dim]; weight Replicate, output back to local heads.

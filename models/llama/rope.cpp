@@ -103,15 +103,29 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64
                                                  int64_t freq_len) {
   const RopeFrequencies f = rope_frequencies(config, freq_len < 0 ? table_len : freq_len, device);
   at::Tensor freqs = at::outer(at::arange(table_len, f.inv_freq.options()), f.inv_freq);  // [t, d/2]
-  at::Tensor angles = at::cat({freqs, freqs}, -1);                                          // [t, d]
+  // [t, d]: frequency i at (i, i + d/2), or at (2i, 2i + 1) for interleaved pairs
+  at::Tensor angles = config.rope_interleaved ? at::repeat_interleave(freqs, 2, -1) : at::cat({freqs, freqs}, -1);
   if (f.attention_scaling == 1.0) return {angles.cos(), angles.sin()};
   return {angles.cos() * f.attention_scaling, angles.sin() * f.attention_scaling};
 }
 
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const int64_t half = x.size(-1) / 2;
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved) {
+  const int64_t d = x.size(-1), half = d / 2;
+  if (interleaved) {  // Cohere: pairs (x[2i], x[2i+1]) -> (-x[2i+1], x[2i]), in fp32
+    const at::Tensor x32 = x.to(at::kFloat);
+    const at::Tensor even = x32.slice(-1, 0, d, 2), odd = x32.slice(-1, 1, d, 2);
+    const at::Tensor rotated = at::stack({-odd, even}, -1).flatten(-2);
+    return (x32 * cos + rotated * sin).to(x.scalar_type());
+  }
   at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
+}
+
+LlamaConfig local_rope_config(const LlamaConfig& c) {
+  LlamaConfig local = c;
+  local.rope_theta = c.rope_local_theta;
+  local.rope_scaling = RopeScaling{};
+  return local;
 }
 
 }  // namespace llama

@@ -32,7 +32,11 @@ bool rope_depends_on_length(const LlamaConfig& config);
 std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64_t table_len,
                                                  c10::Device device = c10::kCPU, int64_t freq_len = -1);
 
-// x [b, heads, s, head_dim] rotated by position: x * cos + rotate_half(x) * sin.
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+// x [b, heads, s, head_dim] rotated by position: x * cos + rotate_half(x) * sin (interleaved: Cohere's
+// rotation of pairs (2i, 2i+1), computed in fp32 as Cohere does; its tables come from config.rope_interleaved).
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved = false);
+
+// Gemma 3's sliding layers: the config with rope_theta = rope_local_theta and no scaling.
+LlamaConfig local_rope_config(const LlamaConfig& config);
 
 }  // namespace llama

@@ -1,4 +1,5 @@
 #include "dtensor/nn/parameter_replacement.h"
+#include "dtensor/nn/parameter_members.h"
 #include "dtensor/core/error.h"
 
 #include <torch/nn/modules/embedding.h>
@@ -43,6 +44,10 @@ bool sync_member_handles(torch::nn::Module& module, const std::string& name, con
     set(m->bias, "bias");
   } else if (auto* m = dynamic_cast<RMSNormImpl*>(&module)) {
     set(m->weight, "weight");
+  } else if (auto* m = dynamic_cast<ParameterMembers*>(&module)) {  // a layer of the user's (parameter_members.h)
+    at::Tensor* member = m->parameter_member(name);
+    if (member == nullptr) return false;
+    *member = value;
   } else {
     return false;
   }
@@ -65,7 +70,7 @@ void replace_parameter(torch::nn::Module& module, const std::string& name, at::T
 void set_forward_parameter(torch::nn::Module& module, const std::string& name, at::Tensor value) {
   DTENSOR_CHECK((module.*parameters_member()).contains(name) && sync_member_handles(module, name, value),
                 "dtensor: module ", module.name(), " has no parameter '", name,
-                "' held in a layer's member (Linear, Embedding, LayerNorm, RMSNorm): fully_shard cannot "
+                "' held in a layer's member (Linear, Embedding, LayerNorm, RMSNorm, ParameterMembers): fully_shard cannot "
                 "point its forward at the gathered parameter");
 }
 

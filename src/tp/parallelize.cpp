@@ -114,8 +114,9 @@ ParallelStylePtr style_from_string(const std::string& name) {
   auto shared = [](auto style) { return ParallelStyleRef(std::move(style)).ptr(); };
   if (name == "colwise") return shared(ColwiseParallel());
   if (name == "rowwise") return shared(RowwiseParallel());
-  if (name == "colwise_rep") return shared(ColwiseParallel({.output_layouts = Replicate()}));
-  if (name == "rowwise_rep") return shared(RowwiseParallel({.input_layouts = Replicate()}));
+  // (transformers' newer names for the same two: colwise_gather_output, rowwise_split_input)
+  if (name == "colwise_rep" || name == "colwise_gather_output") return shared(ColwiseParallel({.output_layouts = Replicate()}));
+  if (name == "rowwise_rep" || name == "rowwise_split_input") return shared(RowwiseParallel({.input_layouts = Replicate()}));
   if (name == "sequence_parallel") return shared(SequenceParallel());
   if (name == "replicate") return shared(ReplicateParallel());
   // The module's output is a partial sum on each rank (e.g. of local_rowwise experts): all-reduce it. A
@@ -126,7 +127,8 @@ ParallelStylePtr style_from_string(const std::string& name) {
   if (name == "packed_colwise") return shared(LocalColwiseParallel({.packed_parts = {1, 1}}));
   if (name == "packed_rowwise") return shared(LocalRowwiseParallel({.packed_parts = {1, 1}, .output_layouts = Replicate()}));
   throw DTENSOR_ERROR("dtensor: unknown tensor-parallel style '", name,
-                      "' (known: colwise, rowwise, colwise_rep, rowwise_rep, sequence_parallel, replicate, "
+                      "' (known: colwise, rowwise, colwise_rep, rowwise_rep, colwise_gather_output, rowwise_split_input, "
+                      "sequence_parallel, replicate, "
                       "gather, local_colwise, local_rowwise, packed_colwise, packed_rowwise)");
 }
 

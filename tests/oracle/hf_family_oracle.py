@@ -1,5 +1,6 @@
 """Hugging Face transformers on the other side of the C++ tests that load tiny random checkpoints of several model
-families (Llama and its RoPE scalings, Mistral, Qwen2, Qwen3) and compare logits and greedy tokens.
+families (Llama and its RoPE scalings, Mistral, Qwen2, Qwen3, Gemma 1/2/3, Granite, StarCoder2, OLMo 1/2, Cohere
+1/2, Phi-3, GLM) and compare logits and greedy tokens.
 
     python hf_family_oracle.py make ROOT [--cases c1,c2,...]
         For each case NAME (default: all), a tiny random *ForCausalLM saved with save_pretrained into ROOT/NAME
@@ -15,16 +16,57 @@ families (Llama and its RoPE scalings, Mistral, Qwen2, Qwen3) and compare logits
                                  left-padded with 0
         Every case: vocab 301, hidden 64, intermediate 96, 2 layers, 4 query heads, 2 key/value heads,
         rms_norm_eps 1e-5, rope_theta 10000, max_position_embeddings 64 unless the case says otherwise, pad id 0, no
-        bos/eos. Weights are redrawn from a generator seeded by crc32(NAME) + k: norm weights 1 + 0.1*randn, every
-        other weight and bias 0.2*randn, then cast to the case's dtype; k is the first that keeps every greedy step
-        clear of near-ties (top-1 minus top-2 logit >= MIN_GAP), so the tokens do not hinge on rounding. One line
-        per case: k, max |logit|, for RoPE and sliding-window cases the largest change of the logits (at mask == 1)
-        with the feature turned off on the same weights (asserted > 0.01: it must matter on these sequences), and
-        the smallest top-1/top-2 gap. About 10 s for all cases on one core.
+        bos/eos (GLM's config turns eos None into its ids [151329, 151336, 151338], all >= vocab: never generated).
+        FAMILY_BASE adapts this per family: head_dim 16 given explicitly for gemma/gemma2/gemma3_text/glm (their
+        class defaults are 256/128, not hidden / heads); the eps field is norm_epsilon (starcoder2),
+        layer_norm_eps (cohere, cohere2) or absent (olmo: eps 1e-5 fixed in code); tie_word_embeddings True for
+        gemma*, starcoder2, cohere* (their defaults); phi3 original_max_position_embeddings 64.
+        Weights are redrawn from a generator seeded by crc32(NAME) + k: norm weights 1 + 0.1*randn (also for the
+        Gemma norms, whose weight is an offset: they scale by 2 + 0.1*randn), norm biases (StarCoder2's LayerNorm)
+        and every other weight and bias 0.2*randn, then cast to the case's dtype; k is the first that keeps every
+        greedy step clear of near-ties (top-1 minus top-2 logit >= MIN_GAP), so the tokens do not hinge on
+        rounding. One line per case: k, max |logit|, for cases with features that config can turn off the largest
+        change of the logits (at mask == 1) with each feature turned off on the same weights, in the order of the
+        case's off list (each asserted > 0.01: it must matter on these sequences), and the smallest top-1/top-2
+        gap. About 15 s for all cases on one core.
+
+        The cases of the other families (sizes as above unless said):
+          gemma           GemmaRMSNorm (1 + w), embeddings * sqrt(hidden), gelu_pytorch_tanh MLP, tied
+          gemma2          + sandwich norms (pre/post attention and feed-forward), query_pre_attn_scalar 24 (scale
+                          24^-0.5, head_dim 16), attn_logit_softcapping 2, final_logit_softcapping 5, sliding_window 5
+                          on layer 0 (layer_types sliding, full). Off: all full; no attention softcap; no final
+                          softcap; query_pre_attn_scalar 16
+          gemma3          gemma3_text: Gemma 2 without softcaps + q_norm/k_norm ((1 + w) RMSNorm over head_dim,
+                          before RoPE), query_pre_attn_scalar 24, sliding_window 5 on layer 0, RoPE per layer type:
+                          full layers linear factor 2, theta 1e6; sliding layers default, theta 1e4 (the old
+                          rope_local_base_freq). Off: all full; sliding layers with the full layers' RoPE; full
+                          layers with the sliding layers' RoPE; query_pre_attn_scalar 16
+          granite         embedding_multiplier 2, attention_multiplier 0.15 (the softmax scale, replacing
+                          head_dim^-0.5), residual_multiplier 0.5, logits_scaling 0.5 (logits / 0.5). Off: each 1
+                          (attention_multiplier 0.25 = 16^-0.5)
+          starcoder2      LayerNorm with bias (norm_epsilon), biases on q/k/v/o and c_fc/c_proj (use_bias), gelu
+                          MLP without gate, sliding_window 5 on every layer, tied. Off: no sliding window
+          olmo            non-parametric LayerNorm (eps 1e-5), clip_qkv 1.5 (q, k, v clamped after projection).
+                          Off: no clip
+          olmo2           post-norms only (no input_layernorm), q_norm/k_norm RMSNorm over the full q/k width
+                          (before the head split), 4 key/value heads (sharded at TP 4, never replicated), no off
+          cohere          LayerNorm without bias (mean subtracted, layer_norm_eps), parallel attention + MLP from one
+                          norm, interleaved RoPE, logit_scale 2, tied. Off: logit_scale 1
+          cohere_qk_norm  cohere + use_qk_norm: per-head LayerNorm weights [heads, head_dim] on q and k before
+                          RoPE. Off: use_qk_norm False
+          cohere2         Cohere's layer without qk norm, sliding_window 5 on layer 0 with RoPE, layer 1 full
+                          attention without RoPE, logit_scale 2. Off: both layers sliding (with RoPE);
+                          sliding_window 4096
+          phi3            packed qkv_proj and gate_up_proj, sliding_window 5 on every layer. Off: no sliding window
+          phi3_longrope   partial_rotary_factor 0.75 (rotary dim 12 of 16), longrope (6 short/long factors),
+                          original_max_position_embeddings 16, max_position_embeddings 64; its greedy runs cross 16
+                          tokens (Phi-3's cache reset, below). Off: default RoPE on 12 dims; default RoPE on all 16
+          glm             packed gate_up_proj, q/k/v biases (o_proj none), partial_rotary_factor 0.5 with GLM's
+                          interleaved rotation of the first 8 dims. Off: partial_rotary_factor 1
     python hf_family_oracle.py check DIR REF [DIR REF ...]
-        For each pair, loads DIR with AutoModelForCausalLM (fp32, eager) and checks its logits on REF's tokens and mask against
-        REF's logits (<= 1e-5 relative to the largest |logit|, at every position). Prints `hf_check max_rel=...`;
-        exit 1 if off.
+        For each pair, loads DIR with AutoModelForCausalLM (fp32, eager) and checks its logits on REF's tokens and
+        mask against REF's logits (<= 1e-5 relative to the largest |logit|, at every position). Prints
+        `hf_check max_rel=...`; exit 1 if off.
     python hf_family_oracle.py list
         The case names, one per line.
 
@@ -40,7 +82,29 @@ Notes on transformers 5.x that the C++ side has to match:
     original_max_position_embeddings and attention_factor = sqrt(1 + ln(factor) / ln(original)).
   * sliding window W: query i attends to keys j with i - W < j <= i (W keys, itself included), counted in cache
     slots. Qwen2/Qwen3 apply it only on layers whose config.layer_types[i] == "sliding_attention" (layers
-    i >= max_window_layers when use_sliding_window); Mistral on every layer.
+    i >= max_window_layers when use_sliding_window); Mistral, StarCoder2 and Phi-3 on every layer (when
+    sliding_window is not null); Gemma 2/3 and Cohere 2 on layers with layer_types[i] == "sliding_attention" (their
+    configs default layer_types from an every-2nd / every-6th / every-4th-is-full pattern).
+  * Gemma: the embedding scale is a buffer torch.tensor(hidden_size ** 0.5) cast to the weights' dtype before the
+    multiply; RMSNorm computes in fp32, multiplies by (1 + w.float()) and casts last. Gemma 1 reads hidden_act
+    ("gelu" is rewritten to "gelu_pytorch_tanh"), Gemma 2/3 read hidden_activation.
+  * Gemma 2 attention: scores = q k^T * query_pre_attn_scalar^-0.5, then cap * tanh(scores / cap), then the mask;
+    final logits likewise capped by final_logit_softcapping. Gemma 3 has the config fields but its attention
+    ignores attn_logit_softcapping (not passed to the attention function); final_logit_softcapping applies.
+  * Gemma 3 rope_parameters is nested by layer type ({"full_attention": {...}, "sliding_attention": {...}});
+    legacy configs (rope_theta, rope_local_base_freq, rope_scaling for the full layers only) are converted to it.
+  * Cohere/Cohere2 RoPE: cos/sin = repeat_interleave(freqs, 2) and rotate_half pairs (x[2i], x[2i+1]) ->
+    (-x[2i+1], x[2i]) (GPT-J style), computed in fp32. GLM: emb = cat(freqs, freqs) but apply_rotary takes its
+    first half and repeat_interleaves it, then the same pairwise rotation on the first rotary_dim dims; the rest
+    pass through. Phi-3 partial rotary: rotate_half (NeoX) within the first rotary_dim dims, rest pass through.
+  * partial_rotary_factor is saved inside rope_parameters (Phi-3 also keeps it at top level); rotary dim =
+    int(head_dim * factor), inv_freq over that dim.
+  * Phi-3 longrope: original_max_position_embeddings at top level overrides the one in rope_parameters. In
+    generate, Phi3ForCausalLM.prepare_inputs_for_generation drops the KV cache when input_ids (prompt + new, padding
+    included) first reaches original_max_position_embeddings + 1 tokens, so that step recomputes every position
+    with long_factor: Phi-3's greedy tokens equal a cache-free recomputation, unlike Llama longrope (cached keys
+    keep their short-factor rotation).
+  * Cohere2 full-attention layers use no RoPE at all. OLMo 1 and 2 compute RoPE in fp32 and cast q/k back.
 """
 import argparse
 import copy
@@ -59,8 +123,43 @@ BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_l
             num_key_value_heads=2, rms_norm_eps=1e-5, max_position_embeddings=64, rope_parameters=ROPE_DEFAULT,
             tie_word_embeddings=False, pad_token_id=0, bos_token_id=None, eos_token_id=None,
             attn_implementation="eager")
+DROP = "<drop>"  # a FAMILY_BASE value: the family's config has no such field
+# BASE adapted to a family: its own names for the norm eps, an explicit head_dim where the class's default is not
+# hidden / heads, and tie_word_embeddings as the family's checkpoints have it.
+FAMILY_BASE = {
+    "gemma": dict(head_dim=16, tie_word_embeddings=True),
+    "gemma2": dict(head_dim=16, tie_word_embeddings=True),
+    "gemma3_text": dict(head_dim=16, tie_word_embeddings=True),
+    "starcoder2": dict(rms_norm_eps=DROP, norm_epsilon=1e-5, tie_word_embeddings=True),
+    "olmo": dict(rms_norm_eps=DROP),  # OLMo's LayerNorm has eps 1e-5 built in
+    "cohere": dict(rms_norm_eps=DROP, layer_norm_eps=1e-5, tie_word_embeddings=True),
+    "cohere2": dict(rms_norm_eps=DROP, layer_norm_eps=1e-5, tie_word_embeddings=True),
+    "phi3": dict(original_max_position_embeddings=64),
+    "glm": dict(head_dim=16),  # GLM's defaults: attention_bias True (q/k/v only), partial_rotary_factor 0.5
+}
+# Gemma 3's RoPE per layer type (rope_theta + rope_local_base_freq, rope_scaling on the global layers before 5.x)
+GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
+               "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+FAMILIES = {  # family (model_type): transformers' config and causal-LM class names
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+    "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+    "granite": ("GraniteConfig", "GraniteForCausalLM"),
+    "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM"),
+    "olmo": ("OlmoConfig", "OlmoForCausalLM"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
+    "cohere": ("CohereConfig", "CohereForCausalLM"),
+    "cohere2": ("Cohere2Config", "Cohere2ForCausalLM"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+    "glm": ("GlmConfig", "GlmForCausalLM"),
+}
 
-# name: (family, config overrides, saved dtype, overrides that turn the tested feature off or None)
+# name: (family, config overrides, saved dtype, overrides that turn the tested feature off: None, one dict, or a list
+# of dicts, one per feature)
 CASES = {
     "llama": ("llama", {}, "float32", None),
     "llama_tied": ("llama", dict(tie_word_embeddings=True), "float32", None),
@@ -88,22 +187,64 @@ CASES = {
     "qwen2_sliding": ("qwen2", dict(use_sliding_window=True, sliding_window=5, max_window_layers=1), "float32",
                       dict(use_sliding_window=False)),
     "qwen3": ("qwen3", dict(head_dim=24, attention_bias=True), "float32", None),
+    # The families beyond Llama/Mistral/Qwen (FAMILY_BASE adapts BASE to each).
+    "gemma": ("gemma", {}, "float32", None),
+    "gemma2": ("gemma2", dict(sliding_window=5, layer_types=["sliding_attention", "full_attention"],
+                              attn_logit_softcapping=2.0, final_logit_softcapping=5.0, query_pre_attn_scalar=24),
+               "float32", [dict(layer_types=["full_attention"] * 2), dict(attn_logit_softcapping=None),
+                           dict(final_logit_softcapping=None), dict(query_pre_attn_scalar=16)]),
+    "gemma3": ("gemma3_text", dict(sliding_window=5, layer_types=["sliding_attention", "full_attention"],
+                                   query_pre_attn_scalar=24, rope_parameters=GEMMA3_ROPE),
+               "float32", [dict(layer_types=["full_attention"] * 2),
+                           dict(rope_parameters={**GEMMA3_ROPE, "sliding_attention": GEMMA3_ROPE["full_attention"]}),
+                           dict(rope_parameters={**GEMMA3_ROPE, "full_attention": GEMMA3_ROPE["sliding_attention"]}),
+                           dict(query_pre_attn_scalar=16)]),
+    "granite": ("granite", dict(embedding_multiplier=2.0, attention_multiplier=0.15, residual_multiplier=0.5,
+                                logits_scaling=0.5),
+                "float32", [dict(embedding_multiplier=1.0), dict(attention_multiplier=0.25),
+                            dict(residual_multiplier=1.0), dict(logits_scaling=1.0)]),
+    "starcoder2": ("starcoder2", dict(sliding_window=5), "float32", dict(sliding_window=None)),
+    "olmo": ("olmo", dict(clip_qkv=1.5), "float32", dict(clip_qkv=None)),
+    # 4 key/value heads: the full-width k_norm spans them, so they are sharded, never replicated, at TP 4
+    "olmo2": ("olmo2", dict(num_key_value_heads=4), "float32", None),
+    "cohere": ("cohere", dict(logit_scale=2.0), "float32", dict(logit_scale=1.0)),
+    "cohere_qk_norm": ("cohere", dict(logit_scale=2.0, use_qk_norm=True), "float32", dict(use_qk_norm=False)),
+    "cohere2": ("cohere2", dict(logit_scale=2.0, sliding_window=5, layer_types=["sliding_attention", "full_attention"]),
+                "float32", [dict(layer_types=["sliding_attention"] * 2), dict(sliding_window=4096)]),
+    "phi3": ("phi3", dict(sliding_window=5), "float32", dict(sliding_window=None)),
+    "phi3_longrope": ("phi3", dict(partial_rotary_factor=0.75, original_max_position_embeddings=16, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 10000.0,
+        "short_factor": [round(1.0 + 0.1 * i, 1) for i in range(6)],  # 6 = int(head_dim * 0.75) / 2
+        "long_factor": [2.0 + 0.5 * i for i in range(6)]}), "float32",
+        [dict(rope_parameters=ROPE_DEFAULT), dict(rope_parameters=ROPE_DEFAULT, partial_rotary_factor=1.0)]),
+    "glm": ("glm", {}, "float32", dict(partial_rotary_factor=1.0)),
 }
 
 
 def family_classes(family):
     import transformers
-    prefix = {"llama": "Llama", "mistral": "Mistral", "qwen2": "Qwen2", "qwen3": "Qwen3"}[family]
-    return getattr(transformers, prefix + "Config"), getattr(transformers, prefix + "ForCausalLM")
+    config_name, model_name = FAMILIES[family]
+    return getattr(transformers, config_name), getattr(transformers, model_name)
 
 
-def make_config(name, off=False):
-    family, overrides, _, off_overrides = CASES[name]
+def off_list(off_overrides):
+    """The feature-off overrides as a list of dicts (None: [])."""
+    if off_overrides is None:
+        return []
+    return [off_overrides] if isinstance(off_overrides, dict) else list(off_overrides)
+
+
+def make_config(name, off=None):
+    """The case's config; off: one of its feature-off override dicts, applied on top."""
+    family, overrides, _, _ = CASES[name]
     config_class, _ = family_classes(family)
-    kwargs = {**BASE, **overrides, **(off_overrides if off else {})}
+    kwargs = {**BASE, **FAMILY_BASE.get(family, {}), **overrides, **(off or {})}
+    kwargs = {k: v for k, v in kwargs.items() if not (isinstance(v, str) and v == DROP)}
     config = config_class(**copy.deepcopy(kwargs))  # the config standardizes rope_parameters in place
     if name == "qwen2_sliding" and not off:
         assert config.layer_types == ["full_attention", "sliding_attention"], config.layer_types
+    if "layer_types" in overrides and not off:
+        assert config.layer_types == overrides["layer_types"], config.layer_types
     return config
 
 
@@ -164,7 +305,7 @@ def make_case_seeded(root, name, seed):
     with torch.no_grad():  # larger than HF's 0.02 init, so the logits are well separated
         for pname, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=g)
-            p.copy_(1.0 + 0.1 * noise if "norm" in pname else 0.2 * noise)
+            p.copy_(1.0 + 0.1 * noise if "norm" in pname and not pname.endswith(".bias") else 0.2 * noise)
     model = model.to(getattr(torch, dtype))
     path = os.path.join(root, name)
     model.save_pretrained(path)
@@ -193,12 +334,16 @@ def make_case_seeded(root, name, seed):
     gap = min(gap_one, gap_batch)
     line = f"{name:<15} seed=crc32+{seed - zlib.crc32(name.encode())} " \
            f"max|logit|={logits[mask.bool()].abs().max().item():6.3f}"
-    if off_overrides is not None:  # the same weights with the feature turned off
-        plain = model_class(make_config(name, off=True)).eval()
-        plain.load_state_dict(load(path).state_dict())
+    diffs = []
+    for off in off_list(off_overrides):  # the same weights with each feature turned off
+        plain = model_class(make_config(name, off=off)).eval()
+        missing, _ = plain.load_state_dict(load(path).state_dict(), strict=False)  # extra keys: e.g. qk norms off
+        assert not missing, f"{name}: {missing} not in the checkpoint"
         diff = (logits_of(plain, tokens, mask) - logits)[mask.bool()].abs().max().item()
-        line += f"  feature_off_diff={diff:6.3f}"
-        assert diff > 1e-2, f"{name}: the feature does not change the logits on the test sequences"
+        assert diff > 1e-2, f"{name}: {sorted(off)} off does not change the logits on the test sequences"
+        diffs.append(diff)
+    if diffs:
+        line += "  feature_off_diff=" + ",".join(f"{d:6.3f}" for d in diffs)
     line += f"  min_top2_gap={gap:.4f}"
     return line, gap
 

@@ -344,12 +344,14 @@ class Parser {
   }
 
   ExprPtr parse_subscript(ExprPtr target) {
-    std::vector<ExprPtr> parts{target};
     ExprPtr first = is_op(":") ? nullptr : parse_expression();
     if (!is_op(":")) {
       expect_op("]");
       return node(Expr::Kind::Item, {target, first});
     }
+    std::vector<ExprPtr> parts;
+    parts.reserve(4);
+    parts.push_back(target);
     parts.push_back(first);
     for (int k = 0; k < 2; ++k) {
       if (!skip_op(":")) { parts.push_back(nullptr); continue; }

@@ -9,8 +9,9 @@
 //     explicit template instantiation, whose arguments the standard exempts from access checking.
 //   - The standard layers keep a public member handle to what they registered and read it in forward
 //     (LinearImpl::weight/bias, EmbeddingImpl::weight, LayerNormImpl::weight/bias, and our RMSNormImpl's
-//     weight): the handle is replaced with the entry. A layer of another kind that caches a parameter in a
-//     member keeps the old tensor there; such a layer needs its own line in parameter_replacement.cpp.
+//     weight): the handle is replaced with the entry. A layer of the user's names its members through
+//     dtensor::nn::ParameterMembers (parameter_members.h); a layer of another kind that caches a parameter in a member
+//     keeps the old tensor there.
 // If a LibTorch release renames these members, parameter_replacement.cpp stops compiling: the one place
 // to adapt.
 #pragma once

@@ -1,0 +1,130 @@
+// Attention: the masks and rotary tables of a forward (attention_inputs), and the attention layer with the
+// parts a config chooses (model.h).
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <tuple>
+
+#include "dtensor/core/error.h"
+#include "llama/model.h"
+
+namespace llama {
+namespace {
+
+dtensor::nn::Linear linear(int64_t in, int64_t out, bool bias) {
+  return dtensor::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+// [b, kv_heads, s, d] -> [b, kv_heads * n_rep, s, d], each head repeated n_rep times in place.
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
+  if (n_rep == 1) return x;
+  auto b = x.size(0), kv = x.size(1), s = x.size(2), d = x.size(3);
+  return x.unsqueeze(2).expand({b, kv, n_rep, s, d}).reshape({b, kv * n_rep, s, d});
+}
+
+// The additive masks [b, 1, s, t] (0 or -inf) over cache indices: `visible` [b, s, t] and, with a sliding
+// window, the same with keys at or before query index - window hidden too.
+void fill_masks(const LlamaConfig& config, const at::Tensor& visible, const at::Tensor& query_pos,
+                const at::Tensor& key_pos, AttentionInputs& in) {
+  auto additive = [](const at::Tensor& see) {
+    return at::zeros(see.sizes(), see.options().dtype(at::kFloat))
+        .masked_fill_(see.logical_not(), -std::numeric_limits<float>::infinity())
+        .unsqueeze(1);
+  };
+  in.mask = additive(visible);
+  if (config.sliding_window > 0) in.sliding_mask = additive(visible & (key_pos > query_pos - config.sliding_window).unsqueeze(0));
+}
+
+// The naive attention (HF's eager_attention_forward), for what scaled_dot_product_attention cannot do:
+// softmax(softcap(q k^T * scale) + mask) v, the softmax in fp32.
+at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor mask, double scale,
+                           double softcap) {
+  at::Tensor scores = at::matmul(q, k.transpose(2, 3)) * scale;
+  if (softcap > 0) scores = at::tanh(scores / softcap) * softcap;
+  if (!mask.defined()) {  // causal over s
+    const int64_t s = q.size(2);
+    mask = at::full({s, s}, -std::numeric_limits<float>::infinity(), q.options().dtype(at::kFloat)).triu(1);
+  }
+  const at::Tensor probs = at::softmax(scores + mask, -1, at::kFloat).to(q.scalar_type());
+  return at::matmul(probs, v);
+}
+
+}  // namespace
+
+AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s) {
+  const int64_t b = attention_mask.size(0), t = past + s;
+  DTENSOR_CHECK(attention_mask.dim() == 2 && attention_mask.size(1) == t, "llama: attention_mask must be [batch, ", t,
+                "] (cached ", past, " + new ", s, " positions), got ", attention_mask.dim(), "-d with last size ",
+                attention_mask.size(-1));
+  at::Tensor real = attention_mask.to(at::kBool);                                        // [b, t]
+  at::Tensor pos = (real.to(at::kLong).cumsum(1) - 1).clamp_min(0).narrow(1, past, s);  // [b, s]
+  // dynamic / longrope: the frequencies of this forward's length, HF's max(position_ids) + 1.
+  const int64_t freq_len = rope_depends_on_length(config) ? pos.max().item<int64_t>() + 1 : t;
+  AttentionInputs in;
+  auto gather = [&](const LlamaConfig& c, at::Tensor& cos, at::Tensor& sin) {
+    auto [cos_table, sin_table] = rotary_tables(c, t, attention_mask.device(), freq_len);  // [t, d]
+    const int64_t d = cos_table.size(1);
+    cos = cos_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
+    sin = sin_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
+  };
+  gather(config, in.cos, in.sin);
+  if (config.rope_local_theta > 0) gather(local_rope_config(config), in.local_cos, in.local_sin);
+  const auto longs = attention_mask.options().dtype(at::kLong);
+  at::Tensor query_pos = at::arange(past, t, longs).view({s, 1});
+  at::Tensor key_pos = at::arange(t, longs).view({1, t});
+  at::Tensor visible = (key_pos <= query_pos).unsqueeze(0) & (real.unsqueeze(1) | (key_pos == query_pos).unsqueeze(0));
+  fill_masks(config, visible, query_pos, key_pos, in);
+  return in;
+}
+
+AttentionImpl::AttentionImpl(const LlamaConfig& c)
+    : head_dim(c.head_dim()),
+      scale(c.attention_scale > 0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim()))),
+      explicit_scale(c.attention_scale > 0),
+      softcap(c.attn_logit_softcapping),
+      clip_qkv(c.clip_qkv),
+      interleaved(c.rope_interleaved),
+      full_width_qk_norm(c.qk_norm_full_width),
+      q_proj(register_module("q_proj", linear(c.hidden_size, c.num_attention_heads * c.head_dim(), c.q_bias()))),
+      k_proj(register_module("k_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim(), c.q_bias()))),
+      v_proj(register_module("v_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim(), c.q_bias()))),
+      o_proj(register_module("o_proj", linear(c.num_attention_heads * c.head_dim(), c.hidden_size, c.attention_bias))) {
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", Norm(c.norm, c.head_dim(), c.rms_norm_eps));
+    k_norm = register_module("k_norm", Norm(c.norm, c.head_dim(), c.rms_norm_eps));
+  } else if (c.qk_norm_full_width) {  // over the heads' whole width, which TP shards: written out (norm.h)
+    q_norm = register_module("q_norm", Norm(c.norm, c.num_attention_heads * c.head_dim(), c.rms_norm_eps, false, true));
+    k_norm = register_module("k_norm", Norm(c.norm, c.num_key_value_heads * c.head_dim(), c.rms_norm_eps, false, true));
+  }
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                  const at::Tensor& mask) {
+  const int64_t b = x.size(0), s = x.size(1);
+  at::Tensor q = q_proj(x), k = k_proj(x), v = v_proj(x);  // [b, s, heads * head_dim]
+  if (clip_qkv > 0) q = q.clamp(-clip_qkv, clip_qkv), k = k.clamp(-clip_qkv, clip_qkv), v = v.clamp(-clip_qkv, clip_qkv);
+  if (full_width_qk_norm) q = q_norm(q), k = k_norm(k);
+  q = q.view({b, s, -1, head_dim});  // [b, s, heads, head_dim]
+  k = k.view({b, s, -1, head_dim});
+  v = v.view({b, s, -1, head_dim}).transpose(1, 2);
+  if (q_norm && !full_width_qk_norm) q = q_norm(q), k = k_norm(k);  // per head, before rotary
+  q = q.transpose(1, 2), k = k.transpose(1, 2);  // [b, heads, s, head_dim]
+  if (cos.defined()) q = apply_rotary(q, cos, sin, interleaved), k = apply_rotary(k, cos, sin, interleaved);
+  if (cache) std::tie(k, v) = cache->update(k, v);  // [b, kv_heads, past + s, head_dim]
+  const int64_t n_rep = q.size(1) / k.size(1);  // query heads per key/value head
+  at::Tensor out;
+  if (softcap > 0) {
+    out = eager_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, scale, softcap);
+  } else {
+    const std::optional<at::Tensor> attn_mask = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
+    // The default scale is left to the kernel (head_dim^-1/2); a config's own is passed.
+    const std::optional<double> sdpa_scale = explicit_scale ? std::optional<double>(scale) : std::nullopt;
+    out = at::scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask, /*dropout_p=*/0.0,
+                                           /*is_causal=*/!mask.defined(), sdpa_scale);
+  }
+  return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
+}
+
+}  // namespace llama

@@ -1,0 +1,37 @@
+// Gemma (transformers' modular_gemma.py): Llama with RMSNorm (1 + w) computed in fp32, GeGLU
+// (gelu_pytorch_tanh), embeddings times sqrt(hidden) in their dtype, head_dim 256 and tied embeddings by
+// default. Gemma 2 and 3 start from here (gemma2.cpp, gemma3.cpp).
+#include "llama/families/families.h"
+
+namespace llama::families {
+
+void read_gemma_common(HfConfigReader& r, LlamaConfig& c, const char* act_key) {
+  c.norm = NormKind::rms_one_plus;
+  c.embedding_scale_sqrt_hidden = true;
+  c.hidden_act = "gelu_pytorch_tanh";
+  r.read(act_key, c.hidden_act);
+  if (std::string(act_key) == "hidden_act" && c.hidden_act == "gelu") c.hidden_act = "gelu_pytorch_tanh";  // as GemmaConfig
+  if (c.hidden_act != "gelu_pytorch_tanh" && c.hidden_act != "gelu" && c.hidden_act != "silu") {
+    r.fail(std::string(act_key) + " '" + c.hidden_act + "' is not supported (gelu_pytorch_tanh, gelu, silu)");
+  }
+  c.explicit_head_dim = 256;  // GemmaConfig's default
+  r.read("head_dim", c.explicit_head_dim);
+  if (!r.has("tie_word_embeddings")) c.tie_word_embeddings = true;  // the default save_pretrained leaves out
+  r.read("attention_bias", c.attention_bias);
+  refuse_unless(r, "use_bidirectional_attention", [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); },
+                "bidirectional attention");
+}
+
+void write_gemma_common(const LlamaConfig& c, nlohmann::ordered_json& j, const char* act_key) {
+  j.erase("hidden_act");
+  j[act_key] = c.hidden_act;
+  j["head_dim"] = c.head_dim();
+  j["attention_bias"] = c.attention_bias;
+}
+
+Family gemma() {
+  return {"gemma", "GemmaForCausalLM", [](HfConfigReader& r, LlamaConfig& c) { read_gemma_common(r, c, "hidden_act"); },
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_gemma_common(c, j, "hidden_act"); }};
+}
+
+}  // namespace llama::families

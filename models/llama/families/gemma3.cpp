@@ -1,0 +1,26 @@
+// Gemma 3 text (modular_gemma3.py, model_type gemma3_text): Gemma 2 with (1 + w) RMSNorms over head_dim on
+// each query and key head, no soft-capping by default, five sliding layers per full one, and the sliding
+// layers' own rotary base (rope_parameters.sliding_attention, formerly rope_local_base_freq). Its config's
+// attn_logit_softcapping is read but never applied, as in transformers.
+#include "llama/families/families.h"
+
+namespace llama::families {
+
+Family gemma3() {
+  return {"gemma3_text", "Gemma3ForCausalLM",
+          [](HfConfigReader& r, LlamaConfig& c) {
+            c.qk_norm = true;
+            c.sliding_window = 4096;
+            if (c.rope_local_theta == 0) c.rope_local_theta = 10000.0;  // the sliding layers' default base
+            double local = 0;
+            if (r.read("rope_local_base_freq", local)) c.rope_local_theta = local;
+            read_gemma2_common(r, c);
+            c.attn_logit_softcapping = 0;  // Gemma 3's attention never applies it (only the final cap)
+            r.ignore("_sliding_window_pattern");  // what derived layer_types, which config.json also has
+            r.ignore("sliding_window_pattern");
+            read_layer_types(r, c, /*pattern=*/6);
+          },
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_gemma2_common(c, j); }};
+}
+
+}  // namespace llama::families

@@ -1,0 +1,33 @@
+// OLMo (modeling_olmo.py): Llama with LayerNorms without parameters (eps 1e-5, in fp32) and q/k/v clamped
+// to [-clip_qkv, clip_qkv]. OLMo2 (modular_olmo2.py): RMSNorms placed after attention and the MLP (post-norm,
+// no input norm) and q/k RMSNorms over all heads' projections (which TP shards: norm.h reduces them).
+#include "llama/families/families.h"
+
+namespace llama::families {
+
+Family olmo() {
+  return {"olmo", "OlmoForCausalLM",
+          [](HfConfigReader& r, LlamaConfig& c) {
+            c.norm = NormKind::layer_norm_no_affine;
+            c.rms_norm_eps = 1e-5;  // OlmoLayerNorm's fixed eps
+            r.read("attention_bias", c.attention_bias);
+            r.read("clip_qkv", c.clip_qkv);
+          },
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) {
+            j.erase("rms_norm_eps");
+            j["attention_bias"] = c.attention_bias;
+            j["clip_qkv"] = c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr;
+          }};
+}
+
+Family olmo2() {
+  return {"olmo2", "Olmo2ForCausalLM",
+          [](HfConfigReader& r, LlamaConfig& c) {
+            c.layer = LayerKind::post_norm;
+            c.qk_norm_full_width = true;
+            r.read("attention_bias", c.attention_bias);
+          },
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) { j["attention_bias"] = c.attention_bias; }};
+}
+
+}  // namespace llama::families

@@ -1,0 +1,32 @@
+// StarCoder2 (modeling_starcoder2.py): LayerNorms with bias (norm_epsilon), a plain GELU MLP (c_fc, c_proj),
+// biases on q/k/v/o and the MLP (use_bias), a sliding window on every layer when set, tied embeddings by
+// default.
+#include "llama/families/families.h"
+
+namespace llama::families {
+
+Family starcoder2() {
+  return {"starcoder2", "Starcoder2ForCausalLM",
+          [](HfConfigReader& r, LlamaConfig& c) {
+            c.norm = NormKind::layer_norm;
+            c.mlp = MlpKind::plain;
+            r.read("norm_epsilon", c.rms_norm_eps);
+            bool bias = true;
+            r.read("use_bias", bias);
+            c.attention_bias = c.mlp_bias = c.norm_bias = bias;
+            r.read("sliding_window", c.sliding_window);
+            if (!r.has("tie_word_embeddings")) c.tie_word_embeddings = true;
+            for (const char* dropout : {"residual_dropout", "embedding_dropout"}) {
+              refuse_unless(r, dropout, [](const nlohmann::json& v) { return v.is_number() && v.get<double>() == 0.0; },
+                            "dropout");
+            }
+          },
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) {
+            j.erase("rms_norm_eps");
+            j["norm_epsilon"] = c.rms_norm_eps;
+            j["use_bias"] = c.attention_bias;
+            j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+          }};
+}
+
+}  // namespace llama::families

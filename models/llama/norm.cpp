@@ -2,11 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include "dtensor/nn/default_device.h"
+
 namespace llama {
 
 NormImpl::NormImpl(NormKind kind_, int64_t dim_, double eps_, bool bias_, bool written_out_)
     : kind(kind_), dim(dim_), eps(eps_), written_out(written_out_) {
-  const auto options = at::TensorOptions().dtype(at::kFloat);
+  // On the device a DefaultDeviceGuard names (meta for the dry run), as the layers of dtensor/nn do.
+  auto options = at::TensorOptions().dtype(at::kFloat);
+  if (const auto device = dtensor::nn::DefaultDeviceGuard::current()) options = options.device(*device);
   if (kind != NormKind::layer_norm_no_affine) weight = register_parameter("weight", at::ones({dim}, options));
   if (kind == NormKind::layer_norm && bias_) bias = register_parameter("bias", at::zeros({dim}, options));
 }

@@ -18,7 +18,10 @@ void LlamaConfig::validate() const {
   positive("intermediate_size", intermediate_size);
   DTENSOR_CHECK(explicit_head_dim > 0 || hidden_size % num_attention_heads == 0, "dtensor: llama config: hidden_size ",
                 hidden_size, " is not divisible by num_attention_heads ", num_attention_heads, " (and no head_dim is given)");
-  DTENSOR_CHECK(head_dim() % 2 == 0, "dtensor: llama config: head_dim ", head_dim(), " must be even for rotary embeddings");
+  DTENSOR_CHECK(partial_rotary_factor > 0 && partial_rotary_factor <= 1, "dtensor: llama config: partial_rotary_factor ",
+                partial_rotary_factor, " must be in (0, 1]");
+  DTENSOR_CHECK(rotary_dim() % 2 == 0, "dtensor: llama config: the rotary dims (head_dim ", head_dim(),
+                " * partial_rotary_factor ", partial_rotary_factor, " = ", rotary_dim(), ") must be even");
   DTENSOR_CHECK(num_attention_heads % num_key_value_heads == 0, "dtensor: llama config: num_attention_heads ",
                 num_attention_heads, " is not divisible by num_key_value_heads ", num_key_value_heads);
   DTENSOR_CHECK(sliding_window >= 0, "dtensor: llama config: sliding_window must be positive, got ", sliding_window);
@@ -33,9 +36,9 @@ void LlamaConfig::validate() const {
                 "dtensor: llama config: rotary on sliding layers only needs a sliding window");
   const RopeScaling& r = rope_scaling;
   if (r.rope_type == "longrope") {
-    const size_t half = static_cast<size_t>(head_dim() / 2);
+    const size_t half = static_cast<size_t>(rotary_dim() / 2);
     DTENSOR_CHECK(r.short_factor.size() == half && r.long_factor.size() == half, "dtensor: llama config: longrope's ",
-                  "short_factor and long_factor need head_dim / 2 = ", half, " entries, got ", r.short_factor.size(),
+                  "short_factor and long_factor need rotary dims / 2 = ", half, " entries, got ", r.short_factor.size(),
                   " and ", r.long_factor.size());
   }
 }
@@ -51,6 +54,10 @@ std::string LlamaConfig::to_string() const {
   if (mlp_bias) s << " mlp_bias";
   if (qk_norm) s << " qk_norm";
   if (qk_norm_full_width) s << " qk_norm_full_width";
+  if (partial_rotary_factor != 1.0) s << " partial_rotary=" << partial_rotary_factor;
+  if (rope_interleaved) s << " rope_interleaved";
+  if (packed_qkv) s << " packed_qkv";
+  if (packed_gate_up) s << " packed_gate_up";
   if (hidden_act != "silu") s << " act=" << hidden_act;
   if (layer == LayerKind::sandwich) s << " sandwich_norms";
   if (layer == LayerKind::post_norm) s << " post_norms";

@@ -58,6 +58,7 @@ struct LlamaConfig {
   RopeScaling rope_scaling;
   double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
+  std::optional<int64_t> pad_token_id;  // config.json's, kept for the export (HF's embedding padding_idx)
   // The parts a family chooses (all off: Llama 3.0).
   int64_t explicit_head_dim = 0;     // HF's head_dim when config.json gives one (0: hidden / heads)
   bool attention_bias = false;       // q/k/v/o biases (Llama's attention_bias, Qwen3's)
@@ -85,8 +86,18 @@ struct LlamaConfig {
   double rope_local_theta = 0.0;      // Gemma 3: sliding layers' rotary base (default rope; 0: as the others)
   bool rope_interleaved = false;      // Cohere: rotary pairs (2i, 2i+1) instead of (i, i + d/2)
   bool rope_on_sliding_only = false;  // Cohere 2: full-attention layers have no rotary embedding
+  double partial_rotary_factor = 1.0; // Phi-4-mini, GLM: rotary on the first head_dim * f dims of each head
+  // The checkpoint packs q/k/v into one self_attn.qkv_proj, gate/up into one mlp.gate_up_proj (Phi-3, GLM).
+  // The model keeps them apart: llama/hf_weights.h splits them on load and packs them on export.
+  bool packed_qkv = false;
+  bool packed_gate_up = false;
+  // Phi-3's generate(): once a sequence's width reaches original_max_position_embeddings + 1 while the cache
+  // holds no more than that, the cache is dropped and the whole sequence recomputed (longrope's long factors).
+  bool recompute_past_original_max = false;
+  int64_t recompute_original_max = 0;  // Phi-3's original_max_position_embeddings (0: not set)
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }
+  int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor); }
   bool q_bias() const { return attention_bias || qkv_bias; }  // q, k, v
   bool layer_slides(int64_t layer) const {
     return sliding_window > 0 && (sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer)));

@@ -54,7 +54,8 @@ Decoder::Decoder(LlamaForCausalLM model, const std::vector<std::vector<int64_t>>
     tokens_[i].narrow(0, pad, n).copy_(at::tensor(prompts[i], at::kLong));
     attention_mask_[i].narrow(0, pad, n).fill_(1);
   }
-  if (use_cache_) model_->model->setup_cache(prompt_length_ + max_new_tokens);
+  capacity_ = prompt_length_ + max_new_tokens;
+  if (use_cache_) model_->model->setup_cache(capacity_);
 }
 
 Decoder::~Decoder() {
@@ -64,7 +65,7 @@ Decoder::~Decoder() {
 at::Tensor Decoder::last_logits(const at::Tensor& tokens, const at::Tensor& mask) {
   at::Tensor hidden = model_->model(tokens, mask);  // [b, s, hidden]
   // lm_head on the last position only: under TP its gather moves [b, 1, vocab], not [b, s, vocab].
-  return model_->lm_head(hidden.narrow(1, hidden.size(1) - 1, 1)).squeeze(1);
+  return model_->logits(hidden.narrow(1, hidden.size(1) - 1, 1)).squeeze(1);
 }
 
 at::Tensor Decoder::prefill() { return last_logits(tokens_, attention_mask_); }
@@ -73,6 +74,14 @@ at::Tensor Decoder::step(const at::Tensor& next_tokens) {
   at::Tensor column = next_tokens.to(at::kLong).view({-1, 1});
   tokens_ = at::cat({tokens_, column}, 1);
   attention_mask_ = at::cat({attention_mask_, at::ones_like(column)}, 1);
+  const LlamaConfig& c = model_->config;
+  if (use_cache_ && c.recompute_past_original_max && tokens_.size(1) >= c.recompute_original_max + 1 &&
+      model_->model->cache_length() <= c.recompute_original_max) {
+    // Phi-3's prepare_inputs_for_generation: past original_max_position_embeddings the cache is dropped and
+    // the whole sequence recomputed (longrope switches to its long factors for every position).
+    model_->model->setup_cache(capacity_);
+    return last_logits(tokens_, attention_mask_);
+  }
   return use_cache_ ? last_logits(column, attention_mask_) : last_logits(tokens_, attention_mask_);
 }
 

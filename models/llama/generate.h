@@ -43,6 +43,7 @@ class Decoder {
   at::Tensor last_logits(const at::Tensor& tokens, const at::Tensor& mask);
   LlamaForCausalLM model_;
   bool use_cache_;
+  int64_t capacity_ = 0;  // the cache's positions
   int64_t prompt_length_;
   at::Tensor tokens_, attention_mask_;
 };

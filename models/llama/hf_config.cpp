@@ -10,7 +10,7 @@ namespace {
 
 // PreTrainedConfig's bookkeeping and generation defaults: none changes the model's numerics.
 const char* const kIgnored[] = {
-    "transformers_version", "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
+    "transformers_version", "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "sep_token_id",
     "decoder_start_token_id", "use_cache", "initializer_range", "_name_or_path", "name_or_path", "output_attentions",
     "output_hidden_states", "return_dict", "use_return_dict", "torchscript", "id2label", "label2id", "problem_type",
     "tokenizer_class", "prefix", "task_specific_params", "finetuning_task", "is_decoder", "is_encoder_decoder",
@@ -73,10 +73,7 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
     p.read("truncate", s.truncate);
     p.read("short_factor", s.short_factor);
     p.read("long_factor", s.long_factor);
-    double partial = 1.0;
-    if (p.read("partial_rotary_factor", partial) && partial != 1.0) {
-      p.fail("partial_rotary_factor " + std::to_string(partial) + " is not supported (rotary over the whole head only)");
-    }
+    p.read("partial_rotary_factor", c.partial_rotary_factor);
     for (const auto& k : p.unread()) p.fail("field '" + k + "' is not known; it may change the rotary embedding");
     auto need = [&](bool ok, const char* field) {
       if (!ok) p.fail("rope_type '" + type + "' needs '" + field + "'");
@@ -110,6 +107,7 @@ void write_rope(const LlamaConfig& c, nlohmann::ordered_json& j) {
     rope["short_factor"] = s.short_factor;
     rope["long_factor"] = s.long_factor;
   }
+  if (c.partial_rotary_factor != 1.0) rope["partial_rotary_factor"] = c.partial_rotary_factor;
   if (c.rope_local_theta > 0) {  // per layer type (Gemma 3)
     j["rope_parameters"] = {{"full_attention", rope},
                             {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_local_theta}}}};
@@ -192,6 +190,8 @@ LlamaConfig config_from_hf_json_text(const std::string& text, const std::string&
   r.read("max_position_embeddings", c.max_position_embeddings);
   r.read("rms_norm_eps", c.rms_norm_eps);
   r.read("tie_word_embeddings", c.tie_word_embeddings);
+  int64_t pad = 0;
+  if (r.read("pad_token_id", pad)) c.pad_token_id = pad;
   read_rope(r, c);
   r.read("hidden_act", c.hidden_act);
   if (c.hidden_act != "silu" && c.hidden_act != "gelu_pytorch_tanh" && c.hidden_act != "gelu") {
@@ -234,6 +234,7 @@ std::string config_to_hf_json(const LlamaConfig& c, const std::string& dtype) {
                               {"rms_norm_eps", c.rms_norm_eps},
                               {"attention_dropout", 0.0},
                               {"tie_word_embeddings", c.tie_word_embeddings}};
+  if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
   write_rope(c, j);
   fam.write(c, j);
   j["dtype"] = dtype;        // transformers >= 5

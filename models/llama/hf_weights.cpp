@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
+#include <set>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +16,7 @@
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
 #include "dtensor/api/dtensor_api.h"
+#include "dtensor/tensor/dtensor.h"
 #include "llama/hf_config.h"
 #include "llama/parallelize.h"
 
@@ -58,30 +62,113 @@ std::string hf_dtype_name(at::ScalarType dtype) {
   }
 }
 
+// A weight the checkpoint packs (Phi-3's qkv_proj, Phi-3's and GLM's gate_up_proj) and the model keeps as
+// parts: the parts' rows, in order, are the packed weight's.
+struct Packed {
+  std::string name;                // the checkpoint's
+  std::vector<std::string> parts;  // the model's
+};
+
+std::vector<Packed> packed_weights(const LlamaConfig& c) {
+  std::vector<Packed> out;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string layer = "model.layers." + std::to_string(i) + ".";
+    if (c.packed_qkv) {
+      out.push_back({layer + "self_attn.qkv_proj.weight",
+                     {layer + "self_attn.q_proj.weight", layer + "self_attn.k_proj.weight", layer + "self_attn.v_proj.weight"}});
+    }
+    if (c.packed_gate_up) {
+      out.push_back({layer + "mlp.gate_up_proj.weight", {layer + "mlp.gate_proj.weight", layer + "mlp.up_proj.weight"}});
+    }
+  }
+  return out;
+}
+
+// The model's parameters under the checkpoint's names, except the packed parts.
+dtensor::checkpoint::StateDict hf_state(LlamaForCausalLM& model, const std::vector<Packed>& packed) {
+  std::set<std::string> parts;
+  for (const auto& p : packed) parts.insert(p.parts.begin(), p.parts.end());
+  const auto params = model->named_parameters();
+  dtensor::checkpoint::StateDict state;
+  for (const auto& [name, t] : dtensor::checkpoint::module_state_dict(*model)) {
+    if (params.contains(name) && !parts.count(name)) state[name] = t;
+  }
+  return state;
+}
+
+// Copies the full value `full` into parameter `param`, plain or a DTensor (its shard of it).
+void copy_full_into(const at::Tensor& param, const at::Tensor& full) {
+  if (!dtensor::is_dtensor(param)) {
+    param.detach().copy_(full);
+    return;
+  }
+  const at::Tensor shard = dtensor::to_local(dtensor::distribute_tensor(full.to(param.scalar_type()),
+                                                                        dtensor::device_mesh(param), dtensor::placements(param)));
+  dtensor::to_local(param.detach()).copy_(shard);
+}
+
+at::Tensor full_value(const at::Tensor& t) { return dtensor::is_dtensor(t) ? dtensor::full_tensor(t.detach()) : t.detach(); }
+
 }  // namespace
 
 void load_hf_llama(const std::string& dir, LlamaForCausalLM& model) {
   check_config(dir, config_from_hf_json((fs::path(dir) / "config.json").string()), model->config);
   // Parameters only: HF files hold no buffers of ours. A tied lm_head.weight is embed_tokens' tensor, listed
   // once (module_state_dict) under model.embed_tokens.weight; a file may still store lm_head.weight.
+  const std::vector<Packed> packed = packed_weights(model->config);
+  dtensor::checkpoint::StateDict state = hf_state(model, packed);
+  // A packed weight is read whole on every rank (plain tensors load replicated), then cut into its parts,
+  // each of which takes its own shard.
   const auto params = model->named_parameters();
-  dtensor::checkpoint::StateDict state;
-  for (const auto& [name, t] : dtensor::checkpoint::module_state_dict(*model)) {
-    if (params.contains(name)) state[name] = t;
+  for (const auto& p : packed) {
+    int64_t rows = 0;
+    for (const auto& part : p.parts) rows += params[part].size(0);
+    state[p.name] = at::empty({rows, params[p.parts[0]].size(1)}, at::TensorOptions().dtype(params[p.parts[0]].scalar_type()));
   }
   dtensor::checkpoint::load(dir, state, {.allow_unused = model->config.tie_word_embeddings, .allow_dtype_cast = true});
+  at::NoGradGuard no_grad;
+  for (const auto& p : packed) {
+    int64_t row = 0;
+    for (const auto& part : p.parts) {
+      const int64_t n = params[part].size(0);
+      copy_full_into(params[part], state[p.name].narrow(0, row, n));
+      row += n;
+    }
+  }
 }
 
 void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, at::ScalarType dtype) {
   const std::string dtype_name = hf_dtype_name(dtype);
   const int rank = dtensor::is_initialized() ? dtensor::current_world()->rank() : 0;
+  const std::vector<Packed> packed = packed_weights(model->config);
   const auto params = model->named_parameters();
-  dtensor::checkpoint::StateDict state;
-  for (const auto& [name, t] : dtensor::checkpoint::module_state_dict(*model)) {
-    if (params.contains(name)) state[name] = t;
+  // Each stored weight and how to get its full value: a parameter gathered, or a packed weight's parts
+  // gathered and stacked.
+  std::vector<std::pair<std::string, std::function<at::Tensor()>>> weights;
+  for (const auto& [name, t] : hf_state(model, packed)) weights.emplace_back(name, [t] { return full_value(t); });
+  for (const auto& p : packed) {
+    weights.emplace_back(p.name, [&params, &p] {
+      std::vector<at::Tensor> parts;
+      for (const auto& part : p.parts) parts.push_back(full_value(params[part]));
+      return at::cat(parts, 0);
+    });
   }
+  std::sort(weights.begin(), weights.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<dtensor::checkpoint::TensorInfo> layout;
-  for (const auto& [name, t] : state) layout.push_back({name, dtype, t.sizes().vec()});
+  for (const auto& [name, get] : weights) {
+    std::vector<int64_t> sizes;
+    if (params.contains(name)) {
+      sizes = params[name].sizes().vec();
+    } else {  // a packed weight
+      for (const auto& p : packed) {
+        if (p.name != name) continue;
+        sizes = params[p.parts[0]].sizes().vec();
+        sizes[0] = 0;
+        for (const auto& part : p.parts) sizes[0] += params[part].size(0);
+      }
+    }
+    layout.push_back({name, dtype, sizes});
+  }
   std::unique_ptr<dtensor::checkpoint::SafetensorsWriter> writer;
   if (rank == 0) {
     fs::create_directories(dir);
@@ -90,9 +177,9 @@ void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, at::ScalarTy
   }
   {
     at::NoGradGuard no_grad;
-    for (const auto& [name, t] : state) {
+    for (const auto& [name, get] : weights) {
       // One weight at a time: Shard -> Replicate = all-gather, on every rank; only rank 0 keeps and writes it.
-      const at::Tensor full = dtensor::is_dtensor(t) ? dtensor::full_tensor(t.detach()) : t.detach();
+      const at::Tensor full = get();
       if (writer) writer->write(full.to(dtype));
     }
   }

@@ -168,14 +168,16 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c)
 at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask) {
   // Through the model's own hooks (module_hooks.h rule 2): fully_shard(model) gathers the root's parameters.
   return dtensor::nn::call_with_hooks(*this, {tokens, attention_mask},
-                                      [this](const dtensor::nn::Tensors& in) {
-                                        at::Tensor logits = lm_head(model(in[0], in[1]));
-                                        if (config.logits_scaling != 1.0) logits = logits / config.logits_scaling;  // Granite
-                                        if (config.logit_scale != 1.0) logits = logits * config.logit_scale;        // Cohere
-                                        const double cap = config.final_logit_softcapping;                        // Gemma 2
-                                        if (cap > 0) logits = at::tanh(logits / cap) * cap;
-                                        return logits;
-                                      });
+                                      [this](const dtensor::nn::Tensors& in) { return logits(model(in[0], in[1])); });
+}
+
+at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& hidden) {
+  at::Tensor out = lm_head(hidden);
+  if (config.logits_scaling != 1.0) out = out / config.logits_scaling;  // Granite
+  if (config.logit_scale != 1.0) out = out * config.logit_scale;        // Cohere
+  const double cap = config.final_logit_softcapping;                  // Gemma 2 / 3
+  if (cap > 0) out = at::tanh(out / cap) * cap;
+  return out;
 }
 
 void LlamaForCausalLMImpl::init_weights(uint64_t seed) {

@@ -119,6 +119,8 @@ TORCH_MODULE(LlamaModel);
 struct LlamaForCausalLMImpl : torch::nn::Module {
   explicit LlamaForCausalLMImpl(const LlamaConfig& config);
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {});
+  // The logits of hidden states [b, s, hidden]: lm_head, then the family's scaling and soft-capping.
+  at::Tensor logits(const at::Tensor& hidden);
   // Deterministic initialization from `seed` alone (its own generator: ranks that are threads may build
   // models at once): embeddings N(0, 1), projections N(0, 0.02), o_proj/down_proj N(0, 0.02/sqrt(2(l+1)))
   // (torchtitan's depth init), lm_head N(0, hidden^-1/2), norms 1.

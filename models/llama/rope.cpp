@@ -78,7 +78,7 @@ bool rope_depends_on_length(const LlamaConfig& c) {
 }
 
 RopeFrequencies rope_frequencies(const LlamaConfig& c, int64_t seq_len, c10::Device device) {
-  const int64_t dim = c.head_dim();
+  const int64_t dim = c.rotary_dim();  // HF's int(head_dim * partial_rotary_factor)
   const auto on = at::TensorOptions().device(device);
   const RopeScaling& s = c.rope_scaling;
   const std::string& type = s.rope_type;
@@ -110,6 +110,10 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64
 }
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved) {
+  if (cos.size(-1) < x.size(-1)) {  // partial rotary: the first cos.size(-1) dims turn, the rest pass
+    const int64_t r = cos.size(-1);
+    return at::cat({apply_rotary(x.narrow(-1, 0, r), cos, sin, interleaved), x.narrow(-1, r, x.size(-1) - r)}, -1);
+  }
   const int64_t d = x.size(-1), half = d / 2;
   if (interleaved) {  // Cohere: pairs (x[2i], x[2i+1]) -> (-x[2i+1], x[2i]), in fp32
     const at::Tensor x32 = x.to(at::kFloat);

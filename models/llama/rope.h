@@ -27,12 +27,13 @@ RopeFrequencies rope_frequencies(const LlamaConfig& config, int64_t seq_len, c10
 // Whether rope_frequencies depends on seq_len (dynamic, longrope).
 bool rope_depends_on_length(const LlamaConfig& config);
 
-// cos and sin tables [table_len, head_dim] for positions 0..table_len-1, with the frequencies of a forward
+// cos and sin tables [table_len, rotary_dim] (head_dim, or its partial_rotary_factor part) for positions 0..table_len-1, with the frequencies of a forward
 // of length freq_len (-1: table_len), already multiplied by the attention scaling.
 std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64_t table_len,
                                                  c10::Device device = c10::kCPU, int64_t freq_len = -1);
 
-// x [b, heads, s, head_dim] rotated by position: x * cos + rotate_half(x) * sin (interleaved: Cohere's
+// x [b, heads, s, head_dim] rotated by position: x * cos + rotate_half(x) * sin; with tables narrower than
+// head_dim (partial rotary) only the first cos.size(-1) dims (interleaved: Cohere's
 // rotation of pairs (2i, 2i+1), computed in fp32 as Cohere does; its tables come from config.rope_interleaved).
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved = false);
 

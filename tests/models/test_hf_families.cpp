@@ -35,7 +35,8 @@ const std::vector<std::string> kCases = {"llama",       "llama_tied",  "llama_bi
                                          "llama_bf16",  "rope_llama3", "rope_linear",  "rope_dynamic",   "rope_yarn",
                                          "rope_longrope", "mistral",   "qwen2",        "qwen2_sliding",  "qwen3",
                                          "gemma",       "gemma2",      "gemma3",       "granite",        "starcoder2",
-                                         "olmo",        "olmo2",       "cohere",       "cohere2"};
+                                         "olmo",        "olmo2",       "cohere",       "cohere2",        "phi3",
+                                         "phi3_longrope", "glm",       "gemma2_bf16",  "phi3_bf16"};
 
 ProcessResult oracle(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {DTENSOR_PYTHON, DTENSOR_SOURCE_DIR "/tests/oracle/hf_family_oracle.py"};
@@ -170,7 +171,7 @@ TEST(HfFamilies, ExportLoadsBackInTransformers) {
   std::vector<std::string> args = {"check"};
   for (const std::string name : {"llama_tied", "llama_bias", "rope_llama3", "rope_yarn", "rope_longrope", "mistral",
                                  "qwen2_sliding", "qwen3", "gemma", "gemma2", "gemma3", "granite", "starcoder2", "olmo",
-                                 "olmo2", "cohere", "cohere2"}) {
+                                 "olmo2", "cohere", "cohere2", "phi3", "phi3_longrope", "glm"}) {
     const std::string exported = root() + "/export_" + name;
     dtensor::testing::run_ranks(2, [&](int, int world) {
       auto mesh = dtensor::init_device_mesh("cpu", {world});
@@ -193,7 +194,7 @@ TEST(HfFamilies, ExportLoadsBackInTransformers) {
 // all heads), sliding windows, soft-capping, sandwich / post / parallel norms, multipliers, clipping.
 TEST(HfFamilies, FineTuneLossesAtTp2EqualTp1) {
   for (const std::string name : {"llama_tied", "llama_bias", "qwen2_sliding", "qwen3", "rope_yarn", "gemma2", "gemma3",
-                                 "granite", "starcoder2", "olmo", "olmo2", "cohere2"}) {
+                                 "granite", "starcoder2", "olmo", "olmo2", "cohere2", "phi3", "glm"}) {
     train::TrainOptions o = llama_test::small_options();
     o.hf_dir = root() + "/" + name;
     o.model = llama::config_from_hf_json(o.hf_dir + "/config.json");
@@ -215,7 +216,7 @@ TEST(HfConfig, UnknownFamiliesFieldsAndArchitecturesAreOneClearError) {
                                "num_key_value_heads": 2, "intermediate_size": 48)";
   EXPECT_NE(config_error(R"({"model_type": "mixtral", )" + sizes + "}").find("model_type 'mixtral' is not supported"),
             std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "phi3", )" + sizes + "}").find("'phi3'"), std::string::npos);
+  EXPECT_NE(config_error(R"({"model_type": "qwen2_moe", )" + sizes + "}").find("'qwen2_moe'"), std::string::npos);
   EXPECT_NE(config_error("{" + sizes + "}").find("no model_type"), std::string::npos);
   EXPECT_EQ(llama::config_from_hf_json_text(R"({"architectures": ["Qwen2ForCausalLM"], )" + sizes + "}").model_type, "qwen2");
   const std::string unknown = config_error(R"({"model_type": "llama", "logit_scale": 0.5, )" + sizes + "}");

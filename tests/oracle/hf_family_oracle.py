@@ -61,6 +61,8 @@ families (Llama and its RoPE scalings, Mistral, Qwen2, Qwen3, Gemma 1/2/3, Grani
           phi3_longrope   partial_rotary_factor 0.75 (rotary dim 12 of 16), longrope (6 short/long factors),
                           original_max_position_embeddings 16, max_position_embeddings 64; its greedy runs cross 16
                           tokens (Phi-3's cache reset, below). Off: default RoPE on 12 dims; default RoPE on all 16
+          gemma2_bf16     gemma2 (window 5, both soft-caps) saved in bfloat16. No off
+          phi3_bf16       phi3 saved in bfloat16 (the packed weights are cut after the dtype cast). No off
           glm             packed gate_up_proj, q/k/v biases (o_proj none), partial_rotary_factor 0.5 with GLM's
                           interleaved rotation of the first 8 dims. Off: partial_rotary_factor 1
     python hf_family_oracle.py check DIR REF [DIR REF ...]
@@ -212,6 +214,10 @@ CASES = {
     "cohere2": ("cohere2", dict(logit_scale=2.0, sliding_window=5, layer_types=["sliding_attention", "full_attention"]),
                 "float32", [dict(layer_types=["sliding_attention"] * 2), dict(sliding_window=4096)]),
     "phi3": ("phi3", dict(sliding_window=5), "float32", dict(sliding_window=None)),
+    # bf16 files of the new parts: (1 + w) norms and soft-caps (Gemma 2), packed weights cut after the cast (Phi-3)
+    "gemma2_bf16": ("gemma2", dict(sliding_window=5, layer_types=["sliding_attention", "full_attention"],
+                                   attn_logit_softcapping=2.0, final_logit_softcapping=5.0), "bfloat16", None),
+    "phi3_bf16": ("phi3", {}, "bfloat16", None),
     "phi3_longrope": ("phi3", dict(partial_rotary_factor=0.75, original_max_position_embeddings=16, rope_parameters={
         "rope_type": "longrope", "rope_theta": 10000.0,
         "short_factor": [round(1.0 + 0.1 * i, 1) for i in range(6)],  # 6 = int(head_dim * 0.75) / 2

@@ -21,6 +21,8 @@ Family olmo();     // OlmoForCausalLM: parameter-free LayerNorm, q/k/v clipping
 Family olmo2();    // Olmo2ForCausalLM: post-norms, q/k RMSNorm over all heads
 Family cohere();   // CohereForCausalLM: parallel block, weight-only LayerNorm, interleaved rotary, logit scale
 Family cohere2();  // Cohere2ForCausalLM: Cohere with sliding layers, rotary on those only
+Family phi3();     // Phi3ForCausalLM: packed qkv / gate_up, longrope, partial rotary, sliding window
+Family glm();      // GlmForCausalLM: q/k/v biases, packed gate_up, interleaved partial rotary
 
 // Shared by Qwen2 and Qwen3 (Qwen3's modular file inherits Qwen2's attention masks).
 void read_qwen2_sliding(HfConfigReader& r, LlamaConfig& c);

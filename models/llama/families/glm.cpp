@@ -1,0 +1,30 @@
+// GLM-4 (modular_glm.py, model_type glm): Llama with q/k/v biases but none on o_proj, gate/up packed into
+// gate_up_proj in the checkpoint, head_dim 128 by default, and GPT-J-style rotary (interleaved pairs) on the
+// first half of each head (partial_rotary_factor 0.5 by default).
+#include "llama/families/families.h"
+
+namespace llama::families {
+
+Family glm() {
+  return {"glm", "GlmForCausalLM",
+          [](HfConfigReader& r, LlamaConfig& c) {
+            c.packed_gate_up = true;
+            c.rope_interleaved = true;
+            if (!r.json().contains("rope_parameters") || !r.json().at("rope_parameters").contains("partial_rotary_factor")) {
+              c.partial_rotary_factor = 0.5;  // GlmConfig's default
+            }
+            c.explicit_head_dim = 128;
+            r.read("head_dim", c.explicit_head_dim);
+            bool bias = true;  // GlmConfig's attention_bias: on q, k, v only
+            r.read("attention_bias", bias);
+            c.qkv_bias = bias;
+          },
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) {
+            j["head_dim"] = c.head_dim();
+            j["attention_bias"] = c.qkv_bias;
+            nlohmann::ordered_json& rope = j["rope_parameters"];
+            rope["partial_rotary_factor"] = c.partial_rotary_factor;
+          }};
+}
+
+}  // namespace llama::families

@@ -1,0 +1,36 @@
+// Phi-3 / 3.5 / Phi-4-mini (modeling_phi3.py): Llama with q/k/v packed into qkv_proj and gate/up into
+// gate_up_proj in the checkpoint (split on load: llama/hf_weights.h), longrope with short and long factors
+// switched at original_max_position_embeddings (a top-level field that overrides the rope's), partial rotary
+// (Phi-4-mini), a sliding window on every layer when set, and generate()'s recomputation of the whole
+// sequence once it passes original_max_position_embeddings.
+#include "llama/families/families.h"
+
+namespace llama::families {
+
+Family phi3() {
+  return {"phi3", "Phi3ForCausalLM",
+          [](HfConfigReader& r, LlamaConfig& c) {
+            c.packed_qkv = c.packed_gate_up = true;
+            int64_t original = 0;
+            if (r.read("original_max_position_embeddings", original) && c.rope_scaling.rope_type == "longrope") {
+              c.rope_scaling.original_max_position_embeddings = original;
+            }
+            if (original > 0) c.recompute_original_max = original, c.recompute_past_original_max = true;
+            double partial = 0;
+            if (r.read("partial_rotary_factor", partial) && partial != c.partial_rotary_factor) {
+              if (c.partial_rotary_factor != 1.0) r.fail("partial_rotary_factor differs from rope_parameters'");
+              c.partial_rotary_factor = partial;
+            }
+            r.read("sliding_window", c.sliding_window);
+            for (const char* dropout : {"resid_pdrop", "embd_pdrop"}) {
+              refuse_unless(r, dropout, [](const nlohmann::json& v) { return v.is_number() && v.get<double>() == 0.0; },
+                            "dropout");
+            }
+          },
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) {
+            if (c.recompute_original_max > 0) j["original_max_position_embeddings"] = c.recompute_original_max;
+            j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+          }};
+}
+
+}  // namespace llama::families

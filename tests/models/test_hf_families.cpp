@@ -165,6 +165,35 @@ TEST(HfFamilies, SlidingWindowCacheKeepsTheWindowOnly) {
   });
 }
 
+// Phi-3's generate() recomputes the whole sequence once it passes original_max_position_embeddings (16 in
+// phi3_longrope; the batch's width 9 plus 11 steps crosses it): with that, every cached step's logits equal
+// the naive reference's (no cache: all positions with the frequencies of the current length, which is what
+// transformers' recomputation gives); without it, the keys cached before the crossing keep the short factors.
+TEST(HfFamilies, Phi3RecomputesPastOriginalMaxAsTransformers) {
+  const Reference ref = reference("phi3_longrope");
+  const auto prompts = prompts_of(ref.batch, ref.batch_mask);
+  llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/phi3_longrope");
+  ASSERT_EQ(model->config.recompute_original_max, 16);
+  at::NoGradGuard no_grad;
+  auto run = [&](bool use_cache, bool recompute) {
+    model->config.recompute_past_original_max = recompute;
+    llama::Decoder decoder(model, prompts, 12, 0, use_cache);
+    std::vector<at::Tensor> logits = {decoder.prefill()};
+    for (int step = 0; step < 11; ++step) logits.push_back(decoder.step(ref.greedy_batch.select(1, step)));
+    return logits;
+  };
+  const auto naive = run(false, true), with = run(true, true), without = run(true, false);
+  double rel_with = 0, rel_without = 0;
+  for (size_t i = 0; i < naive.size(); ++i) {
+    const double scale = naive[i].abs().max().item<double>();
+    rel_with = std::max(rel_with, (with[i] - naive[i]).abs().max().item<double>() / scale);
+    rel_without = std::max(rel_without, (without[i] - naive[i]).abs().max().item<double>() / scale);
+  }
+  std::printf("phi3_longrope cached vs naive: with recomputation %.3e, without %.3e\n", rel_with, rel_without);
+  EXPECT_LE(rel_with, 1e-5);
+  EXPECT_GT(rel_without, 1e-2);
+}
+
 // save_hf_llama at TP 2 (each weight gathered once) for the cases whose config.json carries the most:
 // transformers loads each export back and gets the reference logits.
 TEST(HfFamilies, ExportLoadsBackInTransformers) {

@@ -13,10 +13,6 @@
 namespace llama {
 namespace {
 
-dtensor::nn::Linear linear(int64_t in, int64_t out, bool bias) {
-  return dtensor::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-}
-
 // [b, kv_heads, s, d] -> [b, kv_heads * n_rep, s, d], each head repeated n_rep times in place.
 at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
   if (n_rep == 1) return x;

@@ -91,10 +91,10 @@ struct LlamaConfig {
   // The model keeps them apart: llama/hf_weights.h splits them on load and packs them on export.
   bool packed_qkv = false;
   bool packed_gate_up = false;
-  // Phi-3's generate(): once a sequence's width reaches original_max_position_embeddings + 1 while the cache
-  // holds no more than that, the cache is dropped and the whole sequence recomputed (longrope's long factors).
-  bool recompute_past_original_max = false;
-  int64_t recompute_original_max = 0;  // Phi-3's original_max_position_embeddings (0: not set)
+  // Phi-3's original_max_position_embeddings (0: none). generate(): once a sequence's width reaches it + 1
+  // while the cache holds no more than that, the cache is dropped and the whole sequence recomputed
+  // (longrope's long factors).
+  int64_t recompute_original_max = 0;
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }
   int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor); }

@@ -75,7 +75,7 @@ at::Tensor Decoder::step(const at::Tensor& next_tokens) {
   tokens_ = at::cat({tokens_, column}, 1);
   attention_mask_ = at::cat({attention_mask_, at::ones_like(column)}, 1);
   const LlamaConfig& c = model_->config;
-  if (use_cache_ && c.recompute_past_original_max && tokens_.size(1) >= c.recompute_original_max + 1 &&
+  if (use_cache_ && c.recompute_original_max > 0 && tokens_.size(1) >= c.recompute_original_max + 1 &&
       model_->model->cache_length() <= c.recompute_original_max) {
     // Phi-3's prepare_inputs_for_generation: past original_max_position_embeddings the cache is dropped and
     // the whole sequence recomputed (longrope switches to its long factors for every position).

@@ -84,6 +84,15 @@ std::vector<Packed> packed_weights(const LlamaConfig& c) {
   return out;
 }
 
+// The packed weight's shape: its parts' rows stacked.
+template <class Params>
+std::vector<int64_t> packed_shape(const Params& params, const Packed& p) {
+  std::vector<int64_t> shape = params[p.parts[0]].sizes().vec();
+  shape[0] = 0;
+  for (const auto& part : p.parts) shape[0] += params[part].size(0);
+  return shape;
+}
+
 // The model's parameters under the checkpoint's names, except the packed parts.
 dtensor::checkpoint::StateDict hf_state(LlamaForCausalLM& model, const std::vector<Packed>& packed) {
   std::set<std::string> parts;
@@ -121,9 +130,7 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model) {
   // each of which takes its own shard.
   const auto params = model->named_parameters();
   for (const auto& p : packed) {
-    int64_t rows = 0;
-    for (const auto& part : p.parts) rows += params[part].size(0);
-    state[p.name] = at::empty({rows, params[p.parts[0]].size(1)}, at::TensorOptions().dtype(params[p.parts[0]].scalar_type()));
+    state[p.name] = at::empty(packed_shape(params, p), at::TensorOptions().dtype(params[p.parts[0]].scalar_type()));
   }
   dtensor::checkpoint::load(dir, state, {.allow_unused = model->config.tie_word_embeddings, .allow_dtype_cast = true});
   at::NoGradGuard no_grad;
@@ -142,33 +149,25 @@ void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, at::ScalarTy
   const int rank = dtensor::is_initialized() ? dtensor::current_world()->rank() : 0;
   const std::vector<Packed> packed = packed_weights(model->config);
   const auto params = model->named_parameters();
-  // Each stored weight and how to get its full value: a parameter gathered, or a packed weight's parts
-  // gathered and stacked.
-  std::vector<std::pair<std::string, std::function<at::Tensor()>>> weights;
-  for (const auto& [name, t] : hf_state(model, packed)) weights.emplace_back(name, [t] { return full_value(t); });
+  // Each stored weight, its shape and how to get its full value: a parameter gathered, or a packed weight's
+  // parts gathered and stacked.
+  struct Weight {
+    std::string name;
+    std::vector<int64_t> shape;
+    std::function<at::Tensor()> full;
+  };
+  std::vector<Weight> weights;
+  for (const auto& [name, t] : hf_state(model, packed)) weights.push_back({name, t.sizes().vec(), [t] { return full_value(t); }});
   for (const auto& p : packed) {
-    weights.emplace_back(p.name, [&params, &p] {
-      std::vector<at::Tensor> parts;
-      for (const auto& part : p.parts) parts.push_back(full_value(params[part]));
-      return at::cat(parts, 0);
-    });
+    weights.push_back({p.name, packed_shape(params, p), [&params, &p] {
+                         std::vector<at::Tensor> parts;
+                         for (const auto& part : p.parts) parts.push_back(full_value(params[part]));
+                         return at::cat(parts, 0);
+                       }});
   }
-  std::sort(weights.begin(), weights.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::sort(weights.begin(), weights.end(), [](const Weight& a, const Weight& b) { return a.name < b.name; });
   std::vector<dtensor::checkpoint::TensorInfo> layout;
-  for (const auto& [name, get] : weights) {
-    std::vector<int64_t> sizes;
-    if (params.contains(name)) {
-      sizes = params[name].sizes().vec();
-    } else {  // a packed weight
-      for (const auto& p : packed) {
-        if (p.name != name) continue;
-        sizes = params[p.parts[0]].sizes().vec();
-        sizes[0] = 0;
-        for (const auto& part : p.parts) sizes[0] += params[part].size(0);
-      }
-    }
-    layout.push_back({name, dtype, sizes});
-  }
+  for (const auto& w : weights) layout.push_back({w.name, dtype, w.shape});
   std::unique_ptr<dtensor::checkpoint::SafetensorsWriter> writer;
   if (rank == 0) {
     fs::create_directories(dir);
@@ -177,9 +176,9 @@ void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, at::ScalarTy
   }
   {
     at::NoGradGuard no_grad;
-    for (const auto& [name, get] : weights) {
+    for (const auto& w : weights) {
       // One weight at a time: Shard -> Replicate = all-gather, on every rank; only rank 0 keeps and writes it.
-      const at::Tensor full = get();
+      const at::Tensor full = w.full();
       if (writer) writer->write(full.to(dtype));
     }
   }

@@ -15,11 +15,12 @@
 #include "dtensor/nn/parameter_replacement.h"
 
 namespace llama {
-namespace {
 
-dtensor::nn::Linear linear(int64_t in, int64_t out, bool bias = false) {
+dtensor::nn::Linear linear(int64_t in, int64_t out, bool bias) {
   return dtensor::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
+
+namespace {
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;

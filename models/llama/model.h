@@ -48,6 +48,9 @@ namespace llama {
 // the tokens at or before it, and itself (so a padding row stays finite; it is never read). With a sliding
 // window, sliding_mask also hides the keys at or before query index - window.
 // local_cos, local_sin: Gemma 3's sliding layers' own rotary tables (config.rope_local_theta > 0).
+// The Linear every projection is (model.cpp): torch::nn's options, hookable by a plan.
+dtensor::nn::Linear linear(int64_t in, int64_t out, bool bias = false);
+
 struct AttentionInputs {
   at::Tensor cos, sin, mask, sliding_mask, local_cos, local_sin;
 };

@@ -176,7 +176,7 @@ TEST(HfFamilies, Phi3RecomputesPastOriginalMaxAsTransformers) {
   ASSERT_EQ(model->config.recompute_original_max, 16);
   at::NoGradGuard no_grad;
   auto run = [&](bool use_cache, bool recompute) {
-    model->config.recompute_past_original_max = recompute;
+    model->config.recompute_original_max = recompute ? 16 : 0;
     llama::Decoder decoder(model, prompts, 12, 0, use_cache);
     std::vector<at::Tensor> logits = {decoder.prefill()};
     for (int step = 0; step < 11; ++step) logits.push_back(decoder.step(ref.greedy_batch.select(1, step)));

@@ -133,11 +133,6 @@ int64_t count_code_points(const std::string& s, size_t bytes) {
   return n;
 }
 
-Value bound(const Value& self, const std::string& name, Function f) {
-  (void)self;
-  return Value(std::move(f), name);
-}
-
 bool affix_match(const std::string& s, const Value& affix, bool prefix, const std::string& method) {
   auto one = [&](const Value& a) {
     if (!a.is_string()) throw Error("chat template: " + method + " arg must be str or a tuple of str");
@@ -156,11 +151,11 @@ Value string_method(const Value& self, const std::string& name) {
   const std::string s = self.as_string();
   const std::string callee = "str." + name;
   auto method = [&](size_t max_positional, std::vector<std::string> names, auto body) {
-    return bound(self, callee, [=](Args& a) -> Value {
+    return Value([=](Args& a) -> Value {
       a.callee = callee;
       a.check(max_positional, names);
       return body(a);
-    });
+    }, callee);
   };
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     const bool left = name != "rstrip", right = name != "lstrip";
@@ -242,7 +237,7 @@ Value string_method(const Value& self, const std::string& name) {
 Value dict_method(const Value& self, const std::string& name) {
   const std::string callee = "dict." + name;
   if (name == "items" || name == "keys" || name == "values") {
-    return bound(self, callee, [self, name, callee](Args& a) {
+    return Value([self, name, callee](Args& a) {
       a.callee = callee;
       a.check(0, {});
       List out;
@@ -251,16 +246,16 @@ Value dict_method(const Value& self, const std::string& name) {
         else out.push_back(name == "keys" ? Value(key) : value);
       }
       return Value(std::move(out));
-    });
+    }, callee);
   }
   if (name == "get") {
-    return bound(self, callee, [self, callee](Args& a) {
+    return Value([self, callee](Args& a) {
       a.callee = callee;
       a.check(2, {});
       const Value key = a.get(0, "key");
       const Value* found = key.is_string() ? self.as_dict().find(key.as_string()) : nullptr;
       return found ? *found : a.get(1, "default", Value::none());
-    });
+    }, callee);
   }
   return Value();
 }

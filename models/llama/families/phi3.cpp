@@ -15,7 +15,7 @@ Family phi3() {
             if (r.read("original_max_position_embeddings", original) && c.rope_scaling.rope_type == "longrope") {
               c.rope_scaling.original_max_position_embeddings = original;
             }
-            if (original > 0) c.recompute_original_max = original, c.recompute_past_original_max = true;
+            c.recompute_original_max = original;
             double partial = 0;
             if (r.read("partial_rotary_factor", partial) && partial != c.partial_rotary_factor) {
               if (c.partial_rotary_factor != 1.0) r.fail("partial_rotary_factor differs from rope_parameters'");

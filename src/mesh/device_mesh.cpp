@@ -137,6 +137,19 @@ DeviceMesh DeviceMesh::slice(const std::vector<std::string>& dim_names) const {
                     std::adjacent_find(dims.begin(), dims.end()) == dims.end(),
                 "dtensor: slice dims ", quoted_names(dim_names), " must be distinct and in the mesh's order ",
                 quoted_names(impl_->names));
+  return slice_dims(dims, dim_names);
+}
+
+DeviceMesh DeviceMesh::submesh(int64_t mesh_dim) const {
+  DTENSOR_CHECK(mesh_dim >= -ndim() && mesh_dim < ndim(), "dtensor: mesh dim ", mesh_dim, " is out of range for ",
+                to_string(), " (", ndim(), " dims)");
+  if (mesh_dim < 0) mesh_dim += ndim();
+  std::vector<std::string> names;
+  if (!impl_->names.empty()) names.push_back(impl_->names[mesh_dim]);
+  return slice_dims({mesh_dim}, names);
+}
+
+DeviceMesh DeviceMesh::slice_dims(const std::vector<int64_t>& dims, const std::vector<std::string>& dim_names) const {
   DTENSOR_CHECK(impl_->coordinate, "dtensor: rank ", get_rank(), " cannot slice ", to_string(), ": it is not a member");
   auto sub = std::make_shared<Impl>();
   sub->device_type = impl_->device_type;

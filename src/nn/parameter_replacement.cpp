@@ -2,6 +2,7 @@
 #include "dtensor/nn/parameter_members.h"
 #include "dtensor/core/error.h"
 
+#include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
@@ -42,6 +43,14 @@ bool sync_member_handles(torch::nn::Module& module, const std::string& name, con
   } else if (auto* m = dynamic_cast<torch::nn::LayerNormImpl*>(&module)) {
     set(m->weight, "weight");
     set(m->bias, "bias");
+  } else if (auto* m = dynamic_cast<torch::nn::MultiheadAttentionImpl*>(&module)) {
+    set(m->in_proj_weight, "in_proj_weight");
+    set(m->in_proj_bias, "in_proj_bias");
+    set(m->bias_k, "bias_k");
+    set(m->bias_v, "bias_v");
+    set(m->q_proj_weight, "q_proj_weight");
+    set(m->k_proj_weight, "k_proj_weight");
+    set(m->v_proj_weight, "v_proj_weight");
   } else if (auto* m = dynamic_cast<RMSNormImpl*>(&module)) {
     set(m->weight, "weight");
   } else if (auto* m = dynamic_cast<ParameterMembers*>(&module)) {  // a layer of the user's (parameter_members.h)

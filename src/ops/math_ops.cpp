@@ -66,7 +66,7 @@ ShardingDecision reduction(const OpCall& call, Reduction kind, int dims_arg, int
     if (!p.is_shard()) continue;
     int64_t d = p.dim();
     if (!reduced[d]) {
-      out[i] = Shard(renumber[d]);
+      out[i] = p.with_dim(renumber[d]);
       continue;
     }
     if ((kind == Reduction::MAX || kind == Reduction::MIN) && chunk_sizes(self.tensor.size(d), n).back() == 0) {
@@ -145,7 +145,7 @@ ShardingDecision value_selecting_backward(const OpCall& call) {
   for (size_t i = 0; i < p.size(); ++i) {
     if (!p[i].is_shard()) continue;
     if (keepdim && p[i].dim() == d) p[i] = out[i] = Replicate();
-    else out[i] = Shard(!keepdim && p[i].dim() >= d ? p[i].dim() + 1 : p[i].dim());
+    else out[i] = p[i].with_dim(!keepdim && p[i].dim() >= d ? p[i].dim() + 1 : p[i].dim());
   }
   ShardingDecision dec = make_decision(call, {p, p}, {out});
   dec.local_int_lists.emplace_back(3, local_shard(sizes, *call.mesh, out, *call.mesh->get_coordinate()).shape);
@@ -245,7 +245,7 @@ void vector_norm_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack
       acc = all_reduce(acc, op_i, spec.mesh.get_group(i));
       out_p[i] = Replicate();
     } else {
-      out_p[i] = Shard(renumber[in[i].dim()]);
+      out_p[i] = in[i].with_dim(renumber[in[i].dim()]);
     }
   }
   at::Tensor result;

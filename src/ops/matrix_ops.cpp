@@ -8,7 +8,8 @@
 //   A Partial,   B Replicate -> out Partial      (linear in A), and symmetrically
 //   A Replicate, B Replicate -> out Replicate
 // addmm's bias follows the output (Partial output: the bias is split as Replicate -> Partial). bmm adds
-// the batch dim: A Shard(0), B Shard(0) -> out Shard(0). The cheapest candidate wins per mesh dim.
+// the batch dim: A Shard(0), B Shard(0) -> out Shard(0). A _StridedShard on a free dim is kept (below).
+// The cheapest candidate wins per mesh dim.
 #include <ATen/ATen.h>
 
 #include "ops/strategy_utils.h"
@@ -34,7 +35,7 @@ std::vector<DimCandidate> matmul_candidates(const OpCall& call, int64_t i, int a
       if (po.is_partial()) pbias = po;
       if (po.is_shard()) {
         int64_t k = po.dim() - (batch + 2 - t.dim());
-        if (k >= 0 && t.size(k) != 1) pbias = Shard(k);
+        if (k >= 0 && t.size(k) != 1) pbias = po.with_dim(k);
       }
       c.inputs[bias] = pbias;
     }
@@ -56,6 +57,18 @@ std::vector<DimCandidate> matmul_candidates(const OpCall& call, int64_t i, int a
   if (auto p = partial_of(A)) add(*p, Replicate(), *p);
   if (auto p = partial_of(B)) add(Replicate(), *p, *p);
   for (int64_t d = 0; d < batch; ++d) add(Shard(d), Shard(d), Shard(d));
+  // A _StridedShard (the per-head rows of MultiheadAttention's packed in_proj) is kept as it is on a free
+  // dim: rows of A, columns of B, or a batch dim both share; on the contraction dim of both (same split
+  // factor) the pieces still pair up, so the output is Partial.
+  auto strided_of = [&](const TensorInput& t) -> std::optional<Placement> {
+    if (t.spec && t.spec->placements[i].is_strided_shard()) return t.spec->placements[i];
+    return std::nullopt;
+  };
+  const auto sa = strided_of(A), sb = strided_of(B);
+  if (sa && sa->dim() == m) add(*sa, Replicate(), *sa);
+  if (sb && sb->dim() == n) add(Replicate(), *sb, *sb);
+  if (sa && sb && sa->dim() == n && sb->dim() == m && sa->split_factor() == sb->split_factor()) add(*sa, *sb, Partial());
+  if (sa && sb && sa->dim() < batch && *sa == *sb) add(*sa, *sb, *sa);
   add(Replicate(), Replicate(), Replicate());
   return out;
 }

@@ -1,5 +1,6 @@
 #include "ops/run_strategy.h"
 
+#include <algorithm>
 #include <ATen/ATen.h>
 
 #include <cstdlib>
@@ -90,7 +91,18 @@ std::vector<at::Tensor> redistribute_inputs(const OpCall& call, const ShardingDe
       call.fail("would have to change the placements of its in-place / out= argument '" + a.name() + "' from " +
                 to_string(in.spec->placements) + " to " + to_string(*target));
     }
+    // A Partial input's reduction is remembered on its DTensor (unless the op returns an alias of its input,
+    // which could later be written through): autograd saves the DTensor as it came, and backward asks again.
+    const bool may_cache = in.spec->has_partial() &&
+                           std::none_of(schema.returns().begin(), schema.returns().end(),
+                                        [](const c10::Argument& r) { return r.alias_info() != nullptr; });
+    const detail::DTensorImpl* impl = detail::get_impl(in.tensor);
+    if (const at::Tensor* cached = may_cache ? impl->cached_redistribution(*target) : nullptr) {
+      locals[k] = *cached;
+      continue;
+    }
     locals[k] = redistribute_local(local, *in.spec, *target);
+    if (may_cache) impl->cache_redistribution(*target, locals[k]);
   }
   return locals;
 }

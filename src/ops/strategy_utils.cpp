@@ -1,4 +1,6 @@
 #include "ops/strategy_utils.h"
+
+#include "dtensor/tensor/shard_layout.h"
 #include "dtensor/core/error.h"
 
 #include <limits>
@@ -69,6 +71,39 @@ ShardingDecision make_decision(const OpCall& call, std::vector<std::optional<Pla
 int64_t normalize_dim(int64_t dim, int64_t ndim) {
   int64_t n = std::max<int64_t>(ndim, 1);
   return dim < 0 ? dim + n : dim;
+}
+
+std::vector<int64_t> local_shape_of(const std::vector<int64_t>& shape, const DeviceMesh& mesh, const Placements& p) {
+  return local_shard(shape, mesh, p, *mesh.get_coordinate()).shape;
+}
+
+// Ops that need tensor dim `dim` of every tensor input whole; other shards are renumbered by `map_dim`.
+ShardingDecision needs_dim_whole(const OpCall& call, int64_t dim, size_t num_outputs,
+                                 const std::function<int64_t(int64_t)>& map_dim) {
+  // Reference placements: the first DTensor input's, with the cut dim replicated.
+  const DTensorSpec* ref = nullptr;
+  for (const auto& t : call.tensors) {
+    if (t.spec) {
+      ref = t.spec;
+      break;
+    }
+  }
+  Placements in = ref->placements;
+  for (auto& p : in) {
+    if (p.is_shard(dim)) p = Replicate();
+  }
+  // Inputs of cat/stack with different placements all follow the reference; index tensors are replicated.
+  std::vector<std::optional<Placements>> inputs;
+  for (const auto& t : call.tensors) {
+    bool is_index = t.arg != call.tensors[0].arg;
+    inputs.push_back(t.is_scalar() ? std::nullopt
+                                   : std::optional<Placements>(is_index ? replicate_all(call.mesh->ndim()) : in));
+  }
+  Placements out = in;
+  for (auto& p : out) {
+    if (p.is_shard()) p = p.with_dim(map_dim(p.dim()));
+  }
+  return make_decision(call, inputs, std::vector<Placements>(num_outputs, out));
 }
 
 }  // namespace dtensor::ops

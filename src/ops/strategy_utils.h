@@ -37,4 +37,12 @@ ShardingDecision make_decision(const OpCall& call, std::vector<std::optional<Pla
 
 int64_t normalize_dim(int64_t dim, int64_t ndim);
 
+// Ops that need tensor dim `dim` of every tensor input whole (a Shard of it gathered first); other shards are
+// renumbered by `map_dim` (a _StridedShard keeps its split factor). -1: no dim needs to be whole.
+ShardingDecision needs_dim_whole(const OpCall& call, int64_t dim, size_t num_outputs,
+                                 const std::function<int64_t(int64_t)>& map_dim);
+
+// This rank's shape of a tensor of global `shape` under `placements` (a size argument made local).
+std::vector<int64_t> local_shape_of(const std::vector<int64_t>& shape, const DeviceMesh& mesh, const Placements& p);
+
 }  // namespace dtensor::ops

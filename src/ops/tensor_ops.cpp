@@ -19,6 +19,7 @@
 
 #include <stdexcept>
 
+#include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/redistribute/redistribute.h"
 #include "dtensor/tensor/shard_layout.h"
 #include "dtensor/api/dtensor_api.h"
@@ -144,6 +145,35 @@ void local_scalar_dense(const c10::OperatorHandle& op, Stack* stack) {
   stack->emplace_back(value.item());
 }
 
+// equal(self, other) -> bool (torch::nn::MultiheadAttention asks it to detect self-attention). Equal global
+// shapes and equal non-Partial placements: the local answers, AND-ed over the mesh (a MIN all-reduce on each
+// mesh dim that shards; replicated dims agree already). Anything else (a Partial, different placements, a
+// plain tensor under implicit replication) compares the full tensors.
+void equal(const c10::OperatorHandle& op, Stack* stack) {
+  const at::Tensor a = input(op, stack, 0).toTensor();
+  const at::Tensor b = input(op, stack, 1).toTensor();
+  bool result = false;
+  if (a.sizes() == b.sizes()) {
+    const bool both = is_dtensor(a) && is_dtensor(b);
+    const DTensorSpec* sa = is_dtensor(a) ? &dtensor_spec(a) : nullptr;
+    const DTensorSpec* sb = is_dtensor(b) ? &dtensor_spec(b) : nullptr;
+    at::AutoDispatchBelowADInplaceOrView guard;
+    if (both && sa->mesh == sb->mesh && sa->placements == sb->placements && !sa->has_partial()) {
+      at::Tensor local = at::scalar_tensor(at::equal(detail::local_tensor(a), detail::local_tensor(b)) ? 1 : 0,
+                                           at::TensorOptions().dtype(at::kInt).device(detail::local_tensor(a).device()));
+      for (size_t i = 0; i < sa->placements.size(); ++i) {
+        if (sa->placements[i].is_shard()) local = all_reduce(local.reshape({1}), ReduceOp::MIN, sa->mesh, i).reshape({});
+      }
+      result = local.item<int>() == 1;
+    } else {
+      auto whole = [](const at::Tensor& t) { return is_dtensor(t) ? full_tensor(t).detach() : t; };
+      result = at::equal(whole(a), whole(b));
+    }
+  }
+  torch::jit::drop(*stack, 2);
+  stack->emplace_back(result);
+}
+
 // --- strategies: the same op on the local shards -------------------------------------------------------
 
 // detach / alias / clone: the output is laid out as the input.
@@ -173,6 +203,7 @@ const StrategyRegistration zero_rule({"aten::zero_"}, &zero_in_place);
 // --- custom handlers: the local computation differs from the op on the shards ------------------------------
 const CustomHandlerRegistration tensor_op_handlers[] = {
     {"aten::_local_scalar_dense", &local_scalar_dense},
+    {"aten::equal", &equal},
     {"aten::_to_copy", &to_copy},
     {"aten::fill_.Scalar", &fill_},
     {"aten::fill_.Tensor", &fill_},

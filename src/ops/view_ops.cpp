@@ -1,18 +1,19 @@
 // View and shape ops (PyTorch's _view_ops.py, _tensor_ops.py): view / _unsafe_view / _reshape_alias (and
-// through them reshape, flatten, unflatten), permute, transpose, t, unsqueeze, squeeze, expand, slice,
-// select, split, unbind, cat, stack, index_select.
+// through them reshape, flatten, unflatten), permute, transpose, t, unsqueeze, squeeze, expand, repeat. The
+// ops that cut or index along a dim are in index_ops.cpp.
 //
 // When may a view keep a shard? Split the input and output shapes into groups of dims with equal products
 // (dims of size 1 aside). A Shard of input dim d survives into the group's first output dim when d is the
 // group's first input dim and, for a group that is not one-to-one, both that input dim and that output dim
 // divide evenly by the ranks sharding it: then every rank's piece is one contiguous block of the group
 // in both shapes. Otherwise the shard is gathered first (an all-gather on that mesh dim, as PyTorch's view
-// rule does) and the view runs on the whole dim. Partial and Replicate pass through views unchanged.
+// rule does) and the view runs on the whole dim, unless the view splits or joins the sharded dim evenly with
+// its neighbours (attention's [T, B, E] <-> [T, B*H, hd]): then the shard is kept as a _StridedShard, or a
+// _StridedShard becomes a Shard again (strided_view_placement). Partial and Replicate pass through views.
 // _reshape_alias (reshape's view path, which may carry non-contiguous strides) runs as view.
 // view_as_complex needs the trailing (real, imag) dim whole; view_as_real adds it; other shards pass.
-//
-// Ops that index or cut along a dim (slice, select, split, unbind, cat, index_select) need that dim whole:
-// a Shard of it becomes Replicate first (all-gather); other shards pass, renumbered.
+// repeat tiles dims: a shard of a dim repeated once survives (renumbered past the new leading dims); a
+// repeated one is gathered first.
 #include <ATen/ATen.h>
 
 #include <numeric>
@@ -42,11 +43,14 @@ std::vector<int64_t> infer_size(std::vector<int64_t> size, int64_t numel) {
   return size;
 }
 
-// Maps each input dim to the output dim its shard would move to (-1: cannot keep a shard), per the group
-// rule above.
-std::vector<int64_t> view_dim_map(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
-                                  const DTensorSpec& spec) {
-  std::vector<int64_t> map(in.size(), -1);
+// The groups of a view: runs of input dims [in_begin, in_end) and output dims [out_begin, out_end) with equal
+// products (dims of size 1 between groups belong to none).
+struct ViewGroup {
+  size_t in_begin, in_end, out_begin, out_end;
+};
+
+std::vector<ViewGroup> view_groups(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {
+  std::vector<ViewGroup> groups;
   size_t i = 0, j = 0;
   while (i < in.size() && j < out.size()) {
     if (in[i] == 1) {
@@ -64,12 +68,70 @@ std::vector<int64_t> view_dim_map(const std::vector<int64_t>& in, const std::vec
       else if (j < out.size()) pj *= out[j++];
       else break;
     }
-    bool one_to_one = (i - gi == 1) && (j - gj == 1);
+    groups.push_back({gi, i, gj, j});
+  }
+  return groups;
+}
+
+// Maps each input dim to the output dim its shard would move to (-1: cannot keep a shard), per the group
+// rule above. `one_to_one_dims` (when given) marks the input dims whose group is one dim in and one dim out:
+// only there may a _StridedShard survive whole (strided_view_placement handles the others).
+std::vector<int64_t> view_dim_map(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                                  const DTensorSpec& spec, std::vector<bool>* one_to_one_dims = nullptr) {
+  std::vector<int64_t> map(in.size(), -1);
+  if (one_to_one_dims) one_to_one_dims->assign(in.size(), false);
+  for (const ViewGroup& g : view_groups(in, out)) {
+    const size_t gi = g.in_begin, gj = g.out_begin;
+    bool one_to_one = (g.in_end - gi == 1) && (g.out_end - gj == 1);
+    if (one_to_one_dims) (*one_to_one_dims)[gi] = one_to_one;
     // Only the group's first dim can keep its shard.
     const int64_t ways = shard_ways(spec, static_cast<int64_t>(gi));
     if (one_to_one || (in[gi] % ways == 0 && out[gj] % ways == 0)) map[gi] = static_cast<int64_t>(gj);
   }
   return map;
+}
+
+// The shards a view splits or joins with other dims (attention's heads: [T, B, E] <-> [T, B*H, hd] and
+// [B*H, T, S] <-> [B, H, T, S]), kept without communication as PyTorch 2.14's view rule does.
+// A shard of input dim d over n ranks, with split factor sf (1 for Shard), inside its group: the group's
+// elements are `outer` = (product of the group's input dims before d) * sf blocks, each a run of `run` =
+// in[d] / sf * (product of the group's input dims after d) elements, of which each rank holds the same 1/n.
+// Output dim j of the group carries that as _StridedShard(j, outer / prefix) (Shard(j) when 1), where prefix is
+// the product of the group's output dims before j, when each block is a whole number `per` of dim j's
+// elements times the dims after j (per * suffix == run), and per and in[d] / sf split evenly over n.
+// Only for a group no other mesh dim shards.
+std::optional<Placement> strided_view_placement(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                                                const DTensorSpec& spec, size_t mesh_dim) {
+  const Placement& p = spec.placements[mesh_dim];
+  const int64_t n = spec.mesh.size(static_cast<int64_t>(mesh_dim));
+  const int64_t d = p.dim(), sf = p.split_factor();
+  for (const ViewGroup& g : view_groups(in, out)) {
+    if (static_cast<size_t>(d) < g.in_begin || static_cast<size_t>(d) >= g.in_end) continue;
+    for (size_t i = 0; i < spec.placements.size(); ++i) {
+      const Placement& q = spec.placements[i];
+      if (i != mesh_dim && q.is_shard() && static_cast<size_t>(q.dim()) >= g.in_begin &&
+          static_cast<size_t>(q.dim()) < g.in_end) {
+        return std::nullopt;
+      }
+    }
+    if (in[d] % sf != 0 || (in[d] / sf) % n != 0) return std::nullopt;
+    int64_t outer = sf, run = in[d] / sf;
+    for (size_t k = g.in_begin; k < static_cast<size_t>(d); ++k) outer *= in[k];
+    for (size_t k = d + 1; k < g.in_end; ++k) run *= in[k];
+    int64_t prefix = 1;
+    for (size_t j = g.out_begin; j < g.out_end; prefix *= out[j], ++j) {
+      if (outer % prefix != 0) break;
+      const int64_t blocks = outer / prefix;
+      if (out[j] % blocks != 0) continue;
+      const int64_t per = out[j] / blocks;
+      int64_t suffix = 1;
+      for (size_t k = j + 1; k < g.out_end; ++k) suffix *= out[k];
+      if (per * suffix != run || per % n != 0) continue;
+      return blocks == 1 ? Shard(static_cast<int64_t>(j)) : _StridedShard(static_cast<int64_t>(j), blocks);
+    }
+    return std::nullopt;
+  }
+  return std::nullopt;
 }
 
 const TensorInput& self_of(const OpCall& call) { return call.tensors.at(0); }
@@ -82,18 +144,22 @@ std::vector<std::optional<Placements>> keep_inputs(const OpCall& call) {
 
 // Output placements of a one-input view from a dim map (input dim -> output dim, -1: cannot keep it). A
 // shard the view cannot keep is gathered first (Shard -> Replicate on that mesh dim = all-gather), as
-// PyTorch's view rule does; the view then runs on the gathered dim.
-ShardingDecision by_dim_map(const OpCall& call, const std::vector<int64_t>& map, size_t num_outputs) {
+// PyTorch's view rule does; the view then runs on the gathered dim. A kept shard keeps its split factor: a
+// _StridedShard survives a renaming of dims (permute, transpose) whole; a view keeps one only where its
+// group is one-to-one (`strided_ok`, when given).
+ShardingDecision by_dim_map(const OpCall& call, const std::vector<int64_t>& map, size_t num_outputs,
+                            const std::vector<bool>* strided_ok = nullptr) {
   const DTensorSpec& spec = *self_of(call).spec;
   Placements in = spec.placements, out = spec.placements;
   for (size_t i = 0; i < out.size(); ++i) {
     if (!out[i].is_shard()) continue;
-    const int64_t m = map[out[i].dim()];
-    if (m < 0) {
+    const int64_t d = out[i].dim();
+    const int64_t m = map[d];
+    if (m < 0 || (out[i].is_strided_shard() && strided_ok && !(*strided_ok)[d])) {
       in[i] = Replicate();
       out[i] = Replicate();
     } else {
-      out[i] = Shard(m);
+      out[i] = out[i].with_dim(m);
     }
   }
   std::vector<std::optional<Placements>> inputs = keep_inputs(call);
@@ -101,17 +167,24 @@ ShardingDecision by_dim_map(const OpCall& call, const std::vector<int64_t>& map,
   return make_decision(call, inputs, std::vector<Placements>(num_outputs, out));
 }
 
-// This rank's shape of a tensor of global `shape` under `placements`.
-std::vector<int64_t> local_shape_of(const std::vector<int64_t>& shape, const DeviceMesh& mesh, const Placements& p) {
-  return local_shard(shape, mesh, p, *mesh.get_coordinate()).shape;
-}
 
 // view / _unsafe_view(self, size): the size becomes local.
 ShardingDecision view_strategy(const OpCall& call) {
   const at::Tensor& self = self_of(call).tensor;
   std::vector<int64_t> out = infer_size(call.arg(1).toIntVector(), self.numel());
-  auto map = view_dim_map(self.sizes().vec(), out, *self_of(call).spec);
-  ShardingDecision d = by_dim_map(call, map, 1);
+  const DTensorSpec& spec = *self_of(call).spec;
+  std::vector<bool> one_to_one;
+  auto map = view_dim_map(self.sizes().vec(), out, spec, &one_to_one);
+  ShardingDecision d = by_dim_map(call, map, 1, &one_to_one);
+  // A shard the group rule would gather that a strided layout keeps (one mesh dim sharding that tensor dim).
+  for (size_t i = 0; i < spec.placements.size(); ++i) {
+    const Placement& p = spec.placements[i];
+    if (!p.is_shard() || !d.outputs[0][i].is_replicate()) continue;
+    if (auto kept = strided_view_placement(self.sizes().vec(), out, spec, i)) {
+      (*d.inputs[0])[i] = p;
+      d.outputs[0][i] = *kept;
+    }
+  }
   auto local = local_shape_of(out, *call.mesh, d.outputs[0]);
   d.local_int_lists.emplace_back(1, local);
   return d;
@@ -173,35 +246,12 @@ ShardingDecision squeeze_strategy(const OpCall& call) {
     if (map[in[i].dim()] < 0) {
       in[i] = out[i] = Replicate();
     } else {
-      out[i] = Shard(map[in[i].dim()]);
+      out[i] = in[i].with_dim(map[in[i].dim()]);
     }
   }
   return make_decision(call, {in}, {out});
 }
 
-// slice_backward(grad_output, input_sizes, dim, start, end, step) and select_backward(grad_output,
-// input_sizes, dim, index): zeros of the input's shape with the grad written into the cut. The cut dim
-// must be whole; input_sizes is global and becomes this rank's.
-ShardingDecision cut_backward(const OpCall& call, bool select) {
-  const TensorInput& grad = call.tensors.at(0);
-  auto sizes = call.arg(1).toIntVector();
-  int64_t d = normalize_dim(call.arg(2).toInt(), static_cast<int64_t>(sizes.size()));
-  Placements in = grad.spec->placements, out = grad.spec->placements;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (!in[i].is_shard()) continue;
-    int64_t k = in[i].dim();
-    if (!select && k == d) {
-      in[i] = out[i] = Replicate();
-    } else {
-      out[i] = Shard(select && k >= d ? k + 1 : k);
-    }
-  }
-  ShardingDecision dec = make_decision(call, {in}, {out});
-  dec.local_int_lists.emplace_back(1, local_shape_of(sizes, *call.mesh, out));
-  return dec;
-}
-ShardingDecision slice_backward(const OpCall& call) { return cut_backward(call, false); }
-ShardingDecision select_backward(const OpCall& call) { return cut_backward(call, true); }
 
 ShardingDecision expand_strategy(const OpCall& call) {
   const at::Tensor& self = self_of(call).tensor;
@@ -223,7 +273,7 @@ ShardingDecision expand_strategy(const OpCall& call) {
       in[i] = Replicate();
       out[i] = Replicate();
     } else {
-      out[i] = Shard(m);
+      out[i] = in[i].with_dim(m);
     }
   }
   ShardingDecision d = make_decision(call, {in}, {out});
@@ -237,85 +287,6 @@ ShardingDecision expand_strategy(const OpCall& call) {
   return d;
 }
 
-// Ops that need tensor dim `dim` of every tensor input whole; other shards are renumbered by `map_dim`.
-ShardingDecision needs_dim_whole(const OpCall& call, int64_t dim, size_t num_outputs,
-                                 const std::function<int64_t(int64_t)>& map_dim) {
-  // Reference placements: the first DTensor input's, with the cut dim replicated.
-  const DTensorSpec* ref = nullptr;
-  for (const auto& t : call.tensors) {
-    if (t.spec) {
-      ref = t.spec;
-      break;
-    }
-  }
-  Placements in = ref->placements;
-  for (auto& p : in) {
-    if (p.is_shard(dim)) p = Replicate();
-  }
-  // Inputs of cat/stack with different placements all follow the reference; index tensors are replicated.
-  std::vector<std::optional<Placements>> inputs;
-  for (const auto& t : call.tensors) {
-    bool is_index = t.arg != call.tensors[0].arg;
-    inputs.push_back(t.is_scalar() ? std::nullopt
-                                   : std::optional<Placements>(is_index ? replicate_all(call.mesh->ndim()) : in));
-  }
-  Placements out = in;
-  for (auto& p : out) {
-    if (p.is_shard()) p = Shard(map_dim(p.dim()));
-  }
-  return make_decision(call, inputs, std::vector<Placements>(num_outputs, out));
-}
-
-ShardingDecision slice_strategy(const OpCall& call) {
-  int64_t d = normalize_dim(call.arg(1).toInt(), self_of(call).tensor.dim());
-  return needs_dim_whole(call, d, 1, [](int64_t k) { return k; });
-}
-
-ShardingDecision select_strategy(const OpCall& call) {
-  int64_t d = normalize_dim(call.arg(1).toInt(), self_of(call).tensor.dim());
-  return needs_dim_whole(call, d, 1, [d](int64_t k) { return k > d ? k - 1 : k; });
-}
-
-size_t num_returned(const OpCall& call) {
-  // split / unbind return a list whose length the meta run knows; compute it the same way here.
-  const at::Tensor& self = self_of(call).tensor;
-  const std::string name = op_name(call.op);
-  if (name == "aten::unbind.int") return self.size(normalize_dim(call.arg(1).toInt(), self.dim()));
-  if (name == "aten::split_with_sizes") return call.arg(1).toIntVector().size();
-  int64_t d = normalize_dim(call.arg(2).toInt(), self.dim());
-  int64_t split = call.arg(1).toInt();
-  int64_t size = self.size(d);
-  return size == 0 ? 1 : static_cast<size_t>((size + split - 1) / split);
-}
-
-ShardingDecision split_strategy(const OpCall& call) {
-  int64_t d = normalize_dim(call.arg(2).toInt(), self_of(call).tensor.dim());
-  return needs_dim_whole(call, d, num_returned(call), [](int64_t k) { return k; });
-}
-
-ShardingDecision unbind_strategy(const OpCall& call) {
-  int64_t d = normalize_dim(call.arg(1).toInt(), self_of(call).tensor.dim());
-  return needs_dim_whole(call, d, num_returned(call), [d](int64_t k) { return k > d ? k - 1 : k; });
-}
-
-ShardingDecision cat_strategy(const OpCall& call) {
-  int64_t ndim = 0;
-  for (const auto& t : call.tensors) ndim = std::max<int64_t>(ndim, t.tensor.dim());
-  int64_t d = normalize_dim(call.arg(1).toInt(), ndim);
-  return needs_dim_whole(call, d, 1, [](int64_t k) { return k; });
-}
-
-ShardingDecision stack_strategy(const OpCall& call) {
-  int64_t ndim = call.tensors[0].tensor.dim();
-  int64_t d = call.arg(1).toInt();
-  if (d < 0) d += ndim + 1;
-  return needs_dim_whole(call, -1, 1, [d](int64_t k) { return k >= d ? k + 1 : k; });
-}
-
-ShardingDecision index_select_strategy(const OpCall& call) {
-  int64_t d = normalize_dim(call.arg(1).toInt(), self_of(call).tensor.dim());
-  return needs_dim_whole(call, d, 1, [](int64_t k) { return k; });
-}
 
 // _reshape_alias(self, size, stride) is reshape's view path; its strides describe the global layout. On
 // the shards it is the same view of the local tensor: run it as view (which decides and cuts the size).
@@ -334,7 +305,18 @@ ShardingDecision view_as_real_strategy(const OpCall& call) {
   return needs_dim_whole(call, -1, 1, [](int64_t k) { return k; });
 }
 
+// repeat(self, repeats): len(repeats) >= self.dim(); self's dims are the trailing ones of the output.
+ShardingDecision repeat_strategy(const OpCall& call) {
+  const at::Tensor& self = self_of(call).tensor;
+  const auto repeats = call.arg(1).toIntVector();
+  const int64_t lead = static_cast<int64_t>(repeats.size()) - self.dim();
+  std::vector<int64_t> map(self.dim());
+  for (int64_t k = 0; k < self.dim(); ++k) map[k] = repeats[k + lead] == 1 ? k + lead : -1;
+  return by_dim_map(call, map, 1);  // tiling is linear: Partial and Replicate pass
+}
+
 const StrategyRegistration views({"aten::view", "aten::_unsafe_view"}, &view_strategy);
+const StrategyRegistration repeats({"aten::repeat"}, &repeat_strategy);
 const CustomHandlerRegistration reshape_alias_rule("aten::_reshape_alias", &reshape_alias_as_view);
 const StrategyRegistration view_as_complex_rule({"aten::view_as_complex"}, &view_as_complex_strategy);
 const StrategyRegistration view_as_real_rule({"aten::view_as_real"}, &view_as_real_strategy);
@@ -344,58 +326,6 @@ const StrategyRegistration transposes({"aten::transpose.int", "aten::t", "aten::
 const StrategyRegistration unsqueezes({"aten::unsqueeze", "aten::unsqueeze_"}, &unsqueeze_strategy);
 const StrategyRegistration squeezes({"aten::squeeze", "aten::squeeze.dim", "aten::squeeze.dims"}, &squeeze_strategy);
 const StrategyRegistration expands({"aten::expand"}, &expand_strategy);
-const StrategyRegistration slices({"aten::slice.Tensor"}, &slice_strategy);
-const StrategyRegistration selects({"aten::select.int"}, &select_strategy);
-const StrategyRegistration splits({"aten::split.Tensor", "aten::split_with_sizes"}, &split_strategy);
-const StrategyRegistration unbinds({"aten::unbind.int"}, &unbind_strategy);
-const StrategyRegistration cats({"aten::cat"}, &cat_strategy);
-const StrategyRegistration stacks({"aten::stack"}, &stack_strategy);
-const StrategyRegistration index_selects({"aten::index_select"}, &index_select_strategy);
-// scatter(self, dim, index, src) / scatter_ and scatter_add: the scatter dim whole everywhere; other
-// shards follow the index (max.dim's backward scatters into plain zeros: see autograd_zeros).
-ShardingDecision scatter_strategy(const OpCall& call) {
-  int64_t d = normalize_dim(call.arg(1).toInt(), call.tensors.at(0).tensor.dim());
-  const TensorInput* ref = nullptr;
-  for (const auto& t : call.tensors) {
-    if (t.spec && !ref) ref = &t;
-  }
-  Placements p = reduce_partials(ref->spec->placements);
-  for (auto& x : p) {
-    if (x.is_shard(d)) x = Replicate();
-  }
-  std::vector<std::optional<Placements>> inputs;
-  for (const auto& t : call.tensors) inputs.push_back(t.is_scalar() ? std::nullopt : std::optional<Placements>(p));
-  return make_decision(call, inputs, {p});
-}
-const StrategyRegistration scatters({"aten::scatter.src", "aten::scatter_.src", "aten::scatter_add", "aten::scatter_add_"},
-                                    &scatter_strategy);
-// Ops whose output shape depends on the data (masked_select, nonzero): computed on replicated inputs, the
-// output replicated. The global shape is learnt from the local result (no meta kernel can know it).
-ShardingDecision replicated_only(const OpCall& call) {
-  std::vector<std::optional<Placements>> inputs;
-  for (const auto& t : call.tensors) {
-    inputs.push_back(t.is_scalar() ? std::nullopt : std::optional<Placements>(replicate_all(call.mesh->ndim())));
-  }
-  return make_decision(call, inputs, {replicate_all(call.mesh->ndim())});
-}
-// gather(self, dim, index): the gather dim whole; a shard of another dim survives where index and self
-// have the same size there (their pieces then line up), else it is gathered too.
-ShardingDecision gather_strategy(const OpCall& call) {
-  const TensorInput& self = call.tensors.at(0);
-  const TensorInput& index = call.tensors.at(1);
-  int64_t d = normalize_dim(call.arg(1).toInt(), self.tensor.dim());
-  Placements p = reduce_partials(self.spec ? self.spec->placements : replicate_all(call.mesh->ndim()));
-  for (auto& x : p) {
-    if (x.is_shard() && (x.dim() == d || index.tensor.size(x.dim()) != self.tensor.size(x.dim()))) x = Replicate();
-  }
-  std::vector<std::optional<Placements>> inputs;
-  for (const auto& t : call.tensors) inputs.push_back(t.is_scalar() ? std::nullopt : std::optional<Placements>(p));
-  return make_decision(call, inputs, {p});
-}
-const StrategyRegistration gathers({"aten::gather"}, &gather_strategy);
-const StrategyRegistration data_dependent({"aten::masked_select", "aten::nonzero"}, &replicated_only);
-const StrategyRegistration slice_backwards({"aten::slice_backward"}, &slice_backward);
-const StrategyRegistration select_backwards({"aten::select_backward"}, &select_backward);
 
 }  // namespace
 }  // namespace dtensor::ops

@@ -41,12 +41,24 @@ void DTensorImpl::replace(at::Tensor local, DTensorSpec spec) {
                 "dtensor: an in-place update cannot change a DTensor's global shape");
   local_ = std::move(local);
   spec_ = std::move(spec);
+  redistributed_.reset();
   set_sizes_and_strides(spec_.meta.shape, spec_.meta.stride);
+}
+
+const at::Tensor* DTensorImpl::cached_redistribution(const Placements& target) const {
+  const auto& r = redistributed_;
+  if (!r || r->target != target || r->version != local_._version()) return nullptr;
+  return &r->local;
+}
+
+void DTensorImpl::cache_redistribution(const Placements& target, at::Tensor local) const {
+  redistributed_ = std::make_shared<Redistributed>(Redistributed{target, std::move(local), local_._version()});
 }
 
 template <typename Version>
 c10::intrusive_ptr<c10::TensorImpl> DTensorImpl::copy_with(Version&& version, bool allow_metadata_change) const {
   auto impl = c10::make_intrusive<DTensorImpl>(local_, spec_);
+  impl->redistributed_ = redistributed_;
   copy_tensor_metadata(this, impl.get(), std::forward<Version>(version), allow_metadata_change);
   impl->refresh_numel();
   return impl;

@@ -21,6 +21,12 @@ class DTensorImpl final : public c10::TensorImpl {
   // In-place and out= ops: the wrapper keeps its identity, its contents change.
   void replace(at::Tensor local, DTensorSpec spec);
 
+  // The last redistribution an op asked of this DTensor when it held a Partial (run_strategy): an op that saved
+  // the DTensor for backward (layer_norm after a Rowwise output) asks the same there, and gets it with no
+  // second all-reduce. Valid while the local tensor is unchanged (its version counter); null otherwise.
+  const at::Tensor* cached_redistribution(const Placements& target) const;
+  void cache_redistribution(const Placements& target, at::Tensor local) const;
+
   c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(const c10::VariableVersion& version_counter,
                                                               bool allow_tensor_metadata_change) const override;
   c10::intrusive_ptr<c10::TensorImpl> shallow_copy_and_detach(c10::VariableVersion&& version_counter,
@@ -34,6 +40,12 @@ class DTensorImpl final : public c10::TensorImpl {
 
   at::Tensor local_;
   DTensorSpec spec_;
+  struct Redistributed {
+    Placements target;
+    at::Tensor local;
+    uint32_t version = 0;
+  };
+  mutable std::shared_ptr<Redistributed> redistributed_;  // shared by shallow copies (same local_)
 };
 
 DTensorImpl* get_impl(const at::Tensor& t);  // nullptr when not a DTensor

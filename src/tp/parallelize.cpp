@@ -7,8 +7,12 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <torch/nn/modules/activation.h>
+
+#include "dtensor/api/dtensor_api.h"
 #include "dtensor/dp/gradient_sync.h"
 #include "dtensor/nn/module_hooks.h"
+#include "tp/style_support.h"
 
 namespace dtensor {
 namespace {
@@ -60,6 +64,21 @@ void require_tp_mesh(const DeviceMesh& mesh) {
                 "D! If you have a 2-D or N-D device_mesh, consider passing in device_mesh[\"tp\"]");
 }
 
+// Stock layers run no hooks, so the whole forward must run on DTensors: once a parameter of one is a DTensor,
+// every parameter still plain (an unplanned LayerNorm, embedding, ...) is replicated.
+void replicate_rest_if_stock(torch::nn::Module& module, const DeviceMesh& mesh, std::optional<int> src) {
+  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
+    const torch::nn::Module& m = *item.value();
+    if (!detail::is_stock_layer(m) && !dynamic_cast<const torch::nn::MultiheadAttentionImpl*>(&m)) continue;
+    for (const auto& p : m.parameters(/*recurse=*/false)) {
+      if (is_dtensor(p)) {
+        distribute_module(module, mesh, nullptr, nullptr, nullptr, src);
+        return;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> match_module_paths(torch::nn::Module& module, const std::string& pattern) {
@@ -76,6 +95,7 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
   require_tp_mesh(mesh);
   DTENSOR_CHECK(style, "dtensor: parallelize_module got no style");
   style->apply(module, "", mesh, src_data_rank);
+  replicate_rest_if_stock(module, mesh, src_data_rank);
   nn::link_enclosing_hooks(module);
   enable_gradient_sync(module);  // gradients reach their parameters' placements once per backward
 }
@@ -106,8 +126,19 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
       plan[k].second->apply(*modules[path], path, mesh, src_data_rank);
     }
   }
+  replicate_rest_if_stock(module, mesh, src_data_rank);
   nn::link_enclosing_hooks(module);
   enable_gradient_sync(module);  // gradients reach their parameters' placements once per backward
+}
+
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan,
+                        TpMeshDim tp_mesh_dim, std::optional<int> src_data_rank) {
+  parallelize_module(module, mesh.submesh(tp_mesh_dim.dim), plan, src_data_rank);
+}
+
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStyleRef& style,
+                        TpMeshDim tp_mesh_dim, std::optional<int> src_data_rank) {
+  parallelize_module(module, mesh.submesh(tp_mesh_dim.dim), style, src_data_rank);
 }
 
 ParallelStylePtr style_from_string(const std::string& name) {

@@ -14,10 +14,12 @@ namespace {
 using namespace detail;
 using ParamPlacements = std::vector<std::pair<std::string, Placements>>;  // parameter name -> placements
 
-// Colwise and Rowwise split a Linear's or an Embedding's weight; a hookable one (dtensor::nn's).
-void require_linear_or_embedding(const torch::nn::Module& m, const std::string& style, const std::string& path) {
+// Colwise and Rowwise split a Linear's or an Embedding's weight: dtensor::nn's (hooked), or LibTorch's own
+// with the layouts propagation gives by itself.
+void require_linear_or_embedding(const torch::nn::Module& m, const std::string& style, const std::string& path,
+                                 const Placement& input_layouts, const Placement& output_layouts) {
   DTENSOR_CHECK(is_linear(m) || is_embedding(m), not_applicable(style, "Linear and Embedding", path, m));
-  require_hookable(m, style, path);  // after the type check, whose error comes first
+  require_stock_layouts(m, style, path, input_layouts, output_layouts);  // after the type check, whose error comes first
 }
 
 // partition_fn: the parameters registered on each (sub)module get these placements (absent ones skipped).
@@ -25,6 +27,16 @@ PartitionFn partition_params(ParamPlacements placements, std::optional<int> src)
   return [placements = std::move(placements), src](const std::string&, torch::nn::Module& m, const DeviceMesh& mesh) {
     distribute_params(m, mesh, placements, src);
   };
+}
+
+// Colwise / Rowwise on a stock layer: its parameters become DTensors and that is all. Its forward runs no hooks;
+// its ops propagate from the parameters' placements and the DTensors that reach it (the root's inputs made
+// DTensors by Parallelized, parallelized.h). Returns whether `m` was one.
+bool place_stock_params(torch::nn::Module& m, const DeviceMesh& mesh, ParamPlacements placements,
+                        std::optional<int> src) {
+  if (!is_stock_layer(m)) return false;
+  distribute_module(m, mesh, partition_params(std::move(placements), src), nullptr, nullptr, src);
+  return true;
 }
 
 // input_fn: the first positional input arrives as `layout` and is moved to `desired`; the rest pass through.
@@ -136,7 +148,7 @@ OutputFn prepare_outputs(const std::string& style, const std::string& path, Prep
 }  // namespace
 
 void ColwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
-  require_linear_or_embedding(m, name(), path);
+  require_linear_or_embedding(m, name(), path, input_layouts, output_layouts);
 }
 
 void ColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
@@ -147,6 +159,7 @@ void ColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const
   // Embedding W [vocab, dim]: Shard(1) gives each rank its slice of every embedding.
   auto placements = is_linear(m) ? ParamPlacements{{"weight", {Shard(0)}}, {"bias", {Shard(0)}}}
                                  : ParamPlacements{{"weight", {Shard(1)}}};
+  if (place_stock_params(m, mesh, placements, src)) return;
   // Input: input_layouts -> Replicate (an all-gather if it arrives sharded). Output: Shard(-1), no
   // communication, -> output_layouts.
   distribute_module(m, mesh, partition_params(std::move(placements), src), first_input_to(name(), input_layouts, Replicate()),
@@ -154,7 +167,7 @@ void ColwiseParallel::apply(torch::nn::Module& m, const std::string& path, const
 }
 
 void RowwiseParallel::validate(const torch::nn::Module& m, const std::string& path) const {
-  require_linear_or_embedding(m, name(), path);
+  require_linear_or_embedding(m, name(), path, input_layouts, output_layouts);
 }
 
 void RowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh,
@@ -166,6 +179,7 @@ void RowwiseParallel::apply(torch::nn::Module& m, const std::string& path, const
   // looks up the ids it owns (zeros elsewhere) from the whole input.
   const bool linear = is_linear(m);
   auto placements = linear ? ParamPlacements{{"weight", {Shard(1)}}, {"bias", {Replicate()}}} : ParamPlacements{{"weight", {Shard(0)}}};
+  if (place_stock_params(m, mesh, placements, src)) return;
   // The output is Partial: to Replicate = all-reduce, to Shard(d) = reduce-scatter.
   distribute_module(m, mesh, partition_params(std::move(placements), src),
                     first_input_to(name(), input_layouts, linear ? Shard(-1) : Replicate(), path, linear),

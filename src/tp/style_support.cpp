@@ -24,16 +24,47 @@ void require_1d(const DeviceMesh& mesh, const std::string& style) {
   DTENSOR_CHECK(mesh.ndim() == 1, "dtensor: ", style, " needs a 1-D mesh");
 }
 
+bool is_stock_layer(const torch::nn::Module& m) {
+  auto stock = [&](auto* torch_layer, auto* ours) { return torch_layer != nullptr && ours == nullptr; };
+  return stock(dynamic_cast<const torch::nn::LinearImpl*>(&m), dynamic_cast<const nn::LinearImpl*>(&m)) ||
+         stock(dynamic_cast<const torch::nn::EmbeddingImpl*>(&m), dynamic_cast<const nn::EmbeddingImpl*>(&m)) ||
+         stock(dynamic_cast<const torch::nn::LayerNormImpl*>(&m), dynamic_cast<const nn::LayerNormImpl*>(&m)) ||
+         stock(dynamic_cast<const torch::nn::DropoutImpl*>(&m), dynamic_cast<const nn::DropoutImpl*>(&m));
+}
+
+namespace {
+
+const char* hookable_layer_for(const torch::nn::Module& m) {
+  if (dynamic_cast<const torch::nn::LinearImpl*>(&m)) return "dtensor::nn::Linear";
+  if (dynamic_cast<const torch::nn::EmbeddingImpl*>(&m)) return "dtensor::nn::Embedding";
+  if (dynamic_cast<const torch::nn::LayerNormImpl*>(&m)) return "dtensor::nn::LayerNorm";
+  return "dtensor::nn::Dropout";
+}
+
+}  // namespace
+
 void require_hookable(const torch::nn::Module& m, const std::string& style, const std::string& path) {
-  auto plain = [&](auto* torch_layer, auto* ours, const char* use) {
-    DTENSOR_CHECK(!torch_layer || ours, "dtensor: ", style, " on '", path, "': ", m.name(),
-                  " has no forward hooks, so the style could not prepare its inputs and outputs; use ", use,
-                  " (dtensor/nn/layers.h), which has torch::nn's options and numerics");
-  };
-  plain(dynamic_cast<const torch::nn::LinearImpl*>(&m), dynamic_cast<const nn::LinearImpl*>(&m), "dtensor::nn::Linear");
-  plain(dynamic_cast<const torch::nn::EmbeddingImpl*>(&m), dynamic_cast<const nn::EmbeddingImpl*>(&m), "dtensor::nn::Embedding");
-  plain(dynamic_cast<const torch::nn::LayerNormImpl*>(&m), dynamic_cast<const nn::LayerNormImpl*>(&m), "dtensor::nn::LayerNorm");
-  plain(dynamic_cast<const torch::nn::DropoutImpl*>(&m), dynamic_cast<const nn::DropoutImpl*>(&m), "dtensor::nn::Dropout");
+  DTENSOR_CHECK(!is_stock_layer(m), "dtensor: ", style, " on '", path, "': ", m.name(),
+                " is LibTorch's own layer, whose forward runs no hooks, and ", style,
+                " works only through its input and output hooks. Stock layers take ColwiseParallel, RowwiseParallel "
+                "and PairwiseParallel, whose sharded parameters carry the parallelism; for ", style, " use ",
+                hookable_layer_for(m), " (dtensor/nn/layers.h), which has torch::nn's options and numerics");
+}
+
+void require_stock_layouts(const torch::nn::Module& m, const std::string& style, const std::string& path,
+                           const Placement& input_layout, const Placement& output_layout) {
+  if (!is_stock_layer(m)) return;
+  // On a stock layer, activations are global DTensors whose layouts follow from the parameters' (Replicate in,
+  // Shard(-1) between a Colwise and a Rowwise, Partial out, reduced where a later op needs it). A layout of
+  // another dim (sequence parallel's Shard(1)) needs a hook to move the activation there.
+  auto fits = [](const Placement& p) { return !p.is_shard() || p.is_shard(-1); };
+  for (const auto& [what, p] : {std::pair<const char*, const Placement&>{"input_layouts", input_layout},
+                                std::pair<const char*, const Placement&>{"output_layouts", output_layout}}) {
+    DTENSOR_CHECK(fits(p), "dtensor: ", style, " on '", path, "': ", what, " ", p.to_string(), " cannot apply to ",
+                  m.name(), ", LibTorch's own layer, whose forward runs no hooks to move its activations: on it, "
+                  "activations keep the layouts the sharded parameters give (Replicate, Shard(-1), Partial). Use ",
+                  hookable_layer_for(m), " (dtensor/nn/layers.h) for sequence-parallel layouts");
+  }
 }
 
 namespace {

@@ -20,9 +20,16 @@ bool is_embedding(const torch::nn::Module& m);
 std::string not_applicable(const std::string& style, const std::string& applies_to, const std::string& path,
                            const torch::nn::Module& m);
 void require_1d(const DeviceMesh& mesh, const std::string& style);
-// A style's hooks only run in the forward of a hookable module (rule 1 in module_hooks.h): torch::nn's own
-// layers have none, so a style on one of them would do nothing at run time. Refused up front.
+// LibTorch's own Linear, Embedding, LayerNorm or Dropout (not dtensor::nn's hookable subclass): its forward is
+// not virtual and runs no hooks. A style still places its parameters (DTensors, through which every op of its
+// forward propagates); it cannot move the layer's inputs and outputs.
+bool is_stock_layer(const torch::nn::Module& m);
+// Styles that act only through hooks (SequenceParallel, PrepareModule*, HF's local styles) refuse a stock layer.
 void require_hookable(const torch::nn::Module& m, const std::string& style, const std::string& path);
+// Colwise / Rowwise on a stock layer: only layouts that propagation gives by itself (Replicate, Shard(-1),
+// Partial); a sequence-parallel Shard(1) is refused, naming the hookable layer to use.
+void require_stock_layouts(const torch::nn::Module& m, const std::string& style, const std::string& path,
+                           const Placement& input_layout, const Placement& output_layout);
 
 // An input as it arrives (a plain tensor is this rank's local part with `layout`) moved to `desired`. A plain
 // tensor's global shape is its local shape times the mesh along a Shard dim (PyTorch's from_local: even

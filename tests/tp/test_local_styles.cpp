@@ -257,13 +257,20 @@ TEST(LocalStyles, EveryBadPlanGivesAClearErrorAndLeavesTheModelUntouched) {
     expect_error([&] { parallelize_module(*block, mesh, {{"ffn", make_style(prep_io)}}); },
                  "PrepareModuleInputOutput for 'ffn': keyword input 'mask' has a desired layout Replicate() but no "
                  "input_kwarg_layouts entry");
-    // torch::nn's own layers have no forward hooks (rule 1): a style on one would do nothing at run time.
+    // torch::nn's own layers run no forward hooks: styles that act only through hooks, or a sequence-parallel
+    // layout of Colwise / Rowwise, would do nothing at run time there (tests/tp/test_stock_modules.cpp has the
+    // styles they take).
     torch::nn::Sequential plain_layers(torch::nn::Linear(8, 8), torch::nn::LayerNorm(torch::nn::LayerNormOptions({8})));
-    expect_error([&] { parallelize_module(*plain_layers, mesh, plan_from_strings({{"0", "colwise"}})); },
-                 "ColwiseParallel on '0': torch::nn::LinearImpl has no forward hooks, so the style could not prepare its "
-                 "inputs and outputs; use dtensor::nn::Linear");
     expect_error([&] { parallelize_module(*plain_layers, mesh, plan_from_strings({{"1", "sequence_parallel"}})); },
-                 "SequenceParallel on '1': torch::nn::LayerNormImpl has no forward hooks");
+                 "SequenceParallel on '1': torch::nn::LayerNormImpl is LibTorch's own layer, whose forward runs no hooks, "
+                 "and SequenceParallel works only through its input and output hooks. Stock layers take ColwiseParallel, "
+                 "RowwiseParallel and PairwiseParallel, whose sharded parameters carry the parallelism; for "
+                 "SequenceParallel use dtensor::nn::LayerNorm");
+    expect_error([&] { parallelize_module(*plain_layers, mesh, {{"0", RowwiseParallel({.output_layouts = Shard(1)})}}); },
+                 "RowwiseParallel on '0': output_layouts Shard(dim=1) cannot apply to torch::nn::LinearImpl, LibTorch's "
+                 "own layer, whose forward runs no hooks to move its activations");
+    expect_error([&] { parallelize_module(*plain_layers, mesh, plan_from_strings({{"0", "local_colwise"}})); },
+                 "LocalColwiseParallel on '0': torch::nn::LinearImpl is LibTorch's own layer");
     // Nothing above changed the model.
     for (const auto& p : block->named_parameters()) EXPECT_FALSE(is_dtensor(p.value())) << p.key();
     EXPECT_FALSE(nn::has_hooks(*block->ffn));

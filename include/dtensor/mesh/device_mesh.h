@@ -54,6 +54,9 @@ class DeviceMesh {
   // coordinate. Reuses the parent's process groups; no communication.
   DeviceMesh operator[](const std::string& dim_name) const { return slice({dim_name}); }
   DeviceMesh slice(const std::vector<std::string>& dim_names) const;
+  // The 1-D sub-mesh along mesh dim `mesh_dim` (negative counts from the end) through this rank, for meshes
+  // with or without names (PyTorch's old tp_mesh_dim): the other dims fixed at this rank's coordinate.
+  DeviceMesh submesh(int64_t mesh_dim) const;
   // This rank's slice over all dims as a 1-D mesh (collective over the slice's ranks if no group of
   // exactly those ranks exists yet).
   DeviceMesh flatten(const std::string& name = "") const;
@@ -67,6 +70,7 @@ class DeviceMesh {
  private:
   struct Impl;
   explicit DeviceMesh(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  DeviceMesh slice_dims(const std::vector<int64_t>& dims, const std::vector<std::string>& dim_names) const;
   std::shared_ptr<const Impl> impl_;
 };
 

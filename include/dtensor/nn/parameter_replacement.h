@@ -8,8 +8,8 @@
 //     torch::OrderedDict<std::string, at::Tensor>, are reached through pointers to members formed in an
 //     explicit template instantiation, whose arguments the standard exempts from access checking.
 //   - The standard layers keep a public member handle to what they registered and read it in forward
-//     (LinearImpl::weight/bias, EmbeddingImpl::weight, LayerNormImpl::weight/bias, and our RMSNormImpl's
-//     weight): the handle is replaced with the entry. A layer of the user's names its members through
+//     (LinearImpl::weight/bias, EmbeddingImpl::weight, LayerNormImpl::weight/bias, MultiheadAttentionImpl's
+//     in_proj_weight/in_proj_bias/bias_k/bias_v/q,k,v_proj_weight, and our RMSNormImpl's weight): the handle is replaced with the entry. A layer of the user's names its members through
 //     dtensor::nn::ParameterMembers (parameter_members.h); a layer of another kind that caches a parameter in a member
 //     keeps the old tensor there.
 // If a LibTorch release renames these members, parameter_replacement.cpp stops compiling: the one place

@@ -20,6 +20,8 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/tp/distribute_module.h"
 #include "dtensor/tp/local_styles.h"
+#include "dtensor/tp/pairwise.h"
+#include "dtensor/tp/parallelized.h"
 #include "dtensor/tp/style.h"
 
 namespace dtensor {
@@ -32,9 +34,26 @@ using ParallelizePlan = std::vector<std::pair<std::string, ParallelStyleRef>>;
 // pass mesh["tp"]). A plan key that matches no module is an error naming the closest module paths.
 void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan,
                         std::optional<int> src_data_rank = 0);
-// Applies one style to `module` itself.
+// Applies one style to `module` itself (the RFC's parallelize_module(module, mesh, PairwiseParallel())).
 void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStyleRef& style,
                         std::optional<int> src_data_rank = 0);
+
+// The RFC's tp_mesh_dim: on an N-D mesh, tensor parallelism runs along mesh dim `dim` (this rank's 1-D slice
+// of it, DeviceMesh::submesh); the same as passing that slice (mesh["tp"]) to the forms above.
+//   parallelize_module(*model, mesh_2d, PairwiseParallel(), TpMeshDim{1});
+struct TpMeshDim {
+  int64_t dim = 0;
+};
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelizePlan& plan, TpMeshDim tp_mesh_dim,
+                        std::optional<int> src_data_rank = 0);
+void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const ParallelStyleRef& style,
+                        TpMeshDim tp_mesh_dim, std::optional<int> src_data_rank = 0);
+
+// LibTorch's own layers (torch::nn::Linear, Embedding, LayerNorm, Dropout, MultiheadAttention and the
+// modules built of them) take ColwiseParallel, RowwiseParallel and PairwiseParallel: their parameters become
+// DTensors and their forwards, which run no hooks, propagate from them. Once any does, every parameter of
+// `module` still plain becomes a Replicate DTensor, so that the whole forward runs on DTensors; call it
+// through Parallelized (parallelized.h) for plain tensors in and out.
 
 // HF transformers' string plans:
 //   "colwise", "rowwise"            ColwiseParallel(), RowwiseParallel()

@@ -14,6 +14,7 @@ namespace {
 using detail::is_linear;
 
 std::string join(const std::string& path, const std::string& name) { return path.empty() ? name : path + "." + name; }
+std::string shown(const std::string& path) { return path.empty() ? "(the root module)" : "'" + path + "'"; }
 
 // Heads per rank: every MultiheadAttention under `m` must split its heads evenly. Checked before anything
 // changes.
@@ -22,7 +23,7 @@ void check_heads(torch::nn::Module& m, const std::string& path, int64_t n) {
     auto* mha = dynamic_cast<torch::nn::MultiheadAttentionImpl*>(item.value().get());
     if (!mha) continue;
     const int64_t heads = mha->options.num_heads();
-    DTENSOR_CHECK(heads % n == 0, "dtensor: PairwiseParallel on '", join(path, item.key()), "': ", heads,
+    DTENSOR_CHECK(heads % n == 0, "dtensor: PairwiseParallel on ", shown(join(path, item.key())), ": ", heads,
                   " attention heads do not split over ", n, " ranks (num_heads must be a multiple of the TP size)");
   }
 }
@@ -56,7 +57,7 @@ int pairwise(torch::nn::Module& m, const std::string& path, const DeviceMesh& me
   if (linears.size() >= 2) {
     const size_t paired = linears.size() / 2 * 2;
     if (paired < linears.size()) {
-      TORCH_WARN("dtensor: PairwiseParallel on '", path, "': ", linears.size(), " Linear layers, an odd number: the last, '",
+      TORCH_WARN("dtensor: PairwiseParallel on ", shown(path), ": ", linears.size(), " Linear layers, an odd number: the last, '",
                  linears.back().first, "', stays replicated (TP has no effect on it)");
     }
     for (size_t k = 0; k < paired; ++k) {
@@ -78,7 +79,7 @@ void PairwiseParallel::apply(torch::nn::Module& m, const std::string& path, cons
   detail::require_1d(mesh, name());
   check_heads(m, path, mesh.size(0));
   const int found = pairwise(m, path, mesh, src);
-  DTENSOR_CHECK(found > 0, "dtensor: PairwiseParallel on '", path, "': ", m.name(),
+  DTENSOR_CHECK(found > 0, "dtensor: PairwiseParallel on ", shown(path), ": ", m.name(),
                 " has no MultiheadAttention and no module with two or more Linear children to pair");
   // What is left (norms, embeddings, an odd Linear) is replicated, without hooks.
   distribute_module(m, mesh, nullptr, nullptr, nullptr, src);

@@ -1,10 +1,12 @@
-"""The seeds' pytorch_tp.py run by PyTorch itself (CPU, Gloo) next to our C++ toy_tp: the losses must agree.
+"""The seeds' pytorch_tp.py run by PyTorch itself (CPU, Gloo) next to our C++ toy_tp and stock_toy_tp: the
+losses must agree.
 
     python tests/oracle/toy_tp_oracle.py <build/bin>
 
 Runs `torchrun --standalone --nproc-per-node 2` on the Python ToyModel with PyTorch's own parallelize_module
 (plan {in_proj: Colwise, out_proj: Rowwise}, AdamW lr 0.05, 10 steps, manual_seed(45)), then
-`tprun --nproc-per-node 2 toy_tp`, and compares every step's loss (relative 1e-5).
+`tprun --nproc-per-node 2` of toy_tp (dtensor::nn layers), stock_toy_tp (plain torch::nn::Linear, the same plan)
+and stock_toy_tp --pairwise (PairwiseParallel with tp_mesh_dim 1), and compares every step's loss (relative 1e-5).
 """
 import os
 import re
@@ -61,19 +63,25 @@ def main():
     os.unlink(script)
     if ref.returncode != 0:
         sys.exit(f"PyTorch run failed:\n{ref.stdout}\n{ref.stderr}")
-    ours = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", "2", "--master-port", "0", "toy_tp"],
-                          env=env, capture_output=True, text=True, timeout=300)
-    if ours.returncode != 0:
-        sys.exit(f"toy_tp failed:\n{ours.stdout}\n{ours.stderr}")
-    a, b = losses(ref.stdout), losses(ours.stdout)
-    print("step  PyTorch TP   dtensor-cpp TP")
-    for i, (x, y) in enumerate(zip(a, b)):
-        print(f"{i:4d}  {x:.7f}   {y:.7f}")
-    if len(a) != 10 or len(b) != 10:
-        sys.exit(f"expected 10 losses each, got {len(a)} and {len(b)}")
-    bad = [i for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > 1e-5 * abs(x)]
-    if bad:
-        sys.exit(f"losses differ at steps {bad}")
+    a = losses(ref.stdout)
+    if len(a) != 10:
+        sys.exit(f"expected 10 PyTorch losses, got {len(a)}")
+    # Ours: the ToyModel of dtensor::nn layers (toy_tp), and of plain torch::nn::Linear layers under the same plan
+    # and under PairwiseParallel with tp_mesh_dim (stock_toy_tp).
+    for program in (["toy_tp"], ["stock_toy_tp"], ["stock_toy_tp", "--pairwise"]):
+        ours = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", "2", "--master-port", "0", *program],
+                              env=env, capture_output=True, text=True, timeout=300)
+        if ours.returncode != 0:
+            sys.exit(f"{' '.join(program)} failed:\n{ours.stdout}\n{ours.stderr}")
+        b = losses(ours.stdout)
+        print(f"step  PyTorch TP   {' '.join(program)}")
+        for i, (x, y) in enumerate(zip(a, b)):
+            print(f"{i:4d}  {x:.7f}   {y:.7f}")
+        if len(b) != 10:
+            sys.exit(f"expected 10 losses from {' '.join(program)}, got {len(b)}")
+        bad = [i for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > 1e-5 * abs(x)]
+        if bad:
+            sys.exit(f"{' '.join(program)}: losses differ at steps {bad}")
     print("toy TP losses match PyTorch's parallelize_module")
 
 

@@ -308,7 +308,7 @@ TEST(StockModules, BadPlansAreClearErrorsAndChangeNothing) {
     auto mesh = init_device_mesh("cpu", {4});
     torch::nn::MultiheadAttention six_heads(18, 6);
     EXPECT_NE(error_of([&] { parallelize_module(*six_heads, mesh, PairwiseParallel()); })
-                  .find("PairwiseParallel on '': 6 attention heads do not split over 4 ranks"),
+                  .find("PairwiseParallel on (the root module): 6 attention heads do not split over 4 ranks"),
               std::string::npos);
     torch::nn::Sequential one_linear(torch::nn::Linear(8, 8), torch::nn::ReLU());
     EXPECT_NE(error_of([&] { parallelize_module(*one_linear, mesh, PairwiseParallel()); })

@@ -35,7 +35,7 @@ PY = sys.executable
 LOGS = os.path.join(BUILD, "flake_check")
 
 DTENSOR_SUITES = ["Failures", "Rendezvous", "SizeMismatch", "ShmBackend", "ShmAsync", "Tprun", "LaunchEnv",
-                  "CheckpointErrors", "CheckpointInterop", "AsyncTP", "Oracle", "Parallelize"]
+                  "CheckpointErrors", "CheckpointInterop", "AsyncTP", "Oracle", "Parallelize", "StockModules"]
 LLAMA_SUITES = ["LlamaTrainCli", "LlamaCheckpoint", "LlamaGenerate", "LlamaGenerateCli", "LlamaAsyncTP",
                 "LlamaDataParallelMesh", "LlamaDataParallelCheckpoint"]
 # transformers in a Python process beside each test (or once per process: the HF families and tokenizers)

@@ -1,4 +1,4 @@
-// The seeds' pytorch_tp.py with the ToyModel written as PyTorch's is: plain torch::nn::Linear layers, no edits
+// The seeds' pytorch_tp.py with the ToyModel written as PyTorch's is (stock_toy_model.h): plain torch::nn::Linear layers, no edits
 // for parallelism. parallelize_module makes their parameters DTensors; Parallelized calls the model with plain
 // tensors in and out (LibTorch's forwards run no hooks: docs/design/tensor_parallel_api.md).
 //
@@ -11,20 +11,8 @@
 
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/tp/parallelize.h"
+#include "stock_toy_model.h"
 
-struct ToyModelImpl : torch::nn::Module {
-  ToyModelImpl()
-      : in_proj(register_module("in_proj", torch::nn::Linear(10, 32))),
-        relu(register_module("relu", torch::nn::ReLU())),
-        out_proj(register_module("out_proj", torch::nn::Linear(32, 5))) {}
-
-  at::Tensor forward(const at::Tensor& x) { return out_proj(relu(in_proj(x))); }
-
-  torch::nn::Linear in_proj;
-  torch::nn::ReLU relu;
-  torch::nn::Linear out_proj;
-};
-TORCH_MODULE(ToyModel);
 
 int main(int argc, char** argv) {
   const bool pairwise = argc > 1 && std::strcmp(argv[1], "--pairwise") == 0;
@@ -39,7 +27,7 @@ int main(int argc, char** argv) {
     const int rank = device_mesh.get_rank();
     std::printf("rank %d: %s\n", rank, device_mesh.to_string().c_str());
 
-    ToyModel model;
+    StockToyModel model;
     if (pairwise) {
       dtensor::parallelize_module(*model, device_mesh, dtensor::PairwiseParallel(), dtensor::TpMeshDim{1});
     } else {

@@ -7,6 +7,7 @@
 //   _StridedShard(d, sf) split (chunk) into its sf equal pieces  -> each piece Shard(d), this rank's part of it
 //   slice of pieces [j0, j1) of it                               -> _StridedShard(d, j1 - j0) (Shard(d) for one)
 //   cat of k equal Shard(d) pieces on d (split's backward)       -> _StridedShard(d, k)
+//   slice_backward of whole pieces (slice's backward)            -> _StridedShard(d, sf), zeros elsewhere
 #include <ATen/ATen.h>
 
 #include "dtensor/tensor/dtensor.h"
@@ -112,7 +113,6 @@ at::Tensor piece_of(const at::Tensor& local, const DTensorSpec& parent, std::vec
 }
 
 void split_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  at::AutoDispatchBelowADInplaceOrView below;  // the local pieces are plain tensors
   const size_t first = stack->size() - 3;
   const at::Tensor self = (*stack)[first].toTensor();
   if (is_dtensor(self)) {
@@ -122,6 +122,7 @@ void split_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const int i = strided_mesh_dim(spec, d);
     if (i >= 0 && split * spec.placements[i].split_factor() == self.size(d)) {
       const int64_t sf = spec.placements[i].split_factor();
+      at::AutoDispatchBelowADInplaceOrView below;  // the local pieces are plain tensors
       const at::Tensor local = detail::local_tensor(self);
       Placements out = spec.placements;
       out[i] = Shard(d);
@@ -138,7 +139,6 @@ void split_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 void slice_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  at::AutoDispatchBelowADInplaceOrView below;  // the local pieces are plain tensors
   const size_t first = stack->size() - 5;  // self, dim, start, end, step
   const at::Tensor self = (*stack)[first].toTensor();
   if (is_dtensor(self) && (*stack)[first + 4].toInt() == 1) {
@@ -152,6 +152,7 @@ void slice_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const int64_t end = (*stack)[first + 3].isNone() ? size : clamp((*stack)[first + 3].toInt());
     if (i >= 0 && size % sf == 0 && start % (size / sf) == 0 && end % (size / sf) == 0 && end > start) {
       const int64_t j0 = start / (size / sf), j1 = end / (size / sf);
+      at::AutoDispatchBelowADInplaceOrView below;  // the local piece is a plain tensor
       const at::Tensor local = detail::local_tensor(self);
       const int64_t piece = local.size(d) / sf;
       Placements out = spec.placements;
@@ -168,7 +169,6 @@ void slice_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 void cat_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  at::AutoDispatchBelowADInplaceOrView below;  // the local pieces are plain tensors
   const size_t first = stack->size() - 2;
   const auto tensors = (*stack)[first].toTensorVector();
   if (tensors.size() >= 2 && is_dtensor(tensors[0])) {
@@ -184,6 +184,7 @@ void cat_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
              t.sizes() == tensors[0].sizes() && t.scalar_type() == tensors[0].scalar_type();
     }
     if (same) {
+      at::AutoDispatchBelowADInplaceOrView below;  // the local pieces are plain tensors
       std::vector<at::Tensor> locals;
       for (const auto& t : tensors) locals.push_back(detail::local_tensor(t));
       at::Tensor local = at::cat(locals, d);
@@ -199,6 +200,41 @@ void cat_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
   run_strategy(op, stack, &cat_strategy);
+}
+
+// slice's backward of such a slice: zeros of the input's shape with the gradient in its pieces, laid out as the
+// input was, _StridedShard(d, sf) (sf inferred: the slice is k = the gradient's split factor whole pieces).
+void slice_backward_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t first = stack->size() - 6;  // grad_output, input_sizes, dim, start, end, step
+  const at::Tensor grad = (*stack)[first].toTensor();
+  if (is_dtensor(grad) && (*stack)[first + 5].toInt() == 1) {
+    const DTensorSpec& spec = dtensor_spec(grad);
+    const std::vector<int64_t> sizes = (*stack)[first + 1].toIntVector();
+    const int64_t d = normalize_dim((*stack)[first + 2].toInt(), static_cast<int64_t>(sizes.size()));
+    int i = -1;
+    for (size_t k = 0; k < spec.placements.size(); ++k) {
+      if (spec.placements[k].is_shard(d)) i = i == -1 ? static_cast<int>(k) : -2;
+    }
+    const int64_t start = (*stack)[first + 3].toInt(), end = std::min((*stack)[first + 4].toInt(), sizes[d]);
+    const int64_t k = i >= 0 ? spec.placements[i].split_factor() : 0;
+    const int64_t piece = k > 0 && (end - start) % k == 0 ? (end - start) / k : 0;
+    if (piece > 0 && start % piece == 0 && sizes[d] % piece == 0 && sizes[d] / piece > 1) {
+      const int64_t sf = sizes[d] / piece;
+      Placements out = spec.placements;
+      out[i] = _StridedShard(d, sf);
+      at::AutoDispatchBelowADInplaceOrView below;  // the local gradient is a plain tensor
+      const at::Tensor local_grad = detail::local_tensor(grad);
+      at::Tensor local = at::zeros(local_shape_of(sizes, spec.mesh, out), local_grad.options());
+      const int64_t local_piece = local.size(d) / sf;
+      local.narrow(d, start / piece * local_piece, k * local_piece).copy_(local_grad);
+      at::Tensor result = detail::make_dtensor(
+          local, DTensorSpec(spec.mesh, out, TensorMeta{sizes, contiguous_strides(sizes), spec.meta.dtype}));
+      torch::jit::drop(*stack, 6);
+      stack->emplace_back(std::move(result));
+      return;
+    }
+  }
+  run_strategy(op, stack, &slice_backward);
 }
 
 const CustomHandlerRegistration slices("aten::slice.Tensor", &slice_handler);
@@ -252,7 +288,7 @@ ShardingDecision gather_strategy(const OpCall& call) {
 }
 const StrategyRegistration gathers({"aten::gather"}, &gather_strategy);
 const StrategyRegistration data_dependent({"aten::masked_select", "aten::nonzero"}, &replicated_only);
-const StrategyRegistration slice_backwards({"aten::slice_backward"}, &slice_backward);
+const CustomHandlerRegistration slice_backwards("aten::slice_backward", &slice_backward_handler);
 const StrategyRegistration select_backwards({"aten::select_backward"}, &select_backward);
 
 }  // namespace

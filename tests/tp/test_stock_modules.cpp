@@ -12,6 +12,7 @@
 #include "dtensor/debug/comm_debug_mode.h"
 #include "dtensor/tp/parallelize.h"
 #include "harness/multi_rank.h"
+#include "stock_toy_model.h"
 
 using namespace dtensor;
 using dtensor::testing::error_of;
@@ -117,18 +118,6 @@ void expect_like_plain(int world, const Case& c, Make make, Parallelize parallel
   });
 }
 
-// The seeds' ToyModel written with plain torch::nn::Linear.
-struct StockToyImpl : torch::nn::Module {
-  StockToyImpl()
-      : in_proj(register_module("in_proj", torch::nn::Linear(10, 32))),
-        relu(register_module("relu", torch::nn::ReLU())),
-        out_proj(register_module("out_proj", torch::nn::Linear(32, 5))) {}
-  at::Tensor forward(const at::Tensor& x) { return out_proj(relu(in_proj(x))); }
-  torch::nn::Linear in_proj;
-  torch::nn::ReLU relu;
-  torch::nn::Linear out_proj;
-};
-TORCH_MODULE(StockToy);
 
 // A model of one's own: an embedding, a ModuleList of MLP blocks with residuals and LayerNorms, a head.
 struct StackImpl : torch::nn::Module {
@@ -173,11 +162,11 @@ TEST(StockModules, LinearColwiseAndRowwiseAlone) {
 TEST(StockModules, ToyModelUnderTheSeedsPlan) {
   Case c{{{20, 10}}};
   for (int world : {1, 2, 4}) {
-    expect_like_plain<StockToy>(world, c, [] { return StockToy(); },
+    expect_like_plain<StockToyModel>(world, c, [] { return StockToyModel(); },
         [](auto& m, const DeviceMesh& mesh) {
           parallelize_module(*m, mesh, {{"in_proj", ColwiseParallel()}, {"out_proj", RowwiseParallel()}});
         }, call1);
-    expect_like_plain<StockToy>(world, c, [] { return StockToy(); }, pairwise, call1);
+    expect_like_plain<StockToyModel>(world, c, [] { return StockToyModel(); }, pairwise, call1);
   }
 }
 
@@ -351,5 +340,36 @@ TEST(StockModules, AttentionRunsItsHeadsOnEachRankWithOneAllReducePerBlock) {
     // The local shards are each rank's heads: in_proj_weight holds 3 x 8 of its 48 rows.
     EXPECT_EQ(to_local(layer->self_attn->in_proj_weight).size(0), 24);
     EXPECT_EQ(placements(layer->self_attn->in_proj_weight)[0], _StridedShard(0, 3));
+  });
+}
+
+TEST(StockModules, CrossAttentionKeepsItsHeadsTooForwardAndBackward) {
+  // The decoder layer's cross-attention takes in_proj's q rows and its k / v rows as slices of the
+  // _StridedShard(0, 3) weight: whole pieces, no communication; their backward writes the gradient back into
+  // the same layout. Three all-reduces forward (self-attention, cross-attention, MLP), no all-gather either way.
+  using namespace torch::nn;
+  run_ranks(2, [](int, int) {
+    TransformerDecoderLayer layer{nullptr};
+    {
+      std::lock_guard<std::mutex> lock(init_mutex());
+      torch::manual_seed(12);
+      layer = TransformerDecoderLayer(TransformerDecoderLayerOptions(16, 4).dim_feedforward(32).dropout(0.0));
+    }
+    auto mesh = init_device_mesh("cpu", {2});
+    parallelize_module(*layer, mesh, PairwiseParallel());
+    Parallelized parallel(layer);
+    at::Tensor tgt = seeded_randn(1, {4, 3, 16}), memory = seeded_randn(2, {5, 3, 16});
+    at::Tensor y;
+    {
+      CommDebugMode comm;
+      y = parallel(tgt, memory);
+      EXPECT_EQ(comm.get_comm_counts(), (std::map<std::string, int64_t>{{"all_reduce", 3}})) << comm.table();
+    }
+    {
+      CommDebugMode comm;
+      y.sum().backward();
+      EXPECT_EQ(comm.get_comm_counts().count("all_gather"), 0u) << comm.table();
+    }
+    EXPECT_EQ(placements(layer->multihead_attn->in_proj_weight.grad())[0], _StridedShard(0, 3));
   });
 }

@@ -11,6 +11,7 @@
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/tp/parallelize.h"
 #include "harness/multi_rank.h"
+#include "stock_toy_model.h"
 #include "harness/oracle_json.h"
 
 using namespace dtensor;
@@ -18,17 +19,6 @@ using dtensor::testing::tensor_of;
 
 namespace {
 
-struct ToyImpl : torch::nn::Module {
-  ToyImpl()
-      : in_proj(register_module("in_proj", torch::nn::Linear(10, 32))),
-        relu(register_module("relu", torch::nn::ReLU())),
-        out_proj(register_module("out_proj", torch::nn::Linear(32, 5))) {}
-  at::Tensor forward(const at::Tensor& x) { return out_proj(relu(in_proj(x))); }
-  torch::nn::Linear in_proj;
-  torch::nn::ReLU relu;
-  torch::nn::Linear out_proj;
-};
-TORCH_MODULE(Toy);
 
 // The oracle's modules as LibTorch builds them, and their forward on the oracle's inputs.
 struct Model {
@@ -63,7 +53,7 @@ Model build(const std::string& name, const DeviceMesh& mesh, const nlohmann::jso
     return parallel_model(s, one);
   }
   if (name == "toy") {
-    Toy t;
+    StockToyModel t;
     prepare(*t);
     return parallel_model(t, one);
   }

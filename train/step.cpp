@@ -52,6 +52,17 @@ void train_step(llama::LlamaForCausalLM& model, const Batch& batch, const StepCo
     std::optional<dtensor::LossParallelGuard> guard;
     if (c.loss_parallel) guard.emplace();
     at::Tensor loss = next_token_loss(model(batch.inputs.to(c.device)), batch.labels.to(c.device));
+    // A mixture of experts adds its routers' load-balancing loss, as transformers' causal LM loss does. The
+    // routers run on plain tensors, the same on every TP rank: beside a DTensor loss (loss parallel) the term
+    // is that rank's replica, so that its gradient comes back plain.
+    if (model->config.moe.num_experts > 0) {
+      at::Tensor aux = model->config.moe.router_aux_loss_coef * model->aux_loss();
+      if (dtensor::is_dtensor(loss)) {
+        const dtensor::DeviceMesh& mesh = dtensor::device_mesh(loss);
+        aux = dtensor::DTensor::from_local(aux, mesh, dtensor::Placements(mesh.ndim(), dtensor::Replicate()));
+      }
+      loss = loss + aux;
+    }
     loss.backward();
     rec.loss = scalar(loss);
     rec.fwd_bwd_counts = comm.get_comm_counts();

@@ -34,6 +34,15 @@ void LlamaConfig::validate() const {
   DTENSOR_CHECK(!(qk_norm && qk_norm_full_width), "dtensor: llama config: qk_norm is per head or full width, not both");
   DTENSOR_CHECK(!rope_on_sliding_only || sliding_window > 0,
                 "dtensor: llama config: rotary on sliding layers only needs a sliding window");
+  if (moe.num_experts > 0) {
+    positive("num_experts", moe.num_experts);
+    positive("moe_intermediate_size", moe.intermediate_size);
+    positive("decoder_sparse_step", moe.decoder_sparse_step);
+    DTENSOR_CHECK(moe.top_k > 0 && moe.top_k <= moe.num_experts, "dtensor: llama config: num_experts_per_tok ", moe.top_k,
+                  " must be in [1, num_experts = ", moe.num_experts, "]");
+    DTENSOR_CHECK(mlp == MlpKind::gated, "dtensor: llama config: experts are gated MLPs");
+    DTENSOR_CHECK(!packed_gate_up && !mlp_bias, "dtensor: llama config: experts have no packed gate_up and no biases");
+  }
   const RopeScaling& r = rope_scaling;
   if (r.rope_type == "longrope") {
     const size_t half = static_cast<size_t>(rotary_dim() / 2);
@@ -66,6 +75,10 @@ std::string LlamaConfig::to_string() const {
   if (attn_logit_softcapping > 0) s << " attn_softcap=" << attn_logit_softcapping;
   if (final_logit_softcapping > 0) s << " logit_softcap=" << final_logit_softcapping;
   if (sliding_window > 0) s << " sliding_window=" << sliding_window;
+  if (moe.num_experts > 0) {
+    s << " experts=" << moe.num_experts << " top_k=" << moe.top_k << " expert_ffn=" << moe.intermediate_size;
+    if (moe.shared_expert_intermediate_size > 0) s << " shared_expert=" << moe.shared_expert_intermediate_size;
+  }
   if (tie_word_embeddings) s << " tied";
   return s.str();
 }

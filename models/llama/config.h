@@ -45,6 +45,21 @@ enum class MlpKind {
   plain,  // c_proj(act(c_fc(x))) (StarCoder2)
 };
 
+// Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE; llama/moe.h): a sparse layer's MLP is a router over
+// num_experts gated experts, each token using its top_k, plus (Qwen2-MoE) a shared expert behind a sigmoid gate.
+struct MoeConfig {
+  int64_t num_experts = 0;         // 0: every layer dense
+  int64_t top_k = 2;               // num_experts_per_tok
+  int64_t intermediate_size = 0;   // each expert's (Mixtral: intermediate_size; Qwen: moe_intermediate_size)
+  bool norm_topk_prob = true;      // the top-k weights renormalised to sum 1 (Mixtral: always)
+  bool router_weights_fp32 = false;  // Mixtral keeps the routing weights in fp32; Qwen casts them to the model's
+  int64_t shared_expert_intermediate_size = 0;  // Qwen2-MoE's shared expert (0: none)
+  int64_t decoder_sparse_step = 1;       // Qwen: layer l is sparse when (l + 1) % step == 0 ...
+  std::vector<int64_t> mlp_only_layers;  // ... and l is not listed here (dense layers use intermediate_size)
+  double router_aux_loss_coef = 0.001;   // the load-balancing loss's weight in the training loss
+  bool mixtral_names = false;  // the checkpoint's names: block_sparse_moe.{gate, experts.e.w1/w3/w2}
+};
+
 struct LlamaConfig {
   std::string model_type = "llama";  // the family (llama/families/): what config.json and the export say
   int64_t vocab_size = 256;          // byte-level tokens by default
@@ -95,10 +110,17 @@ struct LlamaConfig {
   // while the cache holds no more than that, the cache is dropped and the whole sequence recomputed
   // (longrope's long factors).
   int64_t recompute_original_max = 0;
+  MoeConfig moe;
 
   int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }
   int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor); }
   bool q_bias() const { return attention_bias || qkv_bias; }  // q, k, v
+  bool layer_is_moe(int64_t layer) const {
+    for (int64_t l : moe.mlp_only_layers) {
+      if (l == layer) return false;
+    }
+    return moe.num_experts > 0 && (layer + 1) % moe.decoder_sparse_step == 0;
+  }
   bool layer_slides(int64_t layer) const {
     return sliding_window > 0 && (sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer)));
   }

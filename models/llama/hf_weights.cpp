@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <set>
 #include <fstream>
 #include <sstream>
@@ -84,6 +85,53 @@ std::vector<Packed> packed_weights(const LlamaConfig& c) {
   return out;
 }
 
+// A model parameter the checkpoint stores in pieces: the experts (gate_up_proj [E, 2I, H] is E gate and E up
+// weights [I, H]; down_proj [E, H, I] is E down weights [H, I]), and Mixtral's router under its own name. Piece
+// k is rows [row, row + rows) of param[expert] (expert -1: the whole parameter).
+struct Piece {
+  std::string name;  // the checkpoint's
+  int64_t expert, row, rows;
+};
+struct Assembled {
+  std::string param;  // the model's
+  std::vector<Piece> pieces;
+};
+
+std::vector<Assembled> assembled_weights(const LlamaConfig& c) {
+  std::vector<Assembled> out;
+  const bool mixtral = c.moe.mixtral_names;
+  const int64_t inter = c.moe.intermediate_size;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    if (!c.layer_is_moe(i)) continue;
+    const std::string layer = "model.layers." + std::to_string(i) + ".";
+    const std::string disk = layer + (mixtral ? "block_sparse_moe." : "mlp.");
+    Assembled gate_up{layer + "mlp.experts.gate_up_proj", {}}, down{layer + "mlp.experts.down_proj", {}};
+    for (int64_t e = 0; e < c.moe.num_experts; ++e) {
+      const std::string expert = disk + "experts." + std::to_string(e) + ".";
+      gate_up.pieces.push_back({expert + (mixtral ? "w1" : "gate_proj") + ".weight", e, 0, inter});
+      gate_up.pieces.push_back({expert + (mixtral ? "w3" : "up_proj") + ".weight", e, inter, inter});
+      down.pieces.push_back({expert + (mixtral ? "w2" : "down_proj") + ".weight", e, 0, c.hidden_size});
+    }
+    out.push_back(std::move(gate_up));
+    out.push_back(std::move(down));
+    if (mixtral) out.push_back({layer + "mlp.gate.weight", {{disk + "gate.weight", -1, 0, c.moe.num_experts}}});
+  }
+  return out;
+}
+
+// Piece `p` of the full value of its parameter, and its shape.
+at::Tensor piece_of(const at::Tensor& full, const Piece& p) {
+  return p.expert < 0 ? full : full[p.expert].narrow(0, p.row, p.rows);
+}
+template <class Params>
+std::vector<int64_t> piece_shape(const Params& params, const Assembled& a, const Piece& p) {
+  std::vector<int64_t> shape = params[a.param].sizes().vec();
+  if (p.expert < 0) return shape;
+  shape.erase(shape.begin());
+  shape[0] = p.rows;
+  return shape;
+}
+
 // The packed weight's shape: its parts' rows stacked.
 template <class Params>
 std::vector<int64_t> packed_shape(const Params& params, const Packed& p) {
@@ -93,10 +141,12 @@ std::vector<int64_t> packed_shape(const Params& params, const Packed& p) {
   return shape;
 }
 
-// The model's parameters under the checkpoint's names, except the packed parts.
-dtensor::checkpoint::StateDict hf_state(LlamaForCausalLM& model, const std::vector<Packed>& packed) {
+// The model's parameters under the checkpoint's names, except the packed parts and the assembled ones.
+dtensor::checkpoint::StateDict hf_state(LlamaForCausalLM& model, const std::vector<Packed>& packed,
+                                        const std::vector<Assembled>& assembled) {
   std::set<std::string> parts;
   for (const auto& p : packed) parts.insert(p.parts.begin(), p.parts.end());
+  for (const auto& a : assembled) parts.insert(a.param);
   const auto params = model->named_parameters();
   dtensor::checkpoint::StateDict state;
   for (const auto& [name, t] : dtensor::checkpoint::module_state_dict(*model)) {
@@ -125,12 +175,18 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model) {
   // Parameters only: HF files hold no buffers of ours. A tied lm_head.weight is embed_tokens' tensor, listed
   // once (module_state_dict) under model.embed_tokens.weight; a file may still store lm_head.weight.
   const std::vector<Packed> packed = packed_weights(model->config);
-  dtensor::checkpoint::StateDict state = hf_state(model, packed);
+  const std::vector<Assembled> assembled = assembled_weights(model->config);
+  dtensor::checkpoint::StateDict state = hf_state(model, packed, assembled);
   // A packed weight is read whole on every rank (plain tensors load replicated), then cut into its parts,
-  // each of which takes its own shard.
+  // each of which takes its own shard; the pieces of an assembled one are read whole and put together.
   const auto params = model->named_parameters();
   for (const auto& p : packed) {
     state[p.name] = at::empty(packed_shape(params, p), at::TensorOptions().dtype(params[p.parts[0]].scalar_type()));
+  }
+  for (const auto& a : assembled) {
+    for (const auto& piece : a.pieces) {
+      state[piece.name] = at::empty(piece_shape(params, a, piece), at::TensorOptions().dtype(params[a.param].scalar_type()));
+    }
   }
   dtensor::checkpoint::load(dir, state, {.allow_unused = model->config.tie_word_embeddings, .allow_dtype_cast = true});
   at::NoGradGuard no_grad;
@@ -142,22 +198,40 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model) {
       row += n;
     }
   }
+  for (const auto& a : assembled) {
+    at::Tensor full = at::empty(params[a.param].sizes(), at::TensorOptions().dtype(params[a.param].scalar_type()));
+    for (const auto& piece : a.pieces) piece_of(full, piece).copy_(state[piece.name]);
+    copy_full_into(params[a.param], full);
+  }
 }
 
 void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, at::ScalarType dtype) {
   const std::string dtype_name = hf_dtype_name(dtype);
   const int rank = dtensor::is_initialized() ? dtensor::current_world()->rank() : 0;
   const std::vector<Packed> packed = packed_weights(model->config);
+  const std::vector<Assembled> assembled = assembled_weights(model->config);
   const auto params = model->named_parameters();
-  // Each stored weight, its shape and how to get its full value: a parameter gathered, or a packed weight's
-  // parts gathered and stacked.
+  // Each stored weight, its shape and how to get its full value: a parameter gathered, a packed weight's
+  // parts gathered and stacked, or a piece of an assembled parameter (gathered once).
   struct Weight {
     std::string name;
     std::vector<int64_t> shape;
     std::function<at::Tensor()> full;
   };
   std::vector<Weight> weights;
-  for (const auto& [name, t] : hf_state(model, packed)) weights.push_back({name, t.sizes().vec(), [t] { return full_value(t); }});
+  for (const auto& [name, t] : hf_state(model, packed, assembled)) {
+    weights.push_back({name, t.sizes().vec(), [t] { return full_value(t); }});
+  }
+  std::map<std::string, at::Tensor> gathered;  // assembled parameters' full values
+  for (const auto& a : assembled) {
+    for (const auto& piece : a.pieces) {
+      weights.push_back({piece.name, piece_shape(params, a, piece), [&params, &gathered, &a, &piece] {
+                           auto it = gathered.find(a.param);
+                           if (it == gathered.end()) it = gathered.emplace(a.param, full_value(params[a.param])).first;
+                           return piece_of(it->second, piece);
+                         }});
+    }
+  }
   for (const auto& p : packed) {
     weights.push_back({p.name, packed_shape(params, p), [&params, &p] {
                          std::vector<at::Tensor> parts;

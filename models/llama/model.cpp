@@ -16,48 +16,26 @@
 
 namespace llama {
 
-dtensor::nn::Linear linear(int64_t in, int64_t out, bool bias) {
-  return dtensor::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-}
-
 namespace {
 
 bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-at::Tensor activation(const std::string& act, const at::Tensor& x) {
-  if (act == "silu") return at::silu(x);
-  if (act == "gelu_pytorch_tanh") return at::gelu(x, "tanh");
-  return at::gelu(x);  // "gelu": exact (validated in config.cpp)
-}
-
 Norm norm_of(const LlamaConfig& c, int64_t dim) { return Norm(c.norm, dim, c.rms_norm_eps, c.norm_bias); }
 
 }  // namespace
-
-FeedForwardImpl::FeedForwardImpl(const LlamaConfig& c) : act(c.hidden_act) {
-  if (c.mlp == MlpKind::plain) {
-    c_fc = register_module("c_fc", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-    c_proj = register_module("c_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
-    return;
-  }
-  gate_proj = register_module("gate_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-  up_proj = register_module("up_proj", linear(c.hidden_size, c.intermediate_size, c.mlp_bias));
-  down_proj = register_module("down_proj", linear(c.intermediate_size, c.hidden_size, c.mlp_bias));
-}
-
-at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {
-  if (c_fc) return c_proj(activation(act, c_fc(x)));
-  return down_proj(activation(act, gate_proj(x)) * up_proj(x));
-}
 
 DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, int64_t layer)
     : kind(c.layer),
       residual_multiplier(c.residual_multiplier),
       self_attn(register_module("self_attn", Attention(c))),
-      mlp(register_module("mlp", FeedForward(c))),
       sliding(c.layer_slides(layer)) {
+  if (c.layer_is_moe(layer)) {
+    moe = register_module("mlp", SparseMoeBlock(c));
+  } else {
+    mlp = register_module("mlp", FeedForward(c));
+  }
   if (kind != LayerKind::post_norm) input_layernorm = register_module("input_layernorm", norm_of(c, c.hidden_size));
   if (kind != LayerKind::parallel) {
     post_attention_layernorm = register_module("post_attention_layernorm", norm_of(c, c.hidden_size));
@@ -70,28 +48,30 @@ DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, int64_t layer)
   }
 }
 
+at::Tensor DecoderLayerImpl::ffn(const at::Tensor& x) { return moe ? moe(x) : mlp(x); }
+
 at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                                      const at::Tensor& mask) {
   switch (kind) {
     case LayerKind::pre_norm: {
       if (residual_multiplier != 1.0) {  // Granite
         at::Tensor h = x + self_attn(input_layernorm(x), cos, sin, mask) * residual_multiplier;
-        return h + mlp(post_attention_layernorm(h)) * residual_multiplier;
+        return h + ffn(post_attention_layernorm(h)) * residual_multiplier;
       }
       at::Tensor h = x + self_attn(input_layernorm(x), cos, sin, mask);
-      return h + mlp(post_attention_layernorm(h));
+      return h + ffn(post_attention_layernorm(h));
     }
     case LayerKind::sandwich: {
       at::Tensor h = x + post_attention_layernorm(self_attn(input_layernorm(x), cos, sin, mask));
-      return h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
+      return h + post_feedforward_layernorm(ffn(pre_feedforward_layernorm(h)));
     }
     case LayerKind::post_norm: {
       at::Tensor h = x + post_attention_layernorm(self_attn(x, cos, sin, mask));
-      return h + post_feedforward_layernorm(mlp(h));
+      return h + post_feedforward_layernorm(ffn(h));
     }
     case LayerKind::parallel: {
       const at::Tensor n = input_layernorm(x);
-      return x + self_attn(n, cos, sin, mask) + mlp(n);
+      return x + self_attn(n, cos, sin, mask) + ffn(n);
     }
   }
   return x;
@@ -181,6 +161,16 @@ at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& hidden) {
   return out;
 }
 
+at::Tensor LlamaForCausalLMImpl::aux_loss(const at::Tensor& attention_mask) {
+  std::vector<at::Tensor> logits;
+  for (const auto& layer : *model->layers) {
+    const auto& moe = layer->as<DecoderLayerImpl>()->moe;
+    if (moe) logits.push_back(moe->router_logits);
+  }
+  if (logits.empty()) return at::zeros({});
+  return load_balancing_loss(logits, config.moe.num_experts, config.moe.top_k, attention_mask);
+}
+
 void LlamaForCausalLMImpl::init_weights(uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   at::NoGradGuard no_grad;
@@ -197,7 +187,8 @@ void LlamaForCausalLMImpl::init_weights(uint64_t seed) {
     } else if (name == "lm_head.weight") {
       if (config.tie_word_embeddings) continue;
       std = 1.0 / std::sqrt(static_cast<double>(config.hidden_size));
-    } else if (ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight")) {
+    } else if (ends_with(name, "o_proj.weight") || ends_with(name, "down_proj.weight") ||
+               ends_with(name, "experts.down_proj")) {
       const int64_t layer = std::stoll(name.substr(std::string("model.layers.").size()));
       std = 0.02 / std::sqrt(2.0 * static_cast<double>(layer + 1));
     }

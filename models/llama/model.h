@@ -37,6 +37,7 @@
 #include "dtensor/nn/layers.h"
 #include "llama/config.h"
 #include "llama/kv_cache.h"
+#include "llama/moe.h"
 #include "llama/norm.h"
 #include "llama/rope.h"
 
@@ -48,8 +49,6 @@ namespace llama {
 // the tokens at or before it, and itself (so a padding row stays finite; it is never read). With a sliding
 // window, sliding_mask also hides the keys at or before query index - window.
 // local_cos, local_sin: Gemma 3's sliding layers' own rotary tables (config.rope_local_theta > 0).
-// The Linear every projection is (model.cpp): torch::nn's options, hookable by a plan.
-dtensor::nn::Linear linear(int64_t in, int64_t out, bool bias = false);
 
 struct AttentionInputs {
   at::Tensor cos, sin, mask, sliding_mask, local_cos, local_sin;
@@ -75,26 +74,19 @@ struct AttentionImpl : torch::nn::Module {
 };
 DTENSOR_MODULE(Attention);
 
-// Gated (SwiGLU, GeGLU): down_proj(act(gate_proj(x)) * up_proj(x)); plain (StarCoder2): c_proj(act(c_fc(x))).
-struct FeedForwardImpl : torch::nn::Module {
-  explicit FeedForwardImpl(const LlamaConfig& config);
-  at::Tensor forward(const at::Tensor& x);
-  std::string act;
-  dtensor::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // gated
-  dtensor::nn::Linear c_fc{nullptr}, c_proj{nullptr};                             // plain
-};
-DTENSOR_MODULE(FeedForward);
-
 // The norms present depend on config.layer (config.h's LayerKind): input_layernorm (all but post-norm),
 // post_attention_layernorm (all but parallel), pre_feedforward_layernorm (sandwich) and
 // post_feedforward_layernorm (sandwich, post-norm).
 struct DecoderLayerImpl : torch::nn::Module {
   DecoderLayerImpl(const LlamaConfig& config, int64_t layer);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
+  at::Tensor ffn(const at::Tensor& x);  // the layer's MLP, dense or sparse
   LayerKind kind;
   double residual_multiplier;
   Attention self_attn;
-  FeedForward mlp;
+  // "mlp": a dense FeedForward, or on a sparse layer (config.layer_is_moe) a SparseMoeBlock.
+  FeedForward mlp{nullptr};
+  SparseMoeBlock moe{nullptr};
   Norm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Norm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};
   bool sliding;  // config.layer_slides(layer): LlamaModel gives it the sliding mask
@@ -126,8 +118,12 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
   at::Tensor logits(const at::Tensor& hidden);
   // Deterministic initialization from `seed` alone (its own generator: ranks that are threads may build
   // models at once): embeddings N(0, 1), projections N(0, 0.02), o_proj/down_proj N(0, 0.02/sqrt(2(l+1)))
-  // (torchtitan's depth init), lm_head N(0, hidden^-1/2), norms 1.
+  // (torchtitan's depth init; the experts' down_proj too), lm_head N(0, hidden^-1/2), norms 1.
   void init_weights(uint64_t seed);
+  // The load-balancing loss (llama/moe.h) of the last forward's router logits over its sparse layers, the real
+  // tokens being attention_mask's (undefined: all); 0 for a dense model. The training loss adds
+  // config.moe.router_aux_loss_coef times it.
+  at::Tensor aux_loss(const at::Tensor& attention_mask = {});
   LlamaConfig config;
   LlamaModel model;
   dtensor::nn::Linear lm_head;

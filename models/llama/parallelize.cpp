@@ -87,13 +87,47 @@ void add_qk_norms(const LlamaConfig& c, ParallelizePlan& plan) {
   for (const char* norm : {"model.layers.*.self_attn.q_norm", "model.layers.*.self_attn.k_norm"}) plan.emplace_back(norm, ReplicateParallel());
 }
 
-// The MLP's projections: into the hidden size (Colwise) and back (Rowwise).
-std::vector<std::string> mlp_in(const LlamaConfig& c) {
-  if (c.mlp == MlpKind::plain) return {"model.layers.*.mlp.c_fc"};
-  return {"model.layers.*.mlp.gate_proj", "model.layers.*.mlp.up_proj"};
+// The layers (as a plan key's atom) whose MLP is dense, and those whose MLP is a SparseMoeBlock: "*" when all
+// are.
+std::vector<std::string> layers_where(const LlamaConfig& c, bool sparse) {
+  if (c.moe.num_experts == 0) return sparse ? std::vector<std::string>{} : std::vector<std::string>{"*"};
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    if (c.layer_is_moe(i) == sparse) out.push_back(std::to_string(i));
+  }
+  return out;
 }
-std::string mlp_out(const LlamaConfig& c) {
-  return c.mlp == MlpKind::plain ? "model.layers.*.mlp.c_proj" : "model.layers.*.mlp.down_proj";
+
+// The dense MLPs' projections: into the hidden size (Colwise) and back (Rowwise).
+std::vector<std::string> mlp_in(const LlamaConfig& c) {
+  std::vector<std::string> out;
+  for (const auto& l : layers_where(c, false)) {
+    const std::string mlp = "model.layers." + l + ".mlp.";
+    if (c.mlp == MlpKind::plain) {
+      out.push_back(mlp + "c_fc");
+    } else {
+      out.push_back(mlp + "gate_proj");
+      out.push_back(mlp + "up_proj");
+    }
+  }
+  return out;
+}
+std::vector<std::string> mlp_out(const LlamaConfig& c) {
+  std::vector<std::string> out;
+  for (const auto& l : layers_where(c, false)) out.push_back("model.layers." + l + (c.mlp == MlpKind::plain ? ".mlp.c_proj" : ".mlp.down_proj"));
+  return out;
+}
+
+// A sparse MLP (llama/moe.h) is not split yet: every rank runs the router and all experts on the whole
+// activations, as plain tensors. Between blocks the activations are `act` (Shard(1) under sequence parallel:
+// gathered on the way in, this rank's part taken on the way out, no communication).
+void add_sparse_mlps(const LlamaConfig& c, const Placement& act, ParallelizePlan& plan) {
+  for (const auto& l : layers_where(c, true)) {
+    plan.emplace_back("model.layers." + l + ".mlp",
+                      PrepareModuleInputOutput({.input_layouts = {act}, .desired_input_layouts = {Replicate()},
+                                                .use_local_input = true, .output_layouts = Replicate(),
+                                                .desired_output_layouts = act, .use_local_output = true}));
+  }
 }
 
 // The norms a layer has (model.h), and the final one: under sequence parallel each runs on the sequence
@@ -140,10 +174,13 @@ ParallelizePlan torchtitan_plan(const LlamaConfig& c, int64_t tp, const TPOption
       {"model.layers.*.self_attn.k_proj", kv},
       {"model.layers.*.self_attn.v_proj", kv},
       {"model.layers.*.self_attn.o_proj", rowwise_out},
-      {"model.layers.*.mlp", PrepareModuleInput({.input_layouts = {act}, .desired_input_layouts = {Replicate()}})},
-      {mlp_out(c), rowwise_out},
   };
+  for (const auto& l : layers_where(c, false)) {
+    plan.emplace_back("model.layers." + l + ".mlp", PrepareModuleInput({.input_layouts = {act}, .desired_input_layouts = {Replicate()}}));
+  }
+  for (const auto& out : mlp_out(c)) plan.emplace_back(out, rowwise_out);
   for (const auto& in : mlp_in(c)) plan.emplace_back(in, ColwiseParallel());
+  add_sparse_mlps(c, act, plan);
   add_qk_norms(c, plan);
   if (o.sequence_parallel) {
     // A norm whose output joins the residual stream (Gemma's and OLMo2's post-norms) hands over its local
@@ -170,10 +207,10 @@ ParallelizePlan inference_plan(const LlamaConfig& c, int64_t tp) {
       {"model.layers.*.self_attn.k_proj", kv},
       {"model.layers.*.self_attn.v_proj", kv},
       {"model.layers.*.self_attn.o_proj", RowwiseParallel()},  // Partial -> Replicate: all-reduce
-      {mlp_out(c), RowwiseParallel()},  // Partial -> Replicate: all-reduce
       // Shard(-1) -> Replicate: one all-gather of [b, 1, vocab] per step
       {"lm_head", ColwiseParallel({.output_layouts = Replicate()})},
   };
+  for (const auto& out : mlp_out(c)) plan.emplace_back(out, RowwiseParallel());  // Partial -> Replicate: all-reduce
   for (const auto& in : mlp_in(c)) plan.emplace_back(in, ColwiseParallel());
   add_qk_norms(c, plan);
   // Tied: the vocab-parallel embedding shares lm_head's Shard(0) weight; its masked lookup is Partial ->
@@ -191,9 +228,9 @@ ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
       {"model.layers.*.self_attn.k_proj", gather ? "colwise_gather_output" : "colwise"},
       {"model.layers.*.self_attn.v_proj", gather ? "colwise_gather_output" : "colwise"},
       {"model.layers.*.self_attn.o_proj", gather ? "rowwise_split_input" : "rowwise"},
-      {mlp_out(c), "rowwise"},
       {"lm_head", "colwise_rep"},
   };
+  for (const auto& out : mlp_out(c)) strings.emplace_back(out, "rowwise");
   for (const auto& in : mlp_in(c)) strings.emplace_back(in, "colwise");
   ParallelizePlan plan = plan_from_strings(strings);
   if (c.qk_norm) {

@@ -36,7 +36,8 @@ const std::vector<std::string> kCases = {"llama",       "llama_tied",  "llama_bi
                                          "rope_longrope", "mistral",   "qwen2",        "qwen2_sliding",  "qwen3",
                                          "gemma",       "gemma2",      "gemma3",       "granite",        "starcoder2",
                                          "olmo",        "olmo2",       "cohere",       "cohere2",        "phi3",
-                                         "phi3_longrope", "glm",       "gemma2_bf16",  "phi3_bf16"};
+                                         "phi3_longrope", "glm",       "gemma2_bf16",  "phi3_bf16",      "mixtral",
+                                         "qwen2_moe",   "qwen3_moe"};
 
 ProcessResult oracle(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {DTENSOR_PYTHON, DTENSOR_SOURCE_DIR "/tests/oracle/hf_family_oracle.py"};
@@ -200,7 +201,8 @@ TEST(HfFamilies, ExportLoadsBackInTransformers) {
   std::vector<std::string> args = {"check"};
   for (const std::string name : {"llama_tied", "llama_bias", "rope_llama3", "rope_yarn", "rope_longrope", "mistral",
                                  "qwen2_sliding", "qwen3", "gemma", "gemma2", "gemma3", "granite", "starcoder2", "olmo",
-                                 "olmo2", "cohere", "cohere2", "phi3", "phi3_longrope", "glm"}) {
+                                 "olmo2", "cohere", "cohere2", "phi3", "phi3_longrope", "glm", "mixtral", "qwen2_moe",
+                                 "qwen3_moe"}) {
     const std::string exported = root() + "/export_" + name;
     dtensor::testing::run_ranks(2, [&](int, int world) {
       auto mesh = dtensor::init_device_mesh("cpu", {world});
@@ -223,7 +225,8 @@ TEST(HfFamilies, ExportLoadsBackInTransformers) {
 // all heads), sliding windows, soft-capping, sandwich / post / parallel norms, multipliers, clipping.
 TEST(HfFamilies, FineTuneLossesAtTp2EqualTp1) {
   for (const std::string name : {"llama_tied", "llama_bias", "qwen2_sliding", "qwen3", "rope_yarn", "gemma2", "gemma3",
-                                 "granite", "starcoder2", "olmo", "olmo2", "cohere2", "phi3", "glm"}) {
+                                 "granite", "starcoder2", "olmo", "olmo2", "cohere2", "phi3", "glm", "mixtral",
+                                 "qwen2_moe"}) {
     train::TrainOptions o = llama_test::small_options();
     o.hf_dir = root() + "/" + name;
     o.model = llama::config_from_hf_json(o.hf_dir + "/config.json");
@@ -236,6 +239,55 @@ TEST(HfFamilies, FineTuneLossesAtTp2EqualTp1) {
   }
 }
 
+// The mixtures of experts: the router logits of each sparse layer, the load-balancing loss over the real tokens
+// and the training loss with it (cross-entropy + router_aux_loss_coef * aux) equal transformers'; the grouped
+// experts (one matmul per expert) equal the naive loop.
+TEST(HfFamilies, MoeRouterAuxLossAndLossEqualTransformers) {
+  for (const std::string name : {"mixtral", "qwen2_moe", "qwen3_moe"}) {
+    auto f = ckpt::SafetensorsFile::open(root() + "/" + name + ".ref.safetensors");
+    auto get = [&](const char* key) { return f.view(*f.find(key)).clone(); };
+    const at::Tensor tokens = get("tokens"), mask = get("mask");
+    llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/" + name);
+    at::NoGradGuard no_grad;
+    model(tokens, mask);  // keeps each sparse layer's router logits
+    std::vector<at::Tensor> router;
+    for (const auto& layer : *model->model->layers) {
+      const auto& moe = layer->as<llama::DecoderLayerImpl>()->moe;
+      if (moe) router.push_back(moe->router_logits);
+    }
+    const at::Tensor want_router = get("router_logits");
+    ASSERT_EQ(static_cast<int64_t>(router.size()), want_router.size(0)) << name;
+    const at::Tensor real = mask.reshape(-1).to(at::kBool);
+    for (size_t l = 0; l < router.size(); ++l) {
+      EXPECT_LE((router[l] - want_router[l]).index({real}).abs().max().item<double>(), 1e-5) << name << " layer " << l;
+    }
+    const at::Tensor aux = model->aux_loss(mask);
+    const at::Tensor labels = at::where(mask.to(at::kBool), tokens, at::full_like(tokens, -100));
+    // transformers' causal LM loss: logits at t predict labels at t + 1. A left-padded row's last padding
+    // position predicts its first token, and HF's logits there are not ours (nor meaningful: the real positions
+    // are compared in LogitsEqualTransformers), so the cross-entropy is taken of HF's logits; the aux term is ours.
+    const at::Tensor hf_logits = get("logits");
+    const at::Tensor ce = at::cross_entropy_loss(hf_logits.narrow(1, 0, hf_logits.size(1) - 1).flatten(0, 1),
+                                                 labels.narrow(1, 1, labels.size(1) - 1).flatten(0, 1));
+    const double loss = (ce + model->config.moe.router_aux_loss_coef * aux).item<double>();
+    std::printf("%s aux_loss %.6f (HF %.6f) loss %.6f (HF %.6f)\n", name.c_str(), aux.item<double>(),
+                get("aux_loss").item<double>(), loss, get("loss").item<double>());
+    EXPECT_NEAR(aux.item<double>(), get("aux_loss").item<double>(), 1e-6) << name;
+    EXPECT_NEAR(loss, get("loss").item<double>(), 1e-5) << name;
+    // The grouped experts against the naive loop, on every sparse layer.
+    for (const auto& layer : *model->model->layers) {
+      auto& moe = layer->as<llama::DecoderLayerImpl>()->moe;
+      if (!moe) continue;
+      const at::Tensor x = at::randn({13, model->config.hidden_size});
+      const at::Tensor idx = std::get<1>(at::topk(at::randn({13, model->config.moe.num_experts}), model->config.moe.top_k, -1));
+      const at::Tensor w = at::rand({13, model->config.moe.top_k});
+      const at::Tensor naive = moe->experts->forward_naive(x, idx, w);
+      EXPECT_LE((moe->experts->forward_grouped(x, idx, w) - naive).abs().max().item<double>(),
+                1e-6 * (1 + naive.abs().max().item<double>())) << name;
+    }
+  }
+}
+
 std::string config_error(const std::string& json) {
   return dtensor::testing::error_of([&] { llama::config_from_hf_json_text(json, "test/config.json"); });
 }
@@ -243,9 +295,11 @@ std::string config_error(const std::string& json) {
 TEST(HfConfig, UnknownFamiliesFieldsAndArchitecturesAreOneClearError) {
   const std::string sizes = R"("vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4,
                                "num_key_value_heads": 2, "intermediate_size": 48)";
-  EXPECT_NE(config_error(R"({"model_type": "mixtral", )" + sizes + "}").find("model_type 'mixtral' is not supported"),
+  EXPECT_NE(config_error(R"({"model_type": "dbrx", )" + sizes + "}").find("model_type 'dbrx' is not supported"),
             std::string::npos);
-  EXPECT_NE(config_error(R"({"model_type": "qwen2_moe", )" + sizes + "}").find("'qwen2_moe'"), std::string::npos);
+  EXPECT_NE(config_error(R"({"model_type": "mixtral", "num_local_experts": 4, "router_jitter_noise": 0.1, )" + sizes + "}")
+                .find("router_jitter_noise"),
+            std::string::npos);
   EXPECT_NE(config_error("{" + sizes + "}").find("no model_type"), std::string::npos);
   EXPECT_EQ(llama::config_from_hf_json_text(R"({"architectures": ["Qwen2ForCausalLM"], )" + sizes + "}").model_type, "qwen2");
   const std::string unknown = config_error(R"({"model_type": "llama", "logit_scale": 0.5, )" + sizes + "}");

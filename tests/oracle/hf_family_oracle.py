@@ -65,6 +65,24 @@ families (Llama and its RoPE scalings, Mistral, Qwen2, Qwen3, Gemma 1/2/3, Grani
           phi3_bf16       phi3 saved in bfloat16 (the packed weights are cut after the dtype cast). No off
           glm             packed gate_up_proj, q/k/v biases (o_proj none), partial_rotary_factor 0.5 with GLM's
                           interleaved rotation of the first 8 dims. Off: partial_rotary_factor 1
+          mixtral         mixture of experts on every layer: 4 experts (intermediate 48), top 2, renormalised;
+                          sliding_window 5. Off: no sliding window
+          qwen2_moe       4 experts (moe_intermediate 24), top 2, norm_topk_prob False, + shared expert
+                          (intermediate 40) scaled by sigmoid(shared_expert_gate); mlp_only_layers [1]: layer 1 is a
+                          dense MLP (intermediate 64). Off: norm_topk_prob True
+          qwen3_moe       4 experts (moe_intermediate 24), top 2, norm_topk_prob True, q/k norms, head_dim 12.
+                          Off: norm_topk_prob False
+        The MoE cases load with experts_implementation="eager" (HF's per-expert loop; the default grouped_mm agrees
+        in fp32), their seeds also keep every router clear of near-ties (on every real token of tokens, prompt and
+        batch, in every sparse layer, the k-th minus (k+1)-th largest router probability >= MIN_ROUTE_GAP), and their
+        refs add, from one forward on tokens (attention_mask=mask, the positions above, output_router_logits=True,
+        labels = tokens where mask == 1 else -100):
+          aux_loss [] fp32        the load-balancing loss (padding masked out)
+          router_logits [n_sparse, 3 * 20, experts] fp32   each sparse layer's router logits, rows = flattened [B, S]
+          loss [] fp32            cross-entropy + router_aux_loss_coef * aux_loss
+        On disk (save_pretrained's original format) the experts are per-expert 2-D weights: Mixtral
+        block_sparse_moe.gate / experts.E.w1 (gate), w3 (up), w2 (down); Qwen mlp.gate / experts.E.{gate,up,down}_proj
+        (Qwen2-MoE + mlp.shared_expert.* and mlp.shared_expert_gate).
     python hf_family_oracle.py check DIR REF [DIR REF ...]
         For each pair, loads DIR with AutoModelForCausalLM (fp32, eager) and checks its logits on REF's tokens and
         mask against REF's logits (<= 1e-5 relative to the largest |logit|, at every position). Prints
@@ -119,6 +137,7 @@ L = 20
 NEW_TOKENS = 12
 VOCAB = 301
 MIN_GAP = 0.02  # top-1 minus top-2 logit at every greedy step: ~3e-3 of max |logit|, far above fp32 noise
+MIN_ROUTE_GAP = 1e-3  # MoE: k-th minus (k+1)-th router probability, so rounding (e.g. TP sums) flips no expert
 MAX_TRIES = 50
 ROPE_DEFAULT = {"rope_type": "default", "rope_theta": 10000.0}
 BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -138,6 +157,9 @@ FAMILY_BASE = {
     "cohere2": dict(rms_norm_eps=DROP, layer_norm_eps=1e-5, tie_word_embeddings=True),
     "phi3": dict(original_max_position_embeddings=64),
     "glm": dict(head_dim=16),  # GLM's defaults: attention_bias True (q/k/v only), partial_rotary_factor 0.5
+    "mixtral": dict(experts_implementation="eager"),  # not saved; also the feature-off models run HF's eager loop
+    "qwen2_moe": dict(experts_implementation="eager"),
+    "qwen3_moe": dict(experts_implementation="eager"),
 }
 # Gemma 3's RoPE per layer type (rope_theta + rope_local_base_freq, rope_scaling on the global layers before 5.x)
 GEMMA3_ROPE = {"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0},
@@ -158,6 +180,9 @@ FAMILIES = {  # family (model_type): transformers' config and causal-LM class na
     "cohere2": ("Cohere2Config", "Cohere2ForCausalLM"),
     "phi3": ("Phi3Config", "Phi3ForCausalLM"),
     "glm": ("GlmConfig", "GlmForCausalLM"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
 }
 
 # name: (family, config overrides, saved dtype, overrides that turn the tested feature off: None, one dict, or a list
@@ -224,6 +249,14 @@ CASES = {
         "long_factor": [2.0 + 0.5 * i for i in range(6)]}), "float32",
         [dict(rope_parameters=ROPE_DEFAULT), dict(rope_parameters=ROPE_DEFAULT, partial_rotary_factor=1.0)]),
     "glm": ("glm", {}, "float32", dict(partial_rotary_factor=1.0)),
+    # mixtures of experts (routing gap and extra refs: see make_case_seeded)
+    "mixtral": ("mixtral", dict(intermediate_size=48, num_local_experts=4, num_experts_per_tok=2, sliding_window=5),
+                "float32", dict(sliding_window=None)),
+    "qwen2_moe": ("qwen2_moe", dict(intermediate_size=64, moe_intermediate_size=24, shared_expert_intermediate_size=40,
+                                    num_experts=4, num_experts_per_tok=2, norm_topk_prob=False, mlp_only_layers=[1],
+                                    decoder_sparse_step=1), "float32", dict(norm_topk_prob=True)),
+    "qwen3_moe": ("qwen3_moe", dict(moe_intermediate_size=24, num_experts=4, num_experts_per_tok=2, norm_topk_prob=True,
+                                    head_dim=12), "float32", dict(norm_topk_prob=False)),
 }
 
 
@@ -257,14 +290,30 @@ def make_config(name, off=None):
 def load(path):
     import torch
     from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager",
+                                                experts_implementation="eager").eval()  # no-op for dense models
+
+
+def positions(mask):
+    return (mask.cumsum(-1) - 1).clamp(min=0)  # HF's forward does not derive positions from the mask
 
 
 def logits_of(model, tokens, mask):
     import torch
-    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # HF's forward does not derive positions from the mask
     with torch.no_grad():
-        return model(input_ids=tokens, attention_mask=mask, position_ids=position_ids).logits.float()
+        return model(input_ids=tokens, attention_mask=mask, position_ids=positions(mask)).logits.float()
+
+
+def moe_forward(model, tokens, mask, **kw):
+    """out (router_logits on) and the smallest k-th minus (k+1)-th router probability over sparse layers, real
+    tokens."""
+    import torch
+    with torch.no_grad():
+        out = model(input_ids=tokens, attention_mask=mask, position_ids=positions(mask), output_router_logits=True,
+                    **kw)
+    k = model.config.num_experts_per_tok
+    top = torch.stack(out.router_logits).float().softmax(-1).topk(k + 1, dim=-1).values  # [n_sparse, B*S, k+1]
+    return out, (top[..., k - 1] - top[..., k])[:, mask.flatten().bool()].min().item()
 
 
 def greedy(model, ids, mask):
@@ -291,12 +340,14 @@ def left_padded(lengths, g):
 
 def make_case(root, name):
     """Writes ROOT/NAME and ROOT/NAME.ref.safetensors; returns the sanity line. The weights come from seed
-    crc32(NAME) + k for the first k whose greedy runs have every top-1/top-2 logit gap >= MIN_GAP."""
+    crc32(NAME) + k for the first k whose greedy runs have every top-1/top-2 logit gap >= MIN_GAP (and, MoE, every
+    routing gap >= MIN_ROUTE_GAP)."""
     for k in range(MAX_TRIES):
-        line, gap = make_case_seeded(root, name, zlib.crc32(name.encode()) + k)
-        if gap >= MIN_GAP:
+        line, gap, route_gap = make_case_seeded(root, name, zlib.crc32(name.encode()) + k)
+        if gap >= MIN_GAP and route_gap >= MIN_ROUTE_GAP:
             return line
-    raise RuntimeError(f"{name}: no seed in {MAX_TRIES} tries gives top-2 gaps >= {MIN_GAP}")
+    raise RuntimeError(f"{name}: no seed in {MAX_TRIES} tries gives top-2 gaps >= {MIN_GAP} "
+                       f"and routing gaps >= {MIN_ROUTE_GAP}")
 
 
 def make_case_seeded(root, name, seed):
@@ -328,14 +379,24 @@ def make_case_seeded(root, name, seed):
     # A fresh load for every computation: dynamic and longrope RoPE keep state (inv_freq) between calls.
     loaded = load(path)
     for key in ("rope_parameters", "sliding_window", "layer_types", "head_dim", "num_key_value_heads",
-                "tie_word_embeddings", "attention_bias", "mlp_bias", "max_position_embeddings"):
+                "tie_word_embeddings", "attention_bias", "mlp_bias", "max_position_embeddings", "num_local_experts",
+                "num_experts", "num_experts_per_tok", "norm_topk_prob", "mlp_only_layers", "decoder_sparse_step"):
         assert getattr(loaded.config, key, None) == getattr(model.config, key, None), key
     logits = logits_of(loaded, tokens, mask)
     greedy_one, gap_one = greedy(load(path), prompt, torch.ones_like(prompt))
     greedy_batch, gap_batch = greedy(load(path), batch, batch_mask)
-    save_file({"tokens": tokens, "mask": mask, "logits": logits.contiguous(), "prompt": prompt,
-               "greedy_one": greedy_one, "batch": batch, "batch_mask": batch_mask, "greedy_batch": greedy_batch},
-              os.path.join(root, name + ".ref.safetensors"))
+    refs = {"tokens": tokens, "mask": mask, "logits": logits.contiguous(), "prompt": prompt,
+            "greedy_one": greedy_one, "batch": batch, "batch_mask": batch_mask, "greedy_batch": greedy_batch}
+    route_gap = float("inf")
+    if hasattr(model.config, "num_experts_per_tok"):  # MoE: routing margins and the router/aux-loss refs
+        moe = load(path)
+        out, route_gap = moe_forward(moe, tokens, mask, labels=tokens.masked_fill(mask == 0, -100))
+        assert torch.equal(out.logits.float(), logits), f"{name}: router-logits forward differs"
+        route_gap = min(route_gap, moe_forward(moe, prompt, torch.ones_like(prompt))[1],
+                        moe_forward(moe, batch, batch_mask)[1])
+        refs.update(aux_loss=out.aux_loss.float().reshape(()).contiguous(), loss=out.loss.float().contiguous(),
+                    router_logits=torch.stack(out.router_logits).float().contiguous())
+    save_file(refs, os.path.join(root, name + ".ref.safetensors"))
 
     gap = min(gap_one, gap_batch)
     line = f"{name:<15} seed=crc32+{seed - zlib.crc32(name.encode())} " \
@@ -351,7 +412,9 @@ def make_case_seeded(root, name, seed):
     if diffs:
         line += "  feature_off_diff=" + ",".join(f"{d:6.3f}" for d in diffs)
     line += f"  min_top2_gap={gap:.4f}"
-    return line, gap
+    if route_gap != float("inf"):
+        line += f"  min_route_gap={route_gap:.4f} aux_loss={refs['aux_loss'].item():.5f} loss={refs['loss'].item():.5f}"
+    return line, gap, route_gap
 
 
 def main():

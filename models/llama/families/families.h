@@ -23,6 +23,10 @@ Family cohere();   // CohereForCausalLM: parallel block, weight-only LayerNorm, 
 Family cohere2();  // Cohere2ForCausalLM: Cohere with sliding layers, rotary on those only
 Family phi3();     // Phi3ForCausalLM: packed qkv / gate_up, longrope, partial rotary, sliding window
 Family glm();      // GlmForCausalLM: q/k/v biases, packed gate_up, interleaved partial rotary
+// Mixtures of experts (moe_families.cpp, llama/moe.h):
+Family mixtral();    // MixtralForCausalLM: Mistral with a sparse MLP on every layer
+Family qwen2_moe();  // Qwen2MoeForCausalLM: Qwen2 with sparse layers and a gated shared expert
+Family qwen3_moe();  // Qwen3MoeForCausalLM: Qwen3's attention (head_dim hidden / heads) with sparse layers
 
 // Shared by Qwen2 and Qwen3 (Qwen3's modular file inherits Qwen2's attention masks).
 void read_qwen2_sliding(HfConfigReader& r, LlamaConfig& c);

@@ -13,13 +13,18 @@
 
 #include "dtensor/nn/hooked_module.h"
 #include "dtensor/nn/layers.h"
+#include "dtensor/nn/parameter_members.h"
 #include "llama/config.h"
 #include "llama/feed_forward.h"
 
 namespace llama {
 
-struct MoeExpertsImpl : torch::nn::Module {
+// Named members (dtensor::nn::ParameterMembers), so that a style can point forward at the local shards.
+struct MoeExpertsImpl : torch::nn::Module, dtensor::nn::ParameterMembers {
   MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate, std::string act);
+  at::Tensor* parameter_member(const std::string& name) override {
+    return name == "gate_up_proj" ? &gate_up_proj : name == "down_proj" ? &down_proj : nullptr;
+  }
   // x [T, H]; idx [T, k] expert ids; w [T, k] their weights -> [T, H] = sum over k of w * expert(x).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& idx, const at::Tensor& w);
   // The reference: transformers' eager loop (experts in ascending order, each adding its weighted output into

@@ -118,15 +118,19 @@ std::vector<std::string> mlp_out(const LlamaConfig& c) {
   return out;
 }
 
-// A sparse MLP (llama/moe.h) is not split yet: every rank runs the router and all experts on the whole
-// activations, as plain tensors. Between blocks the activations are `act` (Shard(1) under sequence parallel:
-// gathered on the way in, this rank's part taken on the way out, no communication).
-void add_sparse_mlps(const LlamaConfig& c, const Placement& act, ParallelizePlan& plan) {
+// A sparse MLP (llama/moe.h), as transformers 5 splits it: every rank runs the router (and Qwen2-MoE's shared
+// expert) on the whole activations, as plain tensors, and its slice of every expert's intermediate features
+// (MoeTensorParallel: one all-reduce of the output). Between blocks the activations are `act` (Shard(1) under
+// sequence parallel: gathered on the way in, this rank's part taken on the way out, no communication).
+void add_sparse_mlps(const LlamaConfig& c, const std::optional<Placement>& act, ParallelizePlan& plan) {
   for (const auto& l : layers_where(c, true)) {
-    plan.emplace_back("model.layers." + l + ".mlp",
-                      PrepareModuleInputOutput({.input_layouts = {act}, .desired_input_layouts = {Replicate()},
-                                                .use_local_input = true, .output_layouts = Replicate(),
-                                                .desired_output_layouts = act, .use_local_output = true}));
+    const std::string mlp = "model.layers." + l + ".mlp";
+    if (act) {
+      plan.emplace_back(mlp, PrepareModuleInputOutput({.input_layouts = {*act}, .desired_input_layouts = {Replicate()},
+                                                       .use_local_input = true, .output_layouts = Replicate(),
+                                                       .desired_output_layouts = *act, .use_local_output = true}));
+    }
+    plan.emplace_back(mlp + ".experts", MoeTensorParallel());
   }
 }
 
@@ -212,6 +216,7 @@ ParallelizePlan inference_plan(const LlamaConfig& c, int64_t tp) {
   };
   for (const auto& out : mlp_out(c)) plan.emplace_back(out, RowwiseParallel());  // Partial -> Replicate: all-reduce
   for (const auto& in : mlp_in(c)) plan.emplace_back(in, ColwiseParallel());
+  add_sparse_mlps(c, std::nullopt, plan);  // activations plain and whole between blocks
   add_qk_norms(c, plan);
   // Tied: the vocab-parallel embedding shares lm_head's Shard(0) weight; its masked lookup is Partial ->
   // Replicate (one all-reduce of [b, s, hidden] per forward).
@@ -231,6 +236,7 @@ ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
       {"lm_head", "colwise_rep"},
   };
   for (const auto& out : mlp_out(c)) strings.emplace_back(out, "rowwise");
+  for (const auto& l : layers_where(c, true)) strings.emplace_back("model.layers." + l + ".mlp.experts", "moe_tp_experts");
   for (const auto& in : mlp_in(c)) strings.emplace_back(in, "colwise");
   ParallelizePlan plan = plan_from_strings(strings);
   if (c.qk_norm) {

@@ -157,10 +157,11 @@ ParallelStylePtr style_from_string(const std::string& name) {
   if (name == "local_rowwise") return shared(LocalRowwiseParallel());
   if (name == "packed_colwise") return shared(LocalColwiseParallel({.packed_parts = {1, 1}}));
   if (name == "packed_rowwise") return shared(LocalRowwiseParallel({.packed_parts = {1, 1}, .output_layouts = Replicate()}));
+  if (name == "moe_tp_experts") return shared(MoeTensorParallel());
   throw DTENSOR_ERROR("dtensor: unknown tensor-parallel style '", name,
                       "' (known: colwise, rowwise, colwise_rep, rowwise_rep, colwise_gather_output, rowwise_split_input, "
                       "sequence_parallel, replicate, "
-                      "gather, local_colwise, local_rowwise, packed_colwise, packed_rowwise)");
+                      "gather, local_colwise, local_rowwise, packed_colwise, packed_rowwise, moe_tp_experts)");
 }
 
 ParallelizePlan plan_from_strings(const std::vector<std::pair<std::string, std::string>>& plan) {

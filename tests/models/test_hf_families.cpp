@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "dtensor/api/dtensor_api.h"
+#include "dtensor/debug/comm_debug_mode.h"
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "harness/multi_rank.h"
@@ -286,6 +287,30 @@ TEST(HfFamilies, MoeRouterAuxLossAndLossEqualTransformers) {
                 1e-6 * (1 + naive.abs().max().item<double>())) << name;
     }
   }
+}
+
+// transformers 5's expert TP (hf plan "moe_tp_experts"): each rank holds its slice of every expert's
+// intermediate features, as honest DTensors, and a sparse block's forward costs one all-reduce (the experts'
+// partial sums); the router stays whole on every rank.
+TEST(HfFamilies, MoeExpertsAreSplitByFeaturesUnderTp) {
+  dtensor::testing::run_ranks(2, [&](int, int world) {
+    auto mesh = dtensor::init_device_mesh("cpu", {world});
+    llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/mixtral", &mesh, "hf");
+    const auto& moe = model->model->layers[0]->as<llama::DecoderLayerImpl>()->moe;
+    const at::Tensor gate_up = moe->experts->named_parameters(false)["gate_up_proj"];
+    const at::Tensor down = moe->experts->named_parameters(false)["down_proj"];
+    EXPECT_EQ(dtensor::placements(gate_up)[0], dtensor::_StridedShard(1, 2));
+    EXPECT_EQ(dtensor::placements(down)[0], dtensor::Shard(2));
+    EXPECT_EQ(dtensor::to_local(gate_up).sizes(), (std::vector<int64_t>{4, 48, 64}));  // [E, 2 * 48 / 2, H]
+    EXPECT_EQ(dtensor::to_local(down).sizes(), (std::vector<int64_t>{4, 64, 24}));
+    EXPECT_FALSE(dtensor::is_dtensor(moe->gate->weight));  // the router: whole, plain, on every rank
+    at::NoGradGuard no_grad;
+    const at::Tensor x = at::randn({1, 5, 64});
+    dtensor::CommDebugMode comm;
+    llama::SparseMoeBlock block = moe;
+    block(x);
+    EXPECT_EQ(comm.get_comm_counts(), (std::map<std::string, int64_t>{{"all_reduce", 1}})) << comm.table();
+  });
 }
 
 std::string config_error(const std::string& json) {

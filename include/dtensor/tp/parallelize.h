@@ -20,6 +20,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/tp/distribute_module.h"
 #include "dtensor/tp/local_styles.h"
+#include "dtensor/tp/moe_styles.h"
 #include "dtensor/tp/pairwise.h"
 #include "dtensor/tp/parallelized.h"
 #include "dtensor/tp/style.h"
@@ -66,6 +67,8 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
 //                                   no communication (the rowwise output stays a partial sum)
 //   "packed_colwise", "packed_rowwise"  the same for fused weights of two equal parts (gate/up); the
 //                                   packed rowwise output is all-reduced to Replicate
+//   "moe_tp_experts"                MoeTensorParallel(): a mixture of experts' 3-D gate_up_proj / down_proj split
+//                                   by intermediate features, the output all-reduced (transformers 5's)
 ParallelStylePtr style_from_string(const std::string& name);
 ParallelizePlan plan_from_strings(const std::vector<std::pair<std::string, std::string>>& plan);
 

@@ -107,6 +107,24 @@ struct AllToAllFn : torch::autograd::Function<AllToAllFn> {
   }
 };
 
+struct AllToAllSingleFn : torch::autograd::Function<AllToAllSingleFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, std::vector<int64_t> out_splits,
+                            std::vector<int64_t> in_splits, ProcessGroup* g) {
+    detail::save_comm_scope(ctx);
+    detail::save_group(ctx, *g);
+    ctx->saved_data["out_splits"] = save_sizes(out_splits);
+    ctx->saved_data["in_splits"] = save_sizes(in_splits);
+    return all_to_all_single(x, out_splits, in_splits, *g);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const CommScopeGuard scope = detail::restore_comm_scope(ctx);
+    // Each row's gradient goes back to the rank it came from: the splits swapped.
+    at::Tensor gx = all_to_all_single(grads[0].contiguous(), load_sizes(ctx, "in_splits"), load_sizes(ctx, "out_splits"),
+                                      detail::load_group(ctx));
+    return {gx, {}, {}, {}};
+  }
+};
+
 struct BroadcastFn : torch::autograd::Function<BroadcastFn> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, int64_t src, ProcessGroup* g) {
     detail::save_comm_scope(ctx);
@@ -138,6 +156,10 @@ at::Tensor reduce_scatter_autograd(const at::Tensor& tensor, ReduceOp op, int64_
 at::Tensor all_to_all_autograd(const at::Tensor& tensor, int64_t split_dim, int64_t concat_dim, ProcessGroup& group,
                                std::optional<std::vector<int64_t>> concat_sizes) {
   return AllToAllFn::apply(tensor, split_dim, concat_dim, &group, std::move(concat_sizes));
+}
+at::Tensor all_to_all_single_autograd(const at::Tensor& tensor, const std::vector<int64_t>& out_splits,
+                                      const std::vector<int64_t>& in_splits, ProcessGroup& group) {
+  return AllToAllSingleFn::apply(tensor, out_splits, in_splits, &group);
 }
 at::Tensor broadcast_autograd(const at::Tensor& tensor, int src, ProcessGroup& group) {
   return BroadcastFn::apply(tensor, static_cast<int64_t>(src), &group);

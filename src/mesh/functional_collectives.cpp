@@ -125,6 +125,31 @@ at::Tensor reduce_scatter(const at::Tensor& tensor, ReduceOp op, int64_t scatter
   return out.narrow(0, 0, (*sizes)[group.rank()]).movedim(0, d).contiguous();
 }
 
+at::Tensor all_to_all_single(const at::Tensor& tensor, const std::vector<int64_t>& out_splits,
+                             const std::vector<int64_t>& in_splits, ProcessGroup& group) {
+  check_sizes(out_splits, group, "all_to_all_single");
+  check_sizes(in_splits, group, "all_to_all_single");
+  DTENSOR_CHECK(tensor.dim() >= 1 && std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0}) == tensor.size(0),
+                "dtensor: all_to_all_single: in_splits sum to ",
+                std::accumulate(in_splits.begin(), in_splits.end(), int64_t{0}), " rows, the tensor has ",
+                tensor.dim() >= 1 ? tensor.size(0) : 0);
+  const int64_t row = tensor.dim() >= 1 && tensor.size(0) > 0 ? tensor.numel() / tensor.size(0) : [&] {
+    int64_t n = 1;
+    for (int64_t d = 1; d < tensor.dim(); ++d) n *= tensor.size(d);
+    return n;
+  }();
+  std::vector<int64_t> in_counts, out_counts;
+  for (int64_t x : in_splits) in_counts.push_back(x * row);
+  for (int64_t x : out_splits) out_counts.push_back(x * row);
+  std::vector<int64_t> shape = tensor.sizes().vec();
+  shape[0] = std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0});
+  at::Tensor send = tensor.contiguous().view({-1});
+  at::Tensor recv = at::empty({shape[0] * row}, tensor.options());
+  // Every rank takes part, whatever it sends or receives (it cannot know that the others move nothing).
+  group.all_to_all_single(recv, send, out_counts, in_counts);
+  return recv.view(shape);
+}
+
 at::Tensor all_to_all(const at::Tensor& tensor, int64_t split_dim, int64_t concat_dim, ProcessGroup& group,
                       std::optional<std::vector<int64_t>> concat_sizes,
                       std::optional<std::vector<int64_t>> split_sizes) {

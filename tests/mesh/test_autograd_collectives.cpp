@@ -137,3 +137,41 @@ TEST(AutogradCollectives, BroadcastBackwardSumsToSource) {
     EXPECT_TRUE(at::allclose(x.grad(), at::full({4}, expected))) << x.grad();
   });
 }
+
+// Expert parallelism's token dispatch: rank r sends (r + k) % 3 rows to rank k (some 0, some ranks send nothing
+// to anyone at world 1 or 2), each row naming its source, destination and index; every rank receives exactly
+// those rows in rank order, and the backward sends each row's gradient back to where the row came from.
+TEST(AutogradCollectives, AllToAllSingleMovesUnevenRowsAndBackwardSendsGradientsHome) {
+  for_each_world({1, 2, 4}, [](int rank, int world) {
+    auto& group = init_device_mesh("cpu", {world}).get_group(0);
+    auto rows_from_to = [](int src, int dst) { return static_cast<int64_t>((src + dst) % 3); };
+    std::vector<int64_t> in_splits, out_splits;
+    std::vector<at::Tensor> rows;
+    for (int k = 0; k < world; ++k) {
+      in_splits.push_back(rows_from_to(rank, k));
+      out_splits.push_back(rows_from_to(k, rank));
+      for (int64_t i = 0; i < rows_from_to(rank, k); ++i) {
+        rows.push_back(at::tensor({static_cast<float>(rank), static_cast<float>(k), static_cast<float>(i)}));
+      }
+    }
+    at::Tensor x = (rows.empty() ? at::zeros({0, 3}) : at::stack(rows)).set_requires_grad(true);
+    at::Tensor y = all_to_all_single_autograd(x, out_splits, in_splits, group);
+    ASSERT_EQ(y.size(0), std::accumulate(out_splits.begin(), out_splits.end(), int64_t{0}));
+    int64_t row = 0;
+    for (int src = 0; src < world; ++src) {
+      for (int64_t i = 0; i < rows_from_to(src, rank); ++i, ++row) {
+        EXPECT_TRUE(at::equal(y[row].detach(), at::tensor({static_cast<float>(src), static_cast<float>(rank),
+                                                           static_cast<float>(i)})))
+            << "rank " << rank << " row " << row;
+      }
+    }
+    // Loss sum(y * (10 * receiver + 1)): each sent row's gradient is its receiver's weight.
+    (y * (10.0 * rank + 1.0)).sum().backward();
+    row = 0;
+    for (int k = 0; k < world; ++k) {
+      for (int64_t i = 0; i < rows_from_to(rank, k); ++i, ++row) {
+        EXPECT_TRUE(at::allclose(x.grad()[row], at::full({3}, 10.0 * k + 1.0))) << "rank " << rank << " row " << row;
+      }
+    }
+  });
+}

@@ -41,6 +41,13 @@ at::Tensor all_to_all(const at::Tensor& tensor, int64_t split_dim, int64_t conca
                       std::optional<std::vector<int64_t>> concat_sizes = std::nullopt,
                       std::optional<std::vector<int64_t>> split_sizes = std::nullopt);
 
+// Rows (dim 0) of `tensor` go to group ranks by `in_splits` (rank order, summing to tensor.size(0)); the
+// result is the rows that arrive, out_splits[k] of them from rank k, in rank order: PyTorch's
+// all_to_all_single with uneven splits, the token dispatch of expert parallelism. Rank k's in_splits[r] must
+// equal rank r's out_splits[k] (any may be 0).
+at::Tensor all_to_all_single(const at::Tensor& tensor, const std::vector<int64_t>& out_splits,
+                             const std::vector<int64_t>& in_splits, ProcessGroup& group);
+
 // Every rank gets group rank `src`'s tensor. Other ranks' `tensor` gives only shape and dtype.
 at::Tensor broadcast(const at::Tensor& tensor, int src, ProcessGroup& group);
 

@@ -2,18 +2,17 @@
 #include "dtensor/core/error.h"
 
 #include "dtensor/api/dtensor_api.h"
+#include "tp/style_support.h"
 
 namespace dtensor::detail {
 
+// The root's inputs and outputs move as a style's hooks move them (style_support.h).
 at::Tensor parallelized_input(const at::Tensor& x, const DeviceMesh& mesh, const Placement& layout) {
-  if (!x.defined() || is_dtensor(x)) return x;
-  return DTensor::from_local(x, mesh, {layout});
+  return !x.defined() || is_dtensor(x) ? x : prepare_input(x, mesh, layout, layout);
 }
 
 at::Tensor parallelized_output(const at::Tensor& y, const DeviceMesh& mesh, const Placement& layout, bool use_local) {
-  if (!y.defined() || !is_dtensor(y)) return y;
-  at::Tensor out = placements(y)[0] == layout.normalized(y.dim()) ? y : redistribute(y, mesh, {layout});
-  return use_local ? to_local(out) : out;
+  return y.defined() ? prepare_output(y, mesh, layout, use_local) : y;
 }
 
 DeviceMesh mesh_of_parameters(const torch::nn::Module& module) {

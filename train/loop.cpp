@@ -49,7 +49,7 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
                 const models::ParallelDims& dims, const TrainHooks& hooks) {
   const dtensor::DeviceMesh& mesh = dims.world_mesh();
   const int64_t dp = dims.dp;
-  const int64_t dp_rank = dims.dp_enabled() ? mesh.get_local_rank("dp") : 0;
+  const int64_t dp_rank = dims.data_rank();
   DTENSOR_CHECK(o.batch % dp == 0, "dtensor: llama_train: batch ", o.batch, " is not divisible by dp ", dp);
   TrainResult result;
   result.param_bytes_per_rank = local_param_bytes(model);
@@ -68,9 +68,11 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
                       .max_norm = o.max_norm};
   // Each dp rank's loss is its rows' mean: the global batch's mean is their average (equal row counts).
   if (dims.dp_enabled()) {
-    context.reduce_loss = [&mesh](double loss) {
-      return dtensor::all_reduce(at::full({1}, loss, at::kDouble), dtensor::ReduceOp::AVG, mesh, 0).item<double>();
+    const dtensor::DeviceMesh data_mesh = dims.data_mesh();
+    context.reduce_loss = [data_mesh](double loss) {
+      return dtensor::all_reduce(at::full({1}, loss, at::kDouble), dtensor::ReduceOp::AVG, data_mesh, 0).item<double>();
     };
+    context.sum_over_data_ranks = sum_over_data_ranks(dims);
   }
   const int64_t start = o.resume ? resume_from_checkpoint(o, model, optimizer) : 0;
   result.start_step = start;

@@ -25,6 +25,8 @@ std::string help_text() {
     << "  --tp N                    TP degree (default: the world size / dp)\n"
     << "  --dp N                    data-parallel degree on a (dp, tp) mesh, world = dp * tp (default 1);\n"
     << "                            each dp rank trains on its batch / dp sequences of the global batch\n"
+    << "  --ep N                    expert parallelism (a mixture of experts): the experts split over N of the\n"
+    << "                            dp ranks, tokens sent to them by all_to_all (--dp defaults to N; DDP only)\n"
     << "  --ddp / --fsdp            the data-parallel kind: replicate (DDP, default) or fully_shard (FSDP2)\n"
     << "  --no-reshard-after-forward  fsdp: keep each block's gathered parameters from forward to backward\n"
     << "  --no-fsdp-prefetch        fsdp: gather each block when it runs (default: the next block's all-gather\n"
@@ -70,6 +72,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
   TrainOptions o;
   help = false;
   std::string size_flag;  // the last model-size flag given: --hf-dir brings its own sizes
+  bool dp_given = false;  // --ep sets dp to ep when --dp is not given
   auto size = [&](const char* name, int64_t& field) {
     return [&, name](const std::string& v) {
       field = positive(name, v);
@@ -85,7 +88,8 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
          o.tokenizer_dir = v;
        }},
       {"tp", [&](const std::string& v) { o.tp = positive("tp", v); }},
-      {"dp", [&](const std::string& v) { o.dp = positive("dp", v); }},
+      {"dp", [&](const std::string& v) { o.dp = positive("dp", v); dp_given = true; }},
+      {"ep", [&](const std::string& v) { o.ep = positive("ep", v); }},
       {"dim", size("dim", o.model.hidden_size)},
       {"layers", size("layers", o.model.num_hidden_layers)},
       {"heads", size("heads", o.model.num_attention_heads)},
@@ -167,6 +171,19 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
   } catch (const std::exception& e) {
     throw UsageError(e.what());
   }
+  if (o.ep > 1) {
+    if (!dp_given) o.dp = o.ep;
+    if (o.dp % o.ep != 0) {
+      throw UsageError("--ep " + std::to_string(o.ep) + " does not divide --dp " + std::to_string(o.dp) +
+                       " (expert parallelism borrows data-parallel ranks)");
+    }
+    if (o.data_parallel == models::DataParallel::fsdp) throw UsageError("--fsdp with --ep: FSDP beside expert parallelism is not supported (use --ddp)");
+    if (o.model.moe.num_experts == 0) throw UsageError("--ep needs a mixture of experts (--hf-dir of a Mixtral or Qwen-MoE checkpoint); this model is dense");
+    if (o.model.moe.num_experts % o.ep != 0) {
+      throw UsageError("--ep " + std::to_string(o.ep) + " does not divide the " + std::to_string(o.model.moe.num_experts) +
+                       " experts (experts are not split)");
+    }
+  }
   return o;
 }
 
@@ -188,6 +205,7 @@ int64_t tp_degree(const TrainOptions& o, int64_t world) { return o.tp ? o.tp : s
 models::ParallelDims parallel_dims(const TrainOptions& o, int64_t world) {
   models::ParallelDims dims;
   dims.dp = o.dp;
+  dims.ep = o.ep;
   dims.tp = tp_degree(o, world);
   dims.data_parallel = o.data_parallel;
   dims.device = o.device;

@@ -10,6 +10,7 @@
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/debug/comm_debug_mode.h"
 #include "dtensor/dp/clip_grad.h"
+#include "dtensor/mesh/autograd_collectives.h"
 #include "dtensor/mesh/comm_clock.h"
 #include "dtensor/tp/loss_parallel.h"
 
@@ -34,6 +35,35 @@ at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& labels) {
   return at::cross_entropy_loss(logits.flatten(0, 1), labels.flatten(0, 1));
 }
 
+at::Tensor training_loss(llama::LlamaForCausalLM& model, const at::Tensor& inputs, const at::Tensor& labels,
+                         const llama::SumOverRanks& sum_over_data_ranks) {
+  at::Tensor loss = next_token_loss(model(inputs), labels);
+  // A mixture of experts adds its routers' load-balancing loss, as transformers' causal LM loss does. The
+  // routers run on plain tensors, the same on every TP rank: beside a DTensor loss (loss parallel) the term
+  // is that rank's replica, so that its gradient comes back plain.
+  if (model->config.moe.num_experts > 0) {
+    at::Tensor aux = model->config.moe.router_aux_loss_coef * model->aux_loss({}, sum_over_data_ranks);
+    if (dtensor::is_dtensor(loss)) {
+      const dtensor::DeviceMesh& mesh = dtensor::device_mesh(loss);
+      aux = dtensor::DTensor::from_local(aux, mesh, dtensor::Placements(mesh.ndim(), dtensor::Replicate()));
+    }
+    loss = loss + aux;
+  }
+  return loss;
+}
+
+llama::SumOverRanks sum_over_data_ranks(const models::ParallelDims& dims) {
+  if (!dims.dp_enabled()) return {};
+  const dtensor::DeviceMesh data_mesh = dims.data_mesh();
+  // Megatron's f then g: forward one all-reduce; backward an all-reduce too (every rank's loss holds the
+  // global term, and DDP then averages the gradients over the dp ranks).
+  return [data_mesh](const at::Tensor& t) {
+    const at::Tensor f = dtensor::to_local(dtensor::DTensor::from_local(t, data_mesh, {dtensor::Replicate()}),
+                                           dtensor::Placements{dtensor::Partial()});
+    return dtensor::all_reduce_autograd(f, dtensor::ReduceOp::SUM, data_mesh.get_group(0));
+  };
+}
+
 double lr_at(const TrainOptions& o, int64_t step) {
   if (step < o.warmup) return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup);
   const int64_t decay_steps = std::max<int64_t>(1, o.steps - o.warmup - 1);
@@ -51,18 +81,7 @@ void train_step(llama::LlamaForCausalLM& model, const Batch& batch, const StepCo
     dtensor::CommDebugMode comm;
     std::optional<dtensor::LossParallelGuard> guard;
     if (c.loss_parallel) guard.emplace();
-    at::Tensor loss = next_token_loss(model(batch.inputs.to(c.device)), batch.labels.to(c.device));
-    // A mixture of experts adds its routers' load-balancing loss, as transformers' causal LM loss does. The
-    // routers run on plain tensors, the same on every TP rank: beside a DTensor loss (loss parallel) the term
-    // is that rank's replica, so that its gradient comes back plain.
-    if (model->config.moe.num_experts > 0) {
-      at::Tensor aux = model->config.moe.router_aux_loss_coef * model->aux_loss();
-      if (dtensor::is_dtensor(loss)) {
-        const dtensor::DeviceMesh& mesh = dtensor::device_mesh(loss);
-        aux = dtensor::DTensor::from_local(aux, mesh, dtensor::Placements(mesh.ndim(), dtensor::Replicate()));
-      }
-      loss = loss + aux;
-    }
+    at::Tensor loss = training_loss(model, batch.inputs.to(c.device), batch.labels.to(c.device), c.sum_over_data_ranks);
     loss.backward();
     rec.loss = scalar(loss);
     rec.fwd_bwd_counts = comm.get_comm_counts();

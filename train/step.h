@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/parallel_dims.h"
 #include "llama/model.h"
 #include "train/data.h"
 #include "train/options.h"
@@ -32,6 +33,13 @@ struct StepRecord {
 // gathering the logits.
 at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& labels);
 
+// The training loss of `model` on `inputs`: the next-token cross-entropy, plus a mixture of experts'
+// router_aux_loss_coef * load-balancing loss (its statistics pooled by sum_over_data_ranks when given).
+at::Tensor training_loss(llama::LlamaForCausalLM& model, const at::Tensor& inputs, const at::Tensor& labels,
+                         const llama::SumOverRanks& sum_over_data_ranks = {});
+// The load-balancing statistics' sum over the dp ranks of `dims` (empty at dp 1).
+llama::SumOverRanks sum_over_data_ranks(const models::ParallelDims& dims);
+
 // The learning rate of step `step` (0-based): linear warmup over `warmup` steps to `lr`, then cosine decay
 // to lr / 10 at the last step.
 double lr_at(const TrainOptions& options, int64_t step);
@@ -47,6 +55,9 @@ struct StepContext {
   // This rank's loss to the reported one (data parallel: the mean over the dp ranks); empty: as it is.
   // Outside the counted collectives, inside the step's time.
   std::function<double(double)> reduce_loss = {};
+  // A mixture of experts' load-balancing statistics summed over the dp ranks (llama::load_balancing_loss),
+  // so that the loss is the global batch's; empty: this rank's rows alone.
+  llama::SumOverRanks sum_over_data_ranks = {};
 };
 
 // Runs one step on `batch` (this rank's rows) at learning rate rec.lr and fills rec's loss (reduce_loss of this

@@ -13,8 +13,13 @@ DataParallel data_parallel_from_string(const std::string& name) {
 }
 
 const dtensor::DeviceMesh& ParallelDims::build_mesh() {
-  DTENSOR_CHECK(dp >= 1 && tp >= 1, "dtensor: ParallelDims: dp ", dp, " and tp ", tp, " must be >= 1");
-  if (dp == 1) {
+  DTENSOR_CHECK(dp >= 1 && tp >= 1 && ep >= 1, "dtensor: ParallelDims: dp ", dp, ", tp ", tp, " and ep ", ep,
+                " must be >= 1");
+  DTENSOR_CHECK(dp % ep == 0, "dtensor: ParallelDims: ep ", ep, " does not divide dp ", dp,
+                " (expert parallelism borrows data-parallel ranks)");
+  if (ep > 1) {
+    mesh_ = dtensor::init_device_mesh(device, {dp / ep, ep, tp}, {"dp", "ep", "tp"});
+  } else if (dp == 1) {
     mesh_ = dtensor::init_device_mesh(device, {tp}, {"tp"});
   } else {
     mesh_ = dtensor::init_device_mesh(device, {dp, tp}, {"dp", "tp"});
@@ -32,12 +37,34 @@ dtensor::DeviceMesh ParallelDims::tp_mesh() const {
   return mesh.ndim() == 1 ? mesh : mesh["tp"];
 }
 
+dtensor::DeviceMesh ParallelDims::data_mesh() const {
+  DTENSOR_CHECK(dp > 1, "dtensor: ParallelDims: no data parallelism (dp 1)");
+  const dtensor::DeviceMesh& mesh = world_mesh();
+  if (ep == 1) return mesh["dp"];
+  return dp == ep ? mesh["ep"] : mesh.slice({"dp", "ep"}).flatten("dp_ep");
+}
+
+int64_t ParallelDims::data_rank() const {
+  if (dp == 1) return 0;
+  const dtensor::DeviceMesh& mesh = world_mesh();
+  if (ep == 1) return mesh.get_local_rank("dp");
+  return mesh.get_local_rank("dp") * ep + mesh.get_local_rank("ep");
+}
+
+dtensor::DeviceMesh ParallelDims::expert_mesh() const {
+  DTENSOR_CHECK(ep > 1, "dtensor: ParallelDims: no expert parallelism (ep 1)");
+  const dtensor::DeviceMesh& mesh = world_mesh();
+  return tp > 1 ? mesh.slice({"ep", "tp"}) : mesh["ep"];
+}
+
 ParallelDims ParallelDims::from_mesh(const dtensor::DeviceMesh& mesh, DataParallel data_parallel) {
-  DTENSOR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2,
-                "dtensor: ParallelDims takes a 1-D (\"tp\") or 2-D (\"dp\", \"tp\") mesh, got ", mesh.ndim(),
-                " dims");
+  const bool expert = mesh.ndim() == 3 && mesh.mesh_dim_names() == std::vector<std::string>{"dp", "ep", "tp"};
+  DTENSOR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2 || expert,
+                "dtensor: ParallelDims takes a 1-D (\"tp\"), 2-D (\"dp\", \"tp\") or 3-D (\"dp\", \"ep\", \"tp\") mesh, got ",
+                mesh.to_string());
   ParallelDims dims;
-  dims.dp = mesh.ndim() == 1 ? 1 : mesh.size("dp");
+  dims.dp = mesh.ndim() == 1 ? 1 : expert ? mesh.size("dp") * mesh.size("ep") : mesh.size("dp");
+  dims.ep = expert ? mesh.size("ep") : 1;
   dims.tp = mesh.ndim() == 1 ? mesh.size() : mesh.size("tp");
   dims.data_parallel = data_parallel;
   dims.device = mesh.device_type();

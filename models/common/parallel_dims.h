@@ -3,6 +3,10 @@
 //
 //   world = dp * tp. At dp 1 the mesh is 1-D ("tp"); else 2-D ("dp", "tp") with the TP ranks adjacent
 //   (rank = dp_index * tp + tp_index): TP inside a host, data parallel across hosts.
+//   Expert parallelism borrows data-parallel ranks, as torchtitan's does: ep divides dp, and the mesh is 3-D
+//   ("dp", "ep", "tp") of sizes (dp / ep, ep, tp) (dims of size 1 kept), the data rank being
+//   dp_index * ep + ep_index. The ep ranks hold different tokens and split the experts between them; the
+//   dense parameters are averaged over all dp ranks (data_mesh), the experts over "dp" only.
 #pragma once
 
 #include <cstdint>
@@ -23,11 +27,13 @@ DataParallel data_parallel_from_string(const std::string& name);
 struct ParallelDims {
   int64_t dp = 1;
   int64_t tp = 1;
+  int64_t ep = 1;                                  // divides dp
   DataParallel data_parallel = DataParallel::ddp;  // with dp > 1
   std::string device = "cpu";                      // the mesh's device type
 
   bool dp_enabled() const { return dp > 1; }
   bool tp_enabled() const { return tp > 1; }
+  bool ep_enabled() const { return ep > 1; }
   int64_t world_size() const { return dp * tp; }
 
   // Makes the mesh over the initialised world (its size must be dp * tp) and keeps it.
@@ -36,8 +42,15 @@ struct ParallelDims {
   const dtensor::DeviceMesh& world_mesh() const;
   // The "tp" dim of the mesh (the mesh itself when 1-D).
   dtensor::DeviceMesh tp_mesh() const;
+  // The 1-D mesh over the dp ranks through this rank (all ranks that hold other tokens), and this rank's
+  // index in it (which rows of the global batch it takes). Needs dp > 1.
+  dtensor::DeviceMesh data_mesh() const;
+  int64_t data_rank() const;
+  // Expert parallelism: the experts' mesh, ("ep") or ("ep", "tp") when tp > 1. Needs ep > 1.
+  dtensor::DeviceMesh expert_mesh() const;
 
-  // The dims of an existing mesh from build_mesh's layout (a dry run's fake mesh, a test's own mesh).
+  // The dims of an existing mesh from build_mesh's layout (a dry run's fake mesh, a test's own mesh): 1-D
+  // ("tp"), 2-D ("dp", "tp") or 3-D ("dp", "ep", "tp").
   static ParallelDims from_mesh(const dtensor::DeviceMesh& mesh, DataParallel data_parallel = DataParallel::ddp);
 
  private:

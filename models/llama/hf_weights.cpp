@@ -272,8 +272,10 @@ LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMe
       apply_tp(model, *tp_mesh);
     } else if (plan == "inference") {
       apply_inference_tp(model, *tp_mesh);
+    } else if (plan == "ep") {
+      apply_inference_ep(model, *tp_mesh);
     } else {
-      throw DTENSOR_ERROR("dtensor: from_pretrained: unknown plan '", plan, "' (hf, torchtitan or inference)");
+      throw DTENSOR_ERROR("dtensor: from_pretrained: unknown plan '", plan, "' (hf, torchtitan, inference or ep)");
     }
   }
   load_hf_llama(dir, model);

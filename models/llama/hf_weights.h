@@ -34,8 +34,9 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model);
 void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, at::ScalarType dtype = at::kFloat);
 
 // A model from config.json (any family of llama/hf_config.h), parallelized with `plan` ("hf": HF's
-// base_model_tp_plan, "torchtitan": SP and loss parallel, "inference": generation's) on
-// `tp_mesh` when given (and of size > 1), with the weights loaded.
+// base_model_tp_plan, "torchtitan": SP and loss parallel, "inference": generation's; "ep": a mixture of experts'
+// experts split over the mesh, every rank with the same tokens, apply_inference_ep) on `tp_mesh` when given
+// (and of size > 1), with the weights loaded.
 LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh = nullptr,
                                  const std::string& plan = "hf");
 

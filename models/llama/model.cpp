@@ -161,14 +161,14 @@ at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& hidden) {
   return out;
 }
 
-at::Tensor LlamaForCausalLMImpl::aux_loss(const at::Tensor& attention_mask) {
+at::Tensor LlamaForCausalLMImpl::aux_loss(const at::Tensor& attention_mask, const SumOverRanks& sum_over_ranks) {
   std::vector<at::Tensor> logits;
   for (const auto& layer : *model->layers) {
     const auto& moe = layer->as<DecoderLayerImpl>()->moe;
     if (moe) logits.push_back(moe->router_logits);
   }
   if (logits.empty()) return at::zeros({});
-  return load_balancing_loss(logits, config.moe.num_experts, config.moe.top_k, attention_mask);
+  return load_balancing_loss(logits, config.moe.num_experts, config.moe.top_k, attention_mask, sum_over_ranks);
 }
 
 void LlamaForCausalLMImpl::init_weights(uint64_t seed) {

@@ -122,8 +122,8 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
   void init_weights(uint64_t seed);
   // The load-balancing loss (llama/moe.h) of the last forward's router logits over its sparse layers, the real
   // tokens being attention_mask's (undefined: all); 0 for a dense model. The training loss adds
-  // config.moe.router_aux_loss_coef times it.
-  at::Tensor aux_loss(const at::Tensor& attention_mask = {});
+  // config.moe.router_aux_loss_coef times it. sum_over_ranks: pools the statistics over data-parallel ranks.
+  at::Tensor aux_loss(const at::Tensor& attention_mask = {}, const SumOverRanks& sum_over_ranks = nullptr);
   LlamaConfig config;
   LlamaModel model;
   dtensor::nn::Linear lm_head;

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "dtensor/core/chunking.h"
+
 namespace llama {
 
 MoeExpertsImpl::MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate, std::string act_)
@@ -46,20 +48,24 @@ at::Tensor MoeExpertsImpl::forward_grouped(const at::Tensor& x, const at::Tensor
   const int64_t tokens = x.size(0), k = idx.size(1), num_experts = gate_up_proj.size(0);
   const at::Tensor flat = idx.reshape(-1);                           // pair p = token * k + slot
   const at::Tensor order = at::argsort(flat, /*stable=*/true);       // pairs grouped by expert
-  const at::Tensor counts = at::bincount(flat, {}, num_experts).cpu();
+  // Rows per expert. A meta tensor (the dry run) carries no routing: balanced, torch.chunk of the rows.
+  std::vector<int64_t> count = dtensor::chunk_sizes(flat.numel(), num_experts);
+  if (!flat.is_meta()) {
+    const at::Tensor counts = at::bincount(flat, {}, num_experts).cpu();
+    count.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts);
+  }
   const at::Tensor rows = x.index_select(0, at::floor_divide(order, k));
   std::vector<at::Tensor> outs;
   int64_t begin = 0;
-  const int64_t* count = counts.data_ptr<int64_t>();
   for (int64_t e = 0; e < num_experts; ++e) {
     if (count[e] == 0) continue;
     outs.push_back(expert(act, rows.narrow(0, begin, count[e]), gate_up_proj[e], down_proj[e]));
     begin += count[e];
   }
-  at::Tensor y = outs.empty() ? at::zeros_like(rows) : at::cat(outs, 0);
+  at::Tensor y = outs.empty() ? rows.new_zeros({0, down_proj.size(1)}) : at::cat(outs, 0);
   y = y * w.reshape(-1).index_select(0, order).unsqueeze(-1);
   at::Tensor unsorted = at::empty_like(y).index_copy_(0, order, y);  // back to pair order
-  return unsorted.view({tokens, k, -1}).sum(1).to(x.scalar_type());
+  return unsorted.view({tokens, k, unsorted.size(-1)}).sum(1).to(x.scalar_type());
 }
 
 SparseMoeBlockImpl::SparseMoeBlockImpl(const LlamaConfig& c)
@@ -88,7 +94,7 @@ at::Tensor SparseMoeBlockImpl::forward(const at::Tensor& x) {
 }
 
 at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts, int64_t top_k,
-                               const at::Tensor& attention_mask) {
+                               const at::Tensor& attention_mask, const SumOverRanks& sum_over_ranks) {
   const auto opts = router_logits.at(0).options().dtype(at::kFloat);
   at::Tensor tokens_per_expert = at::zeros({num_experts}, opts), prob_sum = at::zeros({num_experts}, opts);
   at::Tensor rows = at::zeros({}, opts);
@@ -100,6 +106,11 @@ at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int
     tokens_per_expert = tokens_per_expert + at::zeros({num_experts}, opts).scatter_add_(0, selected, m.repeat_interleave(top_k));
     prob_sum = prob_sum + (probs.to(at::kFloat) * m.unsqueeze(-1)).sum(0);
     rows = rows + m.sum();
+  }
+  if (sum_over_ranks) {
+    tokens_per_expert = sum_over_ranks(tokens_per_expert);
+    prob_sum = sum_over_ranks(prob_sum);
+    rows = sum_over_ranks(rows);
   }
   return (tokens_per_expert / rows * (prob_sum / rows)).sum() * static_cast<double>(num_experts);
 }

@@ -8,6 +8,7 @@
 
 #include <torch/nn/module.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,11 @@ DTENSOR_MODULE(SparseMoeBlock);
 // transformers' load_balancing_loss_func (Switch Transformer's): over the sparse layers' router logits
 // ([T, E] each) pooled, f_e = the share of top-k assignments to expert e and P_e = its mean router probability,
 // both over the real tokens (attention_mask [b, s] flattened; undefined: all); the loss is E * sum_e f_e * P_e.
+// Under data parallelism each rank holds some of the batch's tokens: `sum_over_ranks` (a sum over the data
+// ranks whose backward sums the gradients too) pools the counts, the probabilities and the token count, so
+// that the loss is the whole batch's, as on one device.
+using SumOverRanks = std::function<at::Tensor(const at::Tensor&)>;
 at::Tensor load_balancing_loss(const std::vector<at::Tensor>& router_logits, int64_t num_experts, int64_t top_k,
-                               const at::Tensor& attention_mask = {});
+                               const at::Tensor& attention_mask = {}, const SumOverRanks& sum_over_ranks = nullptr);
 
 }  // namespace llama

@@ -24,6 +24,7 @@
 #include "dtensor/dp/replicate.h"
 #include "dtensor/tp/enable_async_tp.h"
 #include "dtensor/tp/head_replicated_colwise.h"
+#include "dtensor/tp/moe_styles.h"
 #include "dtensor/tp/style.h"
 #include "dtensor/nn/parameter_replacement.h"
 
@@ -152,6 +153,30 @@ void tie_embeddings(LlamaForCausalLM& model) {
   nn::replace_parameter(*model->lm_head, "weight", model->model->embed_tokens->weight);
 }
 
+// The plan without its experts' entries: under expert parallelism apply_ep places them.
+ParallelizePlan without_experts(ParallelizePlan plan) {
+  std::erase_if(plan, [](const auto& entry) { return entry.first.ends_with(".mlp.experts"); });
+  return plan;
+}
+
+std::vector<std::string> expert_keys(const LlamaConfig& c) {
+  std::vector<std::string> out;
+  for (const auto& l : layers_where(c, true)) out.push_back("model.layers." + l + ".mlp.experts");
+  return out;
+}
+
+// Data parallel beside expert parallelism (see parallelize.h): two sets of DDP buckets.
+void replicate_with_experts(LlamaForCausalLM& model, const models::ParallelDims& dims) {
+  std::vector<at::Tensor> dense, experts;
+  for (const auto& item : model->named_parameters(/*recurse=*/true)) {
+    (item.key().find(".mlp.experts.") != std::string::npos ? experts : dense).push_back(item.value());
+  }
+  disable_gradient_sync(*model);
+  enable_gradient_sync(dense, {.data_parallel_mesh = dims.data_mesh()});
+  enable_gradient_sync(experts, {.data_parallel_mesh = dims.world_mesh()["dp"],
+                                 .gradient_divide_factor = static_cast<double>(dims.dp)});
+}
+
 void apply_plan(LlamaForCausalLM& model, const DeviceMesh& tp_mesh, const ParallelizePlan& plan) {
   parallelize_module(*model, tp_mesh, plan);
   tie_embeddings(model);
@@ -268,6 +293,18 @@ void apply_hf_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh) {
   apply_plan(model, tp_mesh, hf_plan(model->config, tp_mesh.size()));
 }
 
+void apply_ep(LlamaForCausalLM& model, const DeviceMesh& mesh, bool replicated_tokens) {
+  const LlamaConfig& c = model->config;
+  DTENSOR_CHECK(c.moe.num_experts > 0, "dtensor: expert parallelism needs a mixture of experts; this '",
+                c.model_type, "' model is dense");
+  parallelize_experts(*model, mesh, expert_keys(c), {.replicated_tokens = replicated_tokens});
+}
+
+void apply_inference_ep(LlamaForCausalLM& model, const DeviceMesh& ep_mesh) {
+  DTENSOR_CHECK(ep_mesh.ndim() == 1, "dtensor: apply_inference_ep takes a 1-D (\"ep\") mesh, got ", ep_mesh.to_string());
+  apply_ep(model, ep_mesh, /*replicated_tokens=*/true);
+}
+
 void apply_fsdp(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const dtensor::FullyShardOptions& options) {
   for (const auto& layer : *model->model->layers) dtensor::fully_shard(*layer, mesh, options);
   dtensor::fully_shard(*model, mesh, options);
@@ -279,14 +316,31 @@ bool loss_parallel_enabled(const models::ParallelDims& dims, const ParallelizeCo
 
 void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config) {
   const DeviceMesh& mesh = dims.world_mesh();
+  const bool ep = dims.ep_enabled();
+  if (ep) {
+    DTENSOR_CHECK(model->config.moe.num_experts > 0, "dtensor: expert parallelism (ep ", dims.ep,
+                  ") needs a mixture of experts; this '", model->config.model_type, "' model is dense");
+    DTENSOR_CHECK(dims.data_parallel == models::DataParallel::ddp,
+                  "dtensor: FSDP beside expert parallelism is not supported; use DDP (--ddp) with --ep");
+  }
   if (dims.tp_enabled()) {
     const DeviceMesh tp_mesh = dims.tp_mesh();
+    ParallelizePlan plan;
     switch (config.plan) {
-      case TPPlan::torchtitan: apply_tp(model, tp_mesh, config.tp); break;
-      case TPPlan::hf: apply_hf_tp(model, tp_mesh); break;
+      case TPPlan::torchtitan: plan = torchtitan_plan(model->config, tp_mesh.size(), config.tp); break;
+      case TPPlan::hf: plan = hf_plan(model->config, tp_mesh.size()); break;
     }
+    const bool async_tp = config.plan == TPPlan::torchtitan && config.tp.async_tp;
+    DTENSOR_CHECK(!async_tp || config.tp.sequence_parallel,
+                  "dtensor: llama TP plan: async TP fuses sequence parallel's all-gathers and reduce-scatters "
+                  "with their matmuls; it needs sequence_parallel");
+    if (ep) plan = without_experts(std::move(plan));
+    apply_plan(model, tp_mesh, plan);
+    if (async_tp) enable_async_tp(*model, tp_mesh, plan);
     if (!config.gradient_sync) disable_gradient_sync(*model);
   }
+  if (ep) apply_ep(model, dims.expert_mesh());
+  if (ep && dims.dp_enabled()) return replicate_with_experts(model, dims);
   if (!dims.dp_enabled()) return;
   switch (dims.data_parallel) {
     case models::DataParallel::ddp: replicate(*model, mesh); break;

@@ -52,6 +52,16 @@ void apply_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh, const
 void apply_inference_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh);
 void apply_hf_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh);
 
+// Expert parallelism (dtensor/tp/moe_styles.h, ExpertParallel) on every sparse layer's experts, over the
+// ("ep") or ("ep", "tp") mesh: whole experts split over "ep", tokens dispatched to them and combined back by
+// all_to_alls (inside each expert, TP over "tp"). replicated_tokens: every ep rank holds the same tokens
+// (generation); each dispatches its share and the outputs are gathered. Throws for a dense model or when the
+// experts do not divide over ep.
+void apply_ep(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, bool replicated_tokens = false);
+// Generation under expert parallelism: the dense layers whole on every rank, the experts split over the 1-D
+// `ep_mesh` (apply_ep with replicated tokens).
+void apply_inference_ep(LlamaForCausalLM& model, const dtensor::DeviceMesh& ep_mesh);
+
 // FSDP2 the torchtitan way (apply_fsdp): fully_shard each decoder layer, then the root (embeddings, final
 // norm, lm_head), over the "dp" dim of `mesh` (after apply_tp on mesh["tp"], or on a plain model).
 void apply_fsdp(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const dtensor::FullyShardOptions& options = {});
@@ -74,6 +84,9 @@ struct ParallelizeConfig {
 
 // torchtitan's parallelize_llama: the TP plan on dims.tp_mesh() (nothing at TP 1: the plain model), then, at
 // dp > 1, dims.data_parallel over the whole mesh (replicate or apply_fsdp). dims must hold its mesh.
+// With dims.ep > 1 (a mixture of experts): the TP plan leaves the experts to apply_ep on dims.expert_mesh(),
+// and data parallel is DDP: the dense parameters averaged over all dp ranks, each expert's gradient (already
+// summed over the tokens of its ep group) summed over "dp" and divided by dp. FSDP with EP is refused.
 void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
 // Whether a step must hold a LossParallelGuard: the logits come Shard(-1) (vocab).
 bool loss_parallel_enabled(const models::ParallelDims& dims, const ParallelizeConfig& config);

@@ -59,7 +59,7 @@ at::Tensor with_local(const at::Tensor& grad, const at::Tensor& local) {
 class Reducer {
  public:
   Reducer(const std::vector<at::Tensor>& params, const GradientSyncOptions& options)
-      : slots_(params.size()), dp_mesh_(options.data_parallel_mesh) {
+      : slots_(params.size()), dp_mesh_(options.data_parallel_mesh), divide_factor_(options.gradient_divide_factor) {
     // Buckets of Replicate parameters (of every parameter under data parallel), by (mesh, dtype), filled
     // in reverse order up to the byte cap.
     std::map<std::pair<const void*, c10::ScalarType>, int> open;  // key -> bucket being filled
@@ -182,7 +182,12 @@ class Reducer {
     for (auto& [dtype, params] : by_dtype) {
       std::vector<at::Tensor> parts;
       for (const at::Tensor& p : params) parts.push_back(local_of(p.grad()).reshape({-1}));
-      at::Tensor flat = all_reduce(parts.size() == 1 ? parts[0].clone() : at::cat(parts), ReduceOp::AVG, *dp_mesh_, 0);
+      at::Tensor flat = parts.size() == 1 ? parts[0].clone() : at::cat(parts);
+      if (divide_factor_) {
+        flat = all_reduce(flat, ReduceOp::SUM, *dp_mesh_, 0).div_(*divide_factor_);
+      } else {
+        flat = all_reduce(flat, ReduceOp::AVG, *dp_mesh_, 0);
+      }
       int64_t offset = 0;
       for (const at::Tensor& p : params) {
         const at::Tensor local = local_of(p.grad());
@@ -227,6 +232,7 @@ class Reducer {
   bool sync_ = true;
   bool callback_queued_ = false;
   std::optional<DeviceMesh> dp_mesh_;
+  std::optional<double> divide_factor_;
 };
 
 class SyncHook final : public torch::autograd::PostAccumulateGradHook {
@@ -268,6 +274,8 @@ int64_t enable_gradient_sync(const std::vector<at::Tensor>& parameters, Gradient
     params.push_back(p);
   }
   if (params.empty()) return 0;
+  DTENSOR_CHECK(!options.gradient_divide_factor || (options.data_parallel_mesh && *options.gradient_divide_factor > 0),
+                "dtensor: enable_gradient_sync: gradient_divide_factor needs a data_parallel_mesh and must be positive");
   DTENSOR_CHECK(!options.data_parallel_mesh || options.data_parallel_mesh->ndim() == 1,
                 "dtensor: enable_gradient_sync: data_parallel_mesh must be 1-D, got ",
                 options.data_parallel_mesh->to_string());

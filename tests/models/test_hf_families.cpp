@@ -5,6 +5,7 @@
 //     HF's to 1e-5 relative at every real (unpadded) position of a left-padded batch; the vocabulary (301) is
 //     uneven at TP 2 and 4, so embed_tokens, lm_head and loss parallel run on uneven shards;
 //   - greedy tokens at TP 1 and 2 (the inference plan), for one prompt and a left-padded batch, equal HF's;
+//   - a mixture of experts also under expert parallelism: logits at EP 2 and 4, greedy tokens at EP 2;
 //   - our export (save_hf_llama at TP 2) loads back in transformers with the same logits;
 //   - a short fine-tune (llama_train --hf-dir) gives the same losses at TP 2 as at TP 1;
 //   - config.json checks: unknown families, unknown fields, a wrong architecture are one clear error.
@@ -23,12 +24,14 @@
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
 #include "llama/parallelize.h"
+#include "hf_family_cases.h"
 #include "llama_test_util.h"
 
 namespace fs = std::filesystem;
 namespace ckpt = dtensor::checkpoint;
 using dtensor::testing::ProcessResult;
 using dtensor::testing::run_process;
+using namespace hf_cases;
 
 namespace {
 
@@ -40,73 +43,6 @@ const std::vector<std::string> kCases = {"llama",       "llama_tied",  "llama_bi
                                          "phi3_longrope", "glm",       "gemma2_bf16",  "phi3_bf16",      "mixtral",
                                          "qwen2_moe",   "qwen3_moe"};
 
-ProcessResult oracle(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {DTENSOR_PYTHON, DTENSOR_SOURCE_DIR "/tests/oracle/hf_family_oracle.py"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return run_process(argv, {{"OMP_NUM_THREADS", "1"}, {"HF_HUB_OFFLINE", "1"}, {"TRANSFORMERS_VERBOSITY", "error"}}, 600);
-}
-
-// Every case, made once per test process.
-const std::string& root() {
-  static const std::string dir = [] {
-    std::string pattern = (fs::temp_directory_path() / "dtensor_hf_families_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    const ProcessResult made = oracle({"make", pattern});
-    if (made.exit_code != 0) throw std::runtime_error("hf_family_oracle.py make failed:\n" + made.output);
-    return pattern;
-  }();
-  return dir;
-}
-
-struct Reference {
-  at::Tensor tokens, mask, logits, prompt, greedy_one, batch, batch_mask, greedy_batch;
-};
-
-Reference reference(const std::string& name) {
-  auto f = ckpt::SafetensorsFile::open(root() + "/" + name + ".ref.safetensors");
-  auto get = [&](const char* key) { return f.view(*f.find(key)).clone(); };
-  return {get("tokens"), get("mask"),  get("logits"),     get("prompt"),
-          get("greedy_one"), get("batch"), get("batch_mask"), get("greedy_batch")};
-}
-
-// max |got - want| / max |want| over the real positions (HF's rows on left padding are not meaningful).
-double masked_rel(const at::Tensor& got, const at::Tensor& want, const at::Tensor& mask) {
-  const at::Tensor real = mask.to(at::kFloat).unsqueeze(-1);
-  return (((got - want) * real).abs().max() / (want * real).abs().max()).item<double>();
-}
-
-// The unpadded prompts of a left-padded batch.
-std::vector<std::vector<int64_t>> prompts_of(const at::Tensor& ids, const at::Tensor& mask) {
-  std::vector<std::vector<int64_t>> out;
-  for (int64_t i = 0; i < ids.size(0); ++i) {
-    std::vector<int64_t> p;
-    for (int64_t j = 0; j < ids.size(1); ++j) {
-      if (mask[i][j].item<int64_t>() != 0) p.push_back(ids[i][j].item<int64_t>());
-    }
-    out.push_back(p);
-  }
-  return out;
-}
-
-at::Tensor greedy_at(const std::string& dir, int tp, const std::vector<std::vector<int64_t>>& prompts, int64_t new_tokens) {
-  at::Tensor out;
-  std::mutex mu;
-  dtensor::testing::run_ranks(tp, [&](int rank, int world) {
-    auto mesh = dtensor::init_device_mesh("cpu", {world});
-    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, "inference");
-    llama::GenerateOptions options;
-    options.max_new_tokens = new_tokens;
-    const llama::GenerateResult result = llama::generate(model, prompts, options);
-    if (rank == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      std::vector<at::Tensor> rows;
-      for (const auto& t : result.new_tokens) rows.push_back(at::tensor(t, at::kLong));
-      out = at::stack(rows);
-    }
-  });
-  return out;
-}
-
 class HfFamily : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfFamily, LogitsEqualTransformersAtTp1Tp2Tp4) {
@@ -114,10 +50,13 @@ TEST_P(HfFamily, LogitsEqualTransformersAtTp1Tp2Tp4) {
   const Reference ref = reference(GetParam());
   const llama::LlamaConfig config = llama::config_from_hf_json(dir + "/config.json");
   std::vector<std::pair<int, std::string>> runs = {{1, "hf"}, {2, "hf"}, {2, "torchtitan"}, {4, "torchtitan"}};
+  // A mixture of experts also under expert parallelism: experts split whole over 2 and 4 ranks, tokens sent
+  // to them by all_to_all.
+  if (config.moe.num_experts > 0) runs.insert(runs.end(), {{2, "ep"}, {4, "ep"}});
   for (const auto& [tp, plan] : runs) {
     if (plan == "hf" && config.num_key_value_heads % tp != 0) continue;  // HF's plan does not replicate kv heads
     const double rel = masked_rel(llama_test::pretrained_logits(dir, tp, plan, ref.tokens, ref.mask), ref.logits, ref.mask);
-    std::printf("%s tp=%d plan=%s max_rel=%.3e\n", GetParam().c_str(), tp, plan.c_str(), rel);
+    std::printf("%s world=%d plan=%s max_rel=%.3e\n", GetParam().c_str(), tp, plan.c_str(), rel);
     EXPECT_LE(rel, 1e-5) << GetParam() << " TP " << tp << " plan " << plan;
   }
 }
@@ -126,11 +65,13 @@ TEST_P(HfFamily, GreedyTokensEqualTransformersForOnePromptAndALeftPaddedBatch) {
   const std::string dir = root() + "/" + GetParam();
   const Reference ref = reference(GetParam());
   const int64_t n = ref.greedy_one.size(1);
-  for (int tp : {1, 2}) {
-    EXPECT_TRUE(at::equal(greedy_at(dir, tp, prompts_of(ref.prompt, at::ones_like(ref.prompt)), n), ref.greedy_one))
-        << GetParam() << " one prompt, TP " << tp;
-    EXPECT_TRUE(at::equal(greedy_at(dir, tp, prompts_of(ref.batch, ref.batch_mask), n), ref.greedy_batch))
-        << GetParam() << " left-padded batch, TP " << tp;
+  std::vector<std::pair<int, std::string>> runs = {{1, "inference"}, {2, "inference"}};
+  if (llama::config_from_hf_json(dir + "/config.json").moe.num_experts > 0) runs.emplace_back(2, "ep");
+  for (const auto& [world, plan] : runs) {
+    EXPECT_TRUE(at::equal(greedy_at(dir, world, prompts_of(ref.prompt, at::ones_like(ref.prompt)), n, plan), ref.greedy_one))
+        << GetParam() << " one prompt, " << plan << " on " << world;
+    EXPECT_TRUE(at::equal(greedy_at(dir, world, prompts_of(ref.batch, ref.batch_mask), n, plan), ref.greedy_batch))
+        << GetParam() << " left-padded batch, " << plan << " on " << world;
   }
 }
 
@@ -238,79 +179,6 @@ TEST(HfFamilies, FineTuneLossesAtTp2EqualTp1) {
                 tp1.losses.back(), llama_test::max_rel_diff(tp1.losses, tp2.losses));
     EXPECT_LE(llama_test::max_rel_diff(tp1.losses, tp2.losses), 1e-5) << name;
   }
-}
-
-// The mixtures of experts: the router logits of each sparse layer, the load-balancing loss over the real tokens
-// and the training loss with it (cross-entropy + router_aux_loss_coef * aux) equal transformers'; the grouped
-// experts (one matmul per expert) equal the naive loop.
-TEST(HfFamilies, MoeRouterAuxLossAndLossEqualTransformers) {
-  for (const std::string name : {"mixtral", "qwen2_moe", "qwen3_moe"}) {
-    auto f = ckpt::SafetensorsFile::open(root() + "/" + name + ".ref.safetensors");
-    auto get = [&](const char* key) { return f.view(*f.find(key)).clone(); };
-    const at::Tensor tokens = get("tokens"), mask = get("mask");
-    llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/" + name);
-    at::NoGradGuard no_grad;
-    model(tokens, mask);  // keeps each sparse layer's router logits
-    std::vector<at::Tensor> router;
-    for (const auto& layer : *model->model->layers) {
-      const auto& moe = layer->as<llama::DecoderLayerImpl>()->moe;
-      if (moe) router.push_back(moe->router_logits);
-    }
-    const at::Tensor want_router = get("router_logits");
-    ASSERT_EQ(static_cast<int64_t>(router.size()), want_router.size(0)) << name;
-    const at::Tensor real = mask.reshape(-1).to(at::kBool);
-    for (size_t l = 0; l < router.size(); ++l) {
-      EXPECT_LE((router[l] - want_router[l]).index({real}).abs().max().item<double>(), 1e-5) << name << " layer " << l;
-    }
-    const at::Tensor aux = model->aux_loss(mask);
-    const at::Tensor labels = at::where(mask.to(at::kBool), tokens, at::full_like(tokens, -100));
-    // transformers' causal LM loss: logits at t predict labels at t + 1. A left-padded row's last padding
-    // position predicts its first token, and HF's logits there are not ours (nor meaningful: the real positions
-    // are compared in LogitsEqualTransformers), so the cross-entropy is taken of HF's logits; the aux term is ours.
-    const at::Tensor hf_logits = get("logits");
-    const at::Tensor ce = at::cross_entropy_loss(hf_logits.narrow(1, 0, hf_logits.size(1) - 1).flatten(0, 1),
-                                                 labels.narrow(1, 1, labels.size(1) - 1).flatten(0, 1));
-    const double loss = (ce + model->config.moe.router_aux_loss_coef * aux).item<double>();
-    std::printf("%s aux_loss %.6f (HF %.6f) loss %.6f (HF %.6f)\n", name.c_str(), aux.item<double>(),
-                get("aux_loss").item<double>(), loss, get("loss").item<double>());
-    EXPECT_NEAR(aux.item<double>(), get("aux_loss").item<double>(), 1e-6) << name;
-    EXPECT_NEAR(loss, get("loss").item<double>(), 1e-5) << name;
-    // The grouped experts against the naive loop, on every sparse layer.
-    for (const auto& layer : *model->model->layers) {
-      auto& moe = layer->as<llama::DecoderLayerImpl>()->moe;
-      if (!moe) continue;
-      const at::Tensor x = at::randn({13, model->config.hidden_size});
-      const at::Tensor idx = std::get<1>(at::topk(at::randn({13, model->config.moe.num_experts}), model->config.moe.top_k, -1));
-      const at::Tensor w = at::rand({13, model->config.moe.top_k});
-      const at::Tensor naive = moe->experts->forward_naive(x, idx, w);
-      EXPECT_LE((moe->experts->forward_grouped(x, idx, w) - naive).abs().max().item<double>(),
-                1e-6 * (1 + naive.abs().max().item<double>())) << name;
-    }
-  }
-}
-
-// transformers 5's expert TP (hf plan "moe_tp_experts"): each rank holds its slice of every expert's
-// intermediate features, as honest DTensors, and a sparse block's forward costs one all-reduce (the experts'
-// partial sums); the router stays whole on every rank.
-TEST(HfFamilies, MoeExpertsAreSplitByFeaturesUnderTp) {
-  dtensor::testing::run_ranks(2, [&](int, int world) {
-    auto mesh = dtensor::init_device_mesh("cpu", {world});
-    llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/mixtral", &mesh, "hf");
-    const auto& moe = model->model->layers[0]->as<llama::DecoderLayerImpl>()->moe;
-    const at::Tensor gate_up = moe->experts->named_parameters(false)["gate_up_proj"];
-    const at::Tensor down = moe->experts->named_parameters(false)["down_proj"];
-    EXPECT_EQ(dtensor::placements(gate_up)[0], dtensor::_StridedShard(1, 2));
-    EXPECT_EQ(dtensor::placements(down)[0], dtensor::Shard(2));
-    EXPECT_EQ(dtensor::to_local(gate_up).sizes(), (std::vector<int64_t>{4, 48, 64}));  // [E, 2 * 48 / 2, H]
-    EXPECT_EQ(dtensor::to_local(down).sizes(), (std::vector<int64_t>{4, 64, 24}));
-    EXPECT_FALSE(dtensor::is_dtensor(moe->gate->weight));  // the router: whole, plain, on every rank
-    at::NoGradGuard no_grad;
-    const at::Tensor x = at::randn({1, 5, 64});
-    dtensor::CommDebugMode comm;
-    llama::SparseMoeBlock block = moe;
-    block(x);
-    EXPECT_EQ(comm.get_comm_counts(), (std::map<std::string, int64_t>{{"all_reduce", 1}})) << comm.table();
-  });
 }
 
 std::string config_error(const std::string& json) {

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   }
   try {
     auto world = dtensor::init_process_group();
-    auto tp_mesh = dtensor::init_device_mesh("cpu", {world->size()}, {"tp"});
+    auto tp_mesh = dtensor::init_device_mesh("cpu", {world->size()}, {options.ep > 1 ? "ep" : "tp"});
     llama::LlamaForCausalLM model{nullptr};
     try {
       model = llama_generate::load_model(options, config, tp_mesh);

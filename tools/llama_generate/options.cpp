@@ -64,6 +64,8 @@ std::string help_text() {
     << "  --top-p X                 1 = off (default " << d.generate.sampling.top_p << ")\n"
     << "  --seed N                  sampling (and --random-init weights) (default " << d.seed << ")\n"
     << "  --batch N                 repeat the single prompt N times (default: one sequence per prompt)\n"
+    << "  --ep N                    expert parallelism (a mixture of experts): the experts split over the N\n"
+    << "                            ranks (N = the world size), dense layers whole; instead of TP\n"
     << "  --tp N                    TP degree (default: the world size)\n"
     << "  --no-stream               print the outputs at the end only\n"
     << "model sizes for --random-init:\n"
@@ -135,6 +137,7 @@ GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& hel
       {"seed", [&](const std::string& v) { o.seed = parse_number<uint64_t>("seed", v); }},
       {"batch", [&](const std::string& v) { o.batch = positive("batch", v); }},
       {"tp", [&](const std::string& v) { o.tp = positive("tp", v); }},
+      {"ep", [&](const std::string& v) { o.ep = positive("ep", v); }},
       {"vocab", [&](const std::string& v) { o.model.vocab_size = positive("vocab", v); }},
       {"dim", [&](const std::string& v) { o.model.hidden_size = positive("dim", v); }},
       {"layers", [&](const std::string& v) { o.model.num_hidden_layers = positive("layers", v); }},
@@ -198,6 +201,12 @@ GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& hel
 }
 
 void check_options(const GenerateCliOptions& o, int64_t world) {
+  if (o.ep > 1) {
+    if (o.tp > 1) throw UsageError("--ep with --tp " + std::to_string(o.tp) + ": generation runs expert parallelism alone (dense layers whole)");
+    if (o.ep != world) throw UsageError("--ep " + std::to_string(o.ep) + " != world size " + std::to_string(world) +
+                                        " (run with --nproc-per-node " + std::to_string(o.ep) + ")");
+    return;
+  }
   const int64_t tp = o.tp ? o.tp : world;
   if (tp != world) throw UsageError("--tp " + std::to_string(tp) + " != world size " + std::to_string(world) +
                                     " (run with --nproc-per-node " + std::to_string(tp) + ")");

@@ -39,6 +39,7 @@ struct GenerateCliOptions {
   llama::GenerateOptions generate;  // max_new_tokens, eos, sampling (seed: --seed)
   uint64_t seed = 0;          // sampling, and --random-init's weights
   int64_t tp = 0;             // 0: the world size
+  int64_t ep = 1;             // > 1: expert parallelism instead of TP (a mixture of experts; ep == world size)
   bool stream = true;         // print rank 0's tokens as they come
 };
 

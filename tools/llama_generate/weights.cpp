@@ -13,6 +13,7 @@
 
 #include "train/checkpointing.h"  // train::latest_checkpoint: one home for "which step-N is newest"
 #include "dtensor/checkpoint/checkpoint.h"
+#include "dtensor/core/error.h"
 #include "dtensor/checkpoint/state_dict.h"
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
@@ -60,7 +61,15 @@ llama::LlamaForCausalLM load_model(const GenerateCliOptions& options, const llam
                                    const dtensor::DeviceMesh& tp_mesh) {
   llama::LlamaForCausalLM model(config);
   if (options.random_init) model->init_weights(options.seed);
-  if (tp_mesh.size() > 1) llama::apply_inference_tp(model, tp_mesh);
+  try {
+    if (tp_mesh.size() > 1 && options.ep > 1) {
+      llama::apply_inference_ep(model, tp_mesh);
+    } else if (tp_mesh.size() > 1) {
+      llama::apply_inference_tp(model, tp_mesh);
+    }
+  } catch (const dtensor::Error& e) {
+    throw UsageError(e.what());
+  }
   if (options.random_init) return model;
   try {
     if (!options.hf_dir.empty()) {

@@ -56,6 +56,7 @@ std::string help_text() {
      << "  --batch N                 sequences per step, global (default " << d.batch << ")\n"
      << "  --tp N                    tensor-parallel degree (default " << d.tp << ")\n"
      << "  --dp N                    data-parallel degree: mesh dp x tp (default " << d.dp << ")\n"
+     << "  --ep N                    expert parallelism over N of the dp ranks (a mixture of experts; mesh dp/N x N x tp)\n"
      << "  --ddp / --fsdp            data parallel over dp: replicate (default) or fully_shard, as llama_train\n"
      << "  --sequence-parallel / --no-sequence-parallel   (default on)\n"
      << "  --loss-parallel / --no-loss-parallel           (default on)\n"
@@ -105,6 +106,7 @@ CliOptions parse_options(const std::vector<std::string>& args) {
           {"batch", [&](const std::string& v) { o.plan.batch = positive("batch", v); }},
           {"tp", [&](const std::string& v) { o.plan.tp = positive("tp", v); }},
           {"dp", [&](const std::string& v) { o.plan.dp = positive("dp", v); }},
+          {"ep", [&](const std::string& v) { o.plan.ep = positive("ep", v); }},
           {"ranks", [&](const std::string& v) { o.plan.ranks = parse_ranks(v); }},
           {"comm-table", [&](const std::string& v) { o.comm_table = v; }},
           {"mm-gflops",

@@ -14,10 +14,16 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
   DTENSOR_CHECK(o.tp >= 1 && o.dp >= 1, "llama_plan: --tp and --dp must be >= 1");
   DTENSOR_CHECK(o.batch % o.dp == 0, "llama_plan: batch ", o.batch, " is not divisible by dp ", o.dp);
   o.model.validate();
+  DTENSOR_CHECK(o.ep >= 1 && o.dp % o.ep == 0, "llama_plan: --ep ", o.ep, " does not divide --dp ", o.dp);
+  // llama_train's mesh (models::ParallelDims::build_mesh): ("tp"), ("dp", "tp") or ("dp", "ep", "tp").
   const bool two_d = o.dp > 1;
-  const std::vector<int64_t> shape = two_d ? std::vector<int64_t>{o.dp, o.tp} : std::vector<int64_t>{o.tp};
+  std::vector<int64_t> shape = two_d ? std::vector<int64_t>{o.dp, o.tp} : std::vector<int64_t>{o.tp};
   dtensor::DryRunOptions options;
   options.mesh_dim_names = two_d ? std::vector<std::string>{"dp", "tp"} : std::vector<std::string>{"tp"};
+  if (o.ep > 1) {
+    shape = {o.dp / o.ep, o.ep, o.tp};
+    options.mesh_dim_names = {"dp", "ep", "tp"};
+  }
   options.ranks = o.ranks;
   if (!o.optimizer) options.optimizer = nullptr;
   const bool loss_parallel = o.loss_parallel && o.tp > 1;
@@ -31,13 +37,14 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
       [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
         llama::parallelize_llama(model, models::ParallelDims::from_mesh(mesh, o.data_parallel), config);
       },
-      [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh&) {
+      [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
         // Token ids: where the forward reads DTensors (TP > 1), plain tensors beside them stay on the CPU
         // (b·s longs; ops/op_call.cpp says why); with TP 1 the forward is plain and all of it is meta. The
         // model's own plain tensors (rotary tables, masks) follow the tokens' device.
         const at::Tensor tokens =
             at::zeros({o.batch / o.dp, o.seq_len}, at::TensorOptions(at::kLong).device(o.tp > 1 ? at::kCPU : at::kMeta));
-        return train::next_token_loss(model(tokens), tokens);
+        const models::ParallelDims dims = models::ParallelDims::from_mesh(mesh, o.data_parallel);
+        return train::training_loss(model, tokens, tokens, train::sum_over_data_ranks(dims));
       },
       options);
 }

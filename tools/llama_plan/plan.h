@@ -18,6 +18,7 @@ struct PlanOptions {
   int64_t batch = 4;  // global: each data-parallel rank takes batch / dp sequences
   int64_t tp = 2;
   int64_t dp = 1;
+  int64_t ep = 1;  // expert parallelism over ep of the dp ranks (a mixture of experts), as llama_train's --ep
   models::DataParallel data_parallel = models::DataParallel::ddp;  // over dp, as llama_train's --ddp / --fsdp
   bool sequence_parallel = true;
   bool loss_parallel = true;

@@ -46,6 +46,11 @@ struct GradientSyncOptions {
   // all-reduce of its flattened local gradients (DDP). The TP placements are untouched: averaging local
   // shards over dp ranks that hold the same shard is averaging the shard.
   std::optional<DeviceMesh> data_parallel_mesh;
+  // FSDP2's set_gradient_divide_factor: with data_parallel_mesh, the buckets are summed over it and divided
+  // by this factor instead of averaged over its size. Expert parallelism needs it: an expert's gradient
+  // already sums the contributions of the tokens of every "ep" rank, so over dp * ep data ranks it is summed
+  // over "dp" and divided by dp * ep.
+  std::optional<double> gradient_divide_factor;
 };
 
 // Installs gradient reduction on every parameter of `module` that is a DTensor (any parameter with

@@ -1,0 +1,81 @@
+#include "hf_family_cases.h"
+
+#include <filesystem>
+#include <mutex>
+#include <stdexcept>
+
+#include "dtensor/checkpoint/safetensors.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "harness/multi_rank.h"
+#include "llama/generate.h"
+#include "llama/hf_weights.h"
+
+namespace fs = std::filesystem;
+namespace ckpt = dtensor::checkpoint;
+
+namespace hf_cases {
+
+dtensor::testing::ProcessResult oracle(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {DTENSOR_PYTHON, DTENSOR_SOURCE_DIR "/tests/oracle/hf_family_oracle.py"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return dtensor::testing::run_process(argv, {{"OMP_NUM_THREADS", "1"}, {"HF_HUB_OFFLINE", "1"}, {"TRANSFORMERS_VERBOSITY", "error"}}, 600);
+}
+
+const std::string& root() {
+  static const std::string dir = [] {
+    std::string pattern = (fs::temp_directory_path() / "dtensor_hf_families_XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    const dtensor::testing::ProcessResult made = oracle({"make", pattern});
+    if (made.exit_code != 0) throw std::runtime_error("hf_family_oracle.py make failed:\n" + made.output);
+    return pattern;
+  }();
+  return dir;
+}
+
+Reference reference(const std::string& name) {
+  auto f = ckpt::SafetensorsFile::open(root() + "/" + name + ".ref.safetensors");
+  auto get = [&](const char* key) { return f.view(*f.find(key)).clone(); };
+  return {get("tokens"), get("mask"),  get("logits"),     get("prompt"),
+          get("greedy_one"), get("batch"), get("batch_mask"), get("greedy_batch")};
+}
+
+// max |got - want| / max |want| over the real positions (HF's rows on left padding are not meaningful).
+double masked_rel(const at::Tensor& got, const at::Tensor& want, const at::Tensor& mask) {
+  const at::Tensor real = mask.to(at::kFloat).unsqueeze(-1);
+  return (((got - want) * real).abs().max() / (want * real).abs().max()).item<double>();
+}
+
+// The unpadded prompts of a left-padded batch.
+std::vector<std::vector<int64_t>> prompts_of(const at::Tensor& ids, const at::Tensor& mask) {
+  std::vector<std::vector<int64_t>> out;
+  for (int64_t i = 0; i < ids.size(0); ++i) {
+    std::vector<int64_t> p;
+    for (int64_t j = 0; j < ids.size(1); ++j) {
+      if (mask[i][j].item<int64_t>() != 0) p.push_back(ids[i][j].item<int64_t>());
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+at::Tensor greedy_at(const std::string& dir, int tp, const std::vector<std::vector<int64_t>>& prompts, int64_t new_tokens,
+                     const std::string& plan) {
+  at::Tensor out;
+  std::mutex mu;
+  dtensor::testing::run_ranks(tp, [&](int rank, int world) {
+    auto mesh = dtensor::init_device_mesh("cpu", {world});
+    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, plan);
+    llama::GenerateOptions options;
+    options.max_new_tokens = new_tokens;
+    const llama::GenerateResult result = llama::generate(model, prompts, options);
+    if (rank == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      std::vector<at::Tensor> rows;
+      for (const auto& t : result.new_tokens) rows.push_back(at::tensor(t, at::kLong));
+      out = at::stack(rows);
+    }
+  });
+  return out;
+}
+
+}  // namespace hf_cases

@@ -1,0 +1,34 @@
+// The HF family checkpoints of tests/oracle/hf_family_oracle.py (made with transformers' own config classes
+// and save_pretrained, once per test process, all cases in one Python run) and their references: HF's logits
+// on a left-padded batch and HF's greedy tokens. Shared by the family tests and the MoE-parallel tests.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "harness/subprocess.h"
+
+namespace hf_cases {
+
+// Runs hf_family_oracle.py with `args` (offline, one thread).
+dtensor::testing::ProcessResult oracle(const std::vector<std::string>& args);
+// The directory holding every case (made on first use).
+const std::string& root();
+
+struct Reference {
+  at::Tensor tokens, mask, logits, prompt, greedy_one, batch, batch_mask, greedy_batch;
+};
+Reference reference(const std::string& name);
+
+// max |got - want| / max |want| over the real positions (HF's rows on left padding are not meaningful).
+double masked_rel(const at::Tensor& got, const at::Tensor& want, const at::Tensor& mask);
+// The unpadded prompts of a left-padded batch.
+std::vector<std::vector<int64_t>> prompts_of(const at::Tensor& ids, const at::Tensor& mask);
+// Greedy generation from checkpoint `dir` on `world` ranks (threads) under from_pretrained's `plan`
+// ("inference": TP; "ep": expert parallelism); rank 0's new tokens, a row per prompt.
+at::Tensor greedy_at(const std::string& dir, int world, const std::vector<std::vector<int64_t>>& prompts,
+                     int64_t new_tokens, const std::string& plan = "inference");
+
+}  // namespace hf_cases

@@ -3,13 +3,16 @@
 #include <ATen/ATen.h>
 
 #include "dtensor/core/chunking.h"
+#include "dtensor/nn/default_device.h"
 
 namespace llama {
 
 MoeExpertsImpl::MoeExpertsImpl(int64_t num_experts, int64_t hidden, int64_t intermediate, std::string act_)
     : act(std::move(act_)) {
-  gate_up_proj = register_parameter("gate_up_proj", at::empty({num_experts, 2 * intermediate, hidden}));
-  down_proj = register_parameter("down_proj", at::empty({num_experts, hidden, intermediate}));
+  // On the layers' default device (the dry run's meta), as dtensor::nn's layers.
+  const at::TensorOptions options = at::TensorOptions().device(dtensor::nn::DefaultDeviceGuard::current().value_or(at::kCPU));
+  gate_up_proj = register_parameter("gate_up_proj", at::empty({num_experts, 2 * intermediate, hidden}, options));
+  down_proj = register_parameter("down_proj", at::empty({num_experts, hidden, intermediate}, options));
   at::NoGradGuard no_grad;
   gate_up_proj.normal_(0.0, 0.02);
   down_proj.normal_(0.0, 0.02);
@@ -54,7 +57,7 @@ at::Tensor MoeExpertsImpl::forward_grouped(const at::Tensor& x, const at::Tensor
     const at::Tensor counts = at::bincount(flat, {}, num_experts).cpu();
     count.assign(counts.data_ptr<int64_t>(), counts.data_ptr<int64_t>() + num_experts);
   }
-  const at::Tensor rows = x.index_select(0, at::floor_divide(order, k));
+  const at::Tensor rows = x.index_select(0, at::div(order, k, "floor"));
   std::vector<at::Tensor> outs;
   int64_t begin = 0;
   for (int64_t e = 0; e < num_experts; ++e) {

@@ -83,9 +83,17 @@ at::Tensor& where_out_meta(const at::Tensor& condition, const at::Tensor& self, 
   return into(out, broadcast_meta({condition, self, other}, out.scalar_type()));
 }
 
+// logical_not.out(self, out): out's shape is self's, its dtype out's own (the functional form allocates a
+// bool `out` and calls this).
+at::Tensor& logical_not_out_meta(const at::Tensor& self, at::Tensor& out) {
+  refuse_shape_inference("logical_not.out");
+  return into(out, broadcast_meta({self}, out.scalar_type()));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("logical_not.out", TORCH_FN(logical_not_out_meta));
   m.impl("where.self", TORCH_FN(where_meta));
   m.impl("where.self_out", TORCH_FN(where_out_meta));
   m.impl("index_select", TORCH_FN(index_select_meta));

@@ -126,7 +126,7 @@ std::vector<at::Tensor> dispatch(const at::Tensor& x, const at::Tensor& idx, con
   }
   r.send = group_sums(counts, local);
   r.recv = group_sums(counts_in, local);
-  const at::Tensor rows = x.index_select(0, at::floor_divide(r.order, r.k));
+  const at::Tensor rows = x.index_select(0, at::div(r.order, r.k, "floor"));
   at::Tensor received = all_to_all_single_autograd(rows, r.recv, r.send, group);
   // Local expert ids of the received rows: grouped by source, then by local expert.
   const int64_t n = received.size(0);

@@ -158,6 +158,12 @@ ParallelStylePtr style_from_string(const std::string& name) {
   if (name == "packed_colwise") return shared(LocalColwiseParallel({.packed_parts = {1, 1}}));
   if (name == "packed_rowwise") return shared(LocalRowwiseParallel({.packed_parts = {1, 1}, .output_layouts = Replicate()}));
   if (name == "moe_tp_experts") return shared(MoeTensorParallel());
+  // transformers 4.x's MoE strings were written for Llama 4's transposed experts ([E, H, 2I]); transformers 5
+  // dropped them. Applied to transformers 5's [E, 2I, H] experts they would mean something else: refused.
+  DTENSOR_CHECK(name != "local" && name != "local_packed_rowwise", "dtensor: tensor-parallel style '", name,
+                "' is transformers 4.x's (IsolatedParallel / PackedRowwiseParallel on Llama 4's transposed experts), "
+                "which transformers 5 replaced: use 'moe_tp_experts' on the experts module (TP inside each expert, "
+                "the gate_up_proj packed), or ExpertParallel (dtensor/tp/moe_styles.h) for expert parallelism");
   throw DTENSOR_ERROR("dtensor: unknown tensor-parallel style '", name,
                       "' (known: colwise, rowwise, colwise_rep, rowwise_rep, colwise_gather_output, rowwise_split_input, "
                       "sequence_parallel, replicate, "

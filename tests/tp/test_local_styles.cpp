@@ -230,6 +230,9 @@ TEST(LocalStyles, EveryBadPlanGivesAClearErrorAndLeavesTheModelUntouched) {
                  "the plan's key 'ffn.w4' matches no submodule; the closest module paths are 'ffn.w1'");
     expect_error([&] { parallelize_module(*block, mesh, ParallelizePlan{{"ffn", nullptr}}); }, "the plan's entry 'ffn' has no style");
     expect_error([&] { style_from_string("packed"); }, "unknown tensor-parallel style 'packed'");
+    // transformers 4.x's MoE strings, dropped by transformers 5: refused, naming the replacement.
+    expect_error([&] { style_from_string("local"); }, "use 'moe_tp_experts' on the experts module");
+    expect_error([&] { style_from_string("local_packed_rowwise"); }, "is transformers 4.x's");
     // Meshes of more than one dim.
     expect_error([&] { parallelize_module(*block, init_device_mesh("cpu", {1, 2}), plan_from_strings({{"ffn.w1", "colwise"}})); },
                  "Tensor Parallel only accepts a 1D DeviceMesh, but found 2D");

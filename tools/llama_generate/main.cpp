@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "dtensor/debug/comm_debug_mode.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "tokenizer/streamer.h"
 #include "llama/generate.h"
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
     // A sequence as text: decoded by the tokenizer, else bytes or ids.
     auto text_of = [&](const std::vector<int64_t>& ids) { return tok ? tok->decode(ids, true) : show_all(ids, bytes); };
     if (rank == 0) {
-      std::printf("llama_generate: tp=%lld batch=%zu | %s\n", static_cast<long long>(tp_mesh.size()),
+      std::printf("llama_generate: %s=%lld batch=%zu | %s\n", options.ep > 1 ? "ep" : "tp", static_cast<long long>(tp_mesh.size()),
                   options.prompts.size(), config.to_string().c_str());
       if (options.stream) std::printf("%s", text_of(options.prompts[0]).c_str());
       std::fflush(stdout);
@@ -103,7 +104,12 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       };
     }
+    dtensor::CommDebugMode comm;  // this rank's collectives over prefill and decode, for the summary
     const auto result = llama::generate(model, options.prompts, options.generate, stream);
+    int64_t comm_bytes = 0;
+    for (const auto& [_, b] : comm.get_comm_bytes()) comm_bytes += b;
+    const auto all_bytes = comm.get_comm_bytes();
+    const int64_t all_to_all_bytes = all_bytes.contains("all_to_all") ? all_bytes.at("all_to_all") : 0;
     if (rank == 0) {
       if (options.stream) std::printf("%s\n", streamer ? streamer->end().c_str() : "");
       int64_t new_tokens = 0;
@@ -115,9 +121,10 @@ int main(int argc, char** argv) {
       const double tokens_per_s = result.decode_ms > 0
                                       ? static_cast<double>(result.new_tokens.size() * (result.steps - 1)) / (result.decode_ms / 1000.0)
                                       : 0.0;
-      std::printf("summary prompt_tokens=%lld new_tokens=%lld prefill_ms=%.3f ms_per_token=%.3f tokens_per_s=%.1f\n",
+      std::printf("summary prompt_tokens=%lld new_tokens=%lld prefill_ms=%.3f ms_per_token=%.3f tokens_per_s=%.1f "
+                  "comm_bytes=%lld all_to_all_bytes=%lld\n",
                   static_cast<long long>(result.prompt_tokens), static_cast<long long>(new_tokens), result.prefill_ms,
-                  ms_per_token, tokens_per_s);
+                  ms_per_token, tokens_per_s, static_cast<long long>(comm_bytes), static_cast<long long>(all_to_all_bytes));
     }
     return 0;
   } catch (const std::exception& e) {

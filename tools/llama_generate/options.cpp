@@ -73,7 +73,8 @@ std::string help_text() {
     << d.model.num_hidden_layers << ")  --heads N (" << d.model.num_attention_heads << ")  --kv-heads N ("
     << d.model.num_key_value_heads << ")  --ffn-dim N (" << d.model.intermediate_size << ")\n"
     << "  --help\n"
-    << "Rank 0 streams the tokens and ends with: summary prompt_tokens=.. new_tokens=.. prefill_ms=.. ms_per_token=.. tokens_per_s=..\n";
+    << "Rank 0 streams the tokens and ends with: summary prompt_tokens=.. new_tokens=.. prefill_ms=.. ms_per_token=.. tokens_per_s=.. comm_bytes=.. all_to_all_bytes=..\n"
+    << "(comm_bytes, all_to_all_bytes: rank 0's collectives over prefill and decode)\n";
   return s.str();
 }
 

@@ -69,6 +69,8 @@ void parallelize_module(torch::nn::Module& module, const DeviceMesh& mesh, const
 //                                   packed rowwise output is all-reduced to Replicate
 //   "moe_tp_experts"                MoeTensorParallel(): a mixture of experts' 3-D gate_up_proj / down_proj split
 //                                   by intermediate features, the output all-reduced (transformers 5's)
+// transformers 4.x's "local" and "local_packed_rowwise" (for Llama 4's transposed experts, dropped by
+// transformers 5) are refused with an error naming the replacement.
 ParallelStylePtr style_from_string(const std::string& name);
 ParallelizePlan plan_from_strings(const std::vector<std::pair<std::string, std::string>>& plan);
 

@@ -55,7 +55,7 @@ void apply_hf_tp(LlamaForCausalLM& model, const dtensor::DeviceMesh& tp_mesh);
 // Expert parallelism (dtensor/tp/moe_styles.h, ExpertParallel) on every sparse layer's experts, over the
 // ("ep") or ("ep", "tp") mesh: whole experts split over "ep", tokens dispatched to them and combined back by
 // all_to_alls (inside each expert, TP over "tp"). replicated_tokens: every ep rank holds the same tokens
-// (generation); each dispatches its share and the outputs are gathered. Throws for a dense model or when the
+// (generation): each computes its experts' share of them, and one all-reduce sums the shares. Throws for a dense model or when the
 // experts do not divide over ep.
 void apply_ep(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, bool replicated_tokens = false);
 // Generation under expert parallelism: the dense layers whole on every rank, the experts split over the 1-D

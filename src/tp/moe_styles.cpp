@@ -78,11 +78,11 @@ namespace {
 // One forward's routing under expert parallelism, kept from the dispatch for the combine.
 struct Routing {
   at::Tensor order;                    // this rank's (token, slot) pairs p = token * k + slot, sorted by expert
+                                       // (replicated_tokens: the [N, 2] (token, slot) pairs of its experts)
   std::vector<int64_t> send, recv;     // rows to / from each ep rank
   at::Tensor weights;                  // [T, k], applied at home
   int64_t tokens = 0, k = 0;
   at::ScalarType dtype = at::kFloat;   // the output's (x's)
-  std::vector<int64_t> chunks;         // replicated_tokens: every rank's share of the rows
 };
 
 // Rows per expert of the flattened expert ids: their bincount; a meta tensor has no values, so balanced
@@ -151,19 +151,29 @@ at::Tensor combine(const at::Tensor& y, ProcessGroup& group, const Routing& r) {
   return (pairs.view({r.tokens, r.k, back.size(-1)}) * r.weights.unsqueeze(-1)).sum(1).to(r.dtype);
 }
 
-// replicated_tokens: this rank's torch.chunk share of rows the ep ranks all hold (Replicate -> Shard(0): no
-// communication; the gradient comes back as Replicate's), and the shares gathered back (Shard(0) ->
-// Replicate: an all-gather of uneven rows).
-at::Tensor share_of(const at::Tensor& t, const DeviceMesh& ep_mesh) {
-  if (!t.is_floating_point()) {
-    return narrow_chunk(t, 0, chunk_sizes(t.size(0), ep_mesh.size()), ep_mesh.get_local_rank(0));
-  }
-  return to_local(redistribute(DTensor::from_local(t, ep_mesh, {Replicate()}), {Shard(0)}));
+// replicated_tokens: every ep rank holds all T tokens, so nothing is dispatched. Each rank takes the (token,
+// slot) pairs routed to its own experts; their outputs, weighted and summed over the slots at their places of
+// [T, k, H] (the other ranks' slots 0), are this rank's partial sum of the block's output, and one all-reduce
+// completes it (Megatron's f on x and w before: their gradients are partial per rank too).
+std::vector<at::Tensor> local_pairs(const at::Tensor& x, const at::Tensor& idx, const at::Tensor& w, int64_t num_experts,
+                                    int64_t ep, int64_t me, Routing& r) {
+  const int64_t local = num_experts / ep;
+  r.tokens = x.size(0);
+  r.k = idx.size(1);
+  r.dtype = x.scalar_type();
+  r.weights = w;
+  const at::Tensor pairs = at::nonzero(at::div(idx, local, "floor") == me);  // [N, 2]: (token, slot)
+  r.order = pairs;
+  const at::Tensor token = pairs.select(1, 0), slot = pairs.select(1, 1);
+  const at::Tensor ids = (idx.index({token, slot}) - me * local).unsqueeze(1);
+  return {x.index_select(0, token), ids, at::ones({pairs.size(0), 1}, w.options())};
 }
-at::Tensor gather_shares(const at::Tensor& t, const DeviceMesh& ep_mesh, int64_t rows) {
-  std::vector<int64_t> shape = t.sizes().vec();
-  shape[0] = rows;
-  return to_local(redistribute(DTensor::from_local(t, ep_mesh, {Shard(0)}, false, shape), {Replicate()}));
+
+// The partial output of local_pairs' rows y [N, H]: [T, H] in the weights' promoted dtype.
+at::Tensor partial_output(const at::Tensor& y, const Routing& r) {
+  at::Tensor placed = at::zeros({r.tokens, r.k, y.size(-1)}, y.options());
+  placed = placed.index_put({r.order.select(1, 0), r.order.select(1, 1)}, y);
+  return (placed * r.weights.unsqueeze(-1)).sum(1);
 }
 
 }  // namespace
@@ -196,30 +206,38 @@ void ExpertParallel::apply(torch::nn::Module& m, const std::string& path, const 
   const DeviceMesh ep_mesh = mesh.submesh(0);
   const std::optional<DeviceMesh> tp_mesh = tp ? std::optional<DeviceMesh>(mesh.submesh(1)) : std::nullopt;
   const bool replicated = replicated_tokens;
+  std::vector<DeviceMesh> replicated_over = {ep_mesh};  // replicated_tokens: the dims whose partial sums meet
+  if (tp_mesh) replicated_over.push_back(*tp_mesh);
   register_module_io(
       m, mesh,
       [=](torch::nn::Module& module, nn::Args args, nn::KwArgs kwargs, const DeviceMesh&) {
         DTENSOR_CHECK(args.size() == 3 && args[0].isTensor() && args[1].isTensor() && args[2].isTensor(),
                       "dtensor: ExpertParallel on '", path, "': the forward takes (x, expert ids, weights)");
         at::Tensor x = args[0].toTensor(), idx = args[1].toTensor(), w = args[2].toTensor();
+        std::vector<at::Tensor> local;
         if (replicated) {
-          routing->chunks = {x.size(0)};
-          x = share_of(x, ep_mesh);
-          idx = share_of(idx, ep_mesh);
-          w = share_of(w, ep_mesh);
+          for (const auto& m : replicated_over) {
+            x = identity_forward_all_reduce_backward(x, m);
+            w = identity_forward_all_reduce_backward(w, m);
+          }
+          local = local_pairs(x, idx, w, num_experts, ep_group->size(), ep_group->rank(), *routing);
+        } else {
+          local = dispatch(x, idx, w, num_experts, *ep_group, *routing);
+          if (tp_mesh) local[0] = identity_forward_all_reduce_backward(local[0], *tp_mesh);  // Megatron's f
         }
-        std::vector<at::Tensor> local = dispatch(x, idx, w, num_experts, *ep_group, *routing);
-        if (tp_mesh) local[0] = identity_forward_all_reduce_backward(local[0], *tp_mesh);  // Megatron's f
         forward_on_local_shards(module, true);
         return std::make_pair(nn::Args(local.begin(), local.end()), std::move(kwargs));
       },
       [=](torch::nn::Module& module, c10::IValue out, const DeviceMesh&) -> c10::IValue {
         forward_on_local_shards(module, false);
         at::Tensor y = out.toTensor();
+        if (replicated) {  // g: the partial sums over experts (and features) completed
+          at::Tensor home = partial_output(y, *routing);
+          for (const auto& m : replicated_over) home = all_reduce_autograd(home, ReduceOp::SUM, m.get_group(0));
+          return home.to(routing->dtype);
+        }
         if (tp_mesh) y = all_reduce_autograd(y, ReduceOp::SUM, tp_mesh->get_group(0));  // g: features summed
-        at::Tensor home = combine(y, *ep_group, *routing);
-        if (replicated) home = gather_shares(home, ep_mesh, routing->chunks[0]);
-        return home;
+        return combine(y, *ep_group, *routing);
       });
 }
 

@@ -4,7 +4,9 @@
 //   - TP inside the experts (transformers 5's moe_tp_experts): each rank a slice of every expert, one
 //     all-reduce per block;
 //   - expert parallelism (ExpertParallel): whole experts per rank, tokens to them and back by all_to_all
-//     (3 per block forward: counts, dispatch, combine), output and gradients equal the plain block's;
+//     (3 per block forward: counts, dispatch, combine), output and gradients equal the plain block's, and
+//     logits at EP 2 and 4, each rank with other rows of the batch, equal transformers'; on replicated tokens
+//     (generation) one all-reduce per block;
 //   - training: EP 2, EP 2 x TP 2, DP 2 x EP 2 and DP 2 x EP 2 x TP 2 give the losses of one rank on the whole
 //     batch (the load-balancing statistics pooled over the dp ranks);
 //   - the dry run's all_to_all bytes equal the real run's (summed over the ranks: routing decides each
@@ -150,6 +152,51 @@ TEST(Moe, ExpertParallelSplitsWholeExpertsAndMatchesThePlainBlock) {
                                                     dtensor::ReduceOp::SUM, mesh, 0);
       EXPECT_LE(rel(got, summed), 1e-6) << p;
     }
+  });
+}
+
+// Expert parallelism with dispatch, as training runs it: each rank holds other rows of HF's reference batch
+// (row rank % rows), its tokens travel to their experts by all_to_all, and its logits equal HF's for its row.
+TEST(Moe, LogitsWithTokensDispatchedAtEp2Ep4EqualTransformers) {
+  for (const std::string name : {"mixtral", "qwen2_moe", "qwen3_moe"}) {
+    const Reference ref = reference(name);
+    for (int ep : {2, 4}) {
+      std::mutex mu;
+      double worst = 0;
+      dtensor::testing::run_ranks(ep, [&](int rank, int world) {
+        auto mesh = dtensor::init_device_mesh("cpu", {world}, {"ep"});
+        llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/" + name);
+        llama::apply_ep(model, mesh);
+        const int64_t row = rank % ref.tokens.size(0);
+        const at::Tensor tokens = ref.tokens.narrow(0, row, 1), mask = ref.mask.narrow(0, row, 1);
+        at::NoGradGuard no_grad;
+        const double rel = masked_rel(model(tokens, mask), ref.logits.narrow(0, row, 1), mask);
+        std::lock_guard<std::mutex> lock(mu);
+        worst = std::max(worst, rel);
+      });
+      std::printf("%s ep=%d (dispatch) max_rel=%.3e\n", name.c_str(), ep, worst);
+      EXPECT_LE(worst, 1e-5) << name << " EP " << ep;
+    }
+  }
+}
+
+// Generation's expert parallelism (replicated tokens: the same on every rank): each rank computes its experts'
+// pairs, and one all-reduce per block sums them; the output equals the plain block's.
+TEST(Moe, ExpertParallelOnReplicatedTokensCostsOneAllReducePerBlock) {
+  dtensor::testing::run_ranks(2, [&](int, int world) {
+    auto mesh = dtensor::init_device_mesh("cpu", {world}, {"ep"});
+    llama::LlamaForCausalLM plain = llama::from_pretrained(root() + "/qwen2_moe");
+    llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/qwen2_moe", &mesh, "ep");
+    llama::SparseMoeBlock block = model->model->layers[0]->as<llama::DecoderLayerImpl>()->moe;
+    llama::SparseMoeBlock ref = plain->model->layers[0]->as<llama::DecoderLayerImpl>()->moe;
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(7);  // the same tokens on both ranks
+    const at::Tensor x = at::randn({2, 3, 64}, gen);
+    at::NoGradGuard no_grad;
+    dtensor::CommDebugMode comm;
+    const at::Tensor out = block(x);
+    EXPECT_EQ(comm.get_comm_counts(), (std::map<std::string, int64_t>{{"all_reduce", 1}})) << comm.table();
+    const at::Tensor want = ref(x);
+    EXPECT_LE(((out - want).abs().max() / want.abs().max()).item<double>(), 1e-6);
   });
 }
 

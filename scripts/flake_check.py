@@ -39,7 +39,7 @@ DTENSOR_SUITES = ["Failures", "Rendezvous", "SizeMismatch", "ShmBackend", "ShmAs
 LLAMA_SUITES = ["LlamaTrainCli", "LlamaCheckpoint", "LlamaGenerate", "LlamaGenerateCli", "LlamaAsyncTP",
                 "LlamaDataParallelMesh", "LlamaDataParallelCheckpoint"]
 # transformers in a Python process beside each test (or once per process: the HF families and tokenizers)
-LLAMA_ORACLE_SUITES = ["LlamaHF", "Cases/HfFamily", "HfFamilies", "TokenizedCorpus"]
+LLAMA_ORACLE_SUITES = ["LlamaHF", "Cases/HfFamily", "HfFamilies", "Moe", "TokenizedCorpus"]
 # ctest entries, run through ctest so their commands have one home (tests/CMakeLists.txt).
 ORACLES = ["toy_tp_vs_pytorch", "llama_vs_pytorch", "llama_fsdp_tp_vs_pytorch", "llama_generate_vs_hf",
            "text_generate_vs_hf", "tokenizer_tests"]

@@ -2,16 +2,18 @@
 rank a slice of every expert) and at EP 2 (ExpertParallel: whole experts per rank, tokens sent by all_to_all),
 with the all_to_all bytes per token beside the theoretical minimum. Prints the tables; asserts nothing.
 
-    .venv/bin/python tools/bench/moe_bench.py build/bin [--steps 12] [--new-tokens 32] [--batch 8]
+    .venv/bin/python tools/bench/moe_bench.py build/bin [--steps 30] [--new-tokens 32] [--batch 8]
 
 The model: a random transformers MixtralForCausalLM (vocab 512, hidden 256, 4 layers, 8 heads, 4 key/value
 heads, 8 experts of intermediate 512, top-2; HF's own init) saved with save_pretrained into a temporary
 directory. Training: `tprun llama_train --hf-dir` (the default corpus, batch 8 x 64 tokens, global: at EP 2
 each rank takes 4 sequences, EP borrowing the data-parallel ranks; --comm-detail gives rank 0's collectives).
 Decode: `tprun llama_generate --hf-dir` (a 16-token prompt, greedy; rank 0's collectives over prefill and
-decode), and transformers' generate() on the same model object on 1 thread beside it.
+decode), and transformers' generate() on the same model object on 1 thread beside it. Generation holds the
+batch on every rank, so EP decoding dispatches nothing: each rank computes its experts' (token, slot) pairs and
+one all-reduce per block sums them.
 
-All-to-all bytes per token, per sparse layer (H = hidden, b = 4 bytes, k = 2, ep = 2, E = 8):
+Training's all-to-all bytes per token, per sparse layer (H = hidden, b = 4 bytes, k = 2, ep = 2, E = 8):
   ours          what rank 0's all_to_alls carried / the tokens rank 0 routed: one H-row per (token, slot)
                 each way (dispatch and combine; the local share included, as the process group counts it),
                 plus the E counts; backward repeats dispatch and combine.
@@ -69,7 +71,7 @@ def minimum_rows_per_token(ep, experts, k):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("bin_dir")
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=32)
@@ -81,8 +83,8 @@ def main():
         model = make_model(d)
         print(f"Mixtral: {SIZES}")
         print(f"\nTraining step (global batch {args.batch} x {args.seq_len} tokens, {args.steps} steps, median):")
-        print(f"| layout | ms/step | tokens/s | final loss | a2a bytes/token/layer (fwd+bwd) | off-rank (balanced) | minimum |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print(f"| layout | ms/step | exposed comm ms | comm MB/step | tokens/s | final loss | a2a bytes/token/layer (fwd+bwd) | off-rank (balanced) | minimum |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for name, n, flags in LAYOUTS:
             summary, stdout = run([tprun, "--nproc-per-node", str(n), "--master-port", "0", "llama_train", "--hf-dir", d,
                                    "--steps", str(args.steps), "--batch", str(args.batch), "--seq-len", str(args.seq_len),
@@ -92,22 +94,20 @@ def main():
             a2a = a2a_bytes_of_comm_line(stdout) / tokens_rank / layers if ep > 1 else 0
             off = 2 * 2 * k * (ep - 1) / ep * row  # dispatch + combine, forward + backward
             minimum = 2 * minimum_rows_per_token(ep, E, k) * row if ep > 1 else 0
-            print(f"| {name} | {summary['median_step_ms']:.1f} | {summary['tokens_per_s']:.0f} | {summary['final_loss']:.6f} "
+            print(f"| {name} | {summary['median_step_ms']:.1f} | {summary['median_comm_ms']:.1f} | "
+                  f"{summary['comm_bytes_per_step'] / 1e6:.2f} | {summary['tokens_per_s']:.0f} | {summary['final_loss']:.6f} "
                   f"| {a2a:.0f} | {off:.0f} | {minimum:.0f} |")
         prompt = [(7 * i + 3) % SIZES["vocab_size"] for i in range(16)]
         print(f"\nDecode step (batch 1, 16-token prompt, {args.new_tokens} new tokens, greedy):")
-        print("| layout | ms/token | tokens/s | a2a bytes/token/layer (fwd) | off-rank (balanced) | minimum |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("| layout | ms/token | tokens/s | collective bytes/token/layer | of which a2a |")
+        print("|---|---:|---:|---:|---:|")
         for name, n, flags in LAYOUTS:
             summary, _ = run([tprun, "--nproc-per-node", str(n), "--master-port", "0", "llama_generate", "--hf-dir", d,
                               "--prompt-ids", ",".join(map(str, prompt)), "--max-new-tokens", str(args.new_tokens),
                               "--no-stream", *flags])
-            ep = 2 if "--ep" in flags else 1
             routed = summary["prompt_tokens"] + summary["new_tokens"] - 1  # tokens through the model
-            a2a = summary.get("all_to_all_bytes", 0) / routed / layers if ep > 1 else 0
-            off = 2 * k * (ep - 1) / ep * row
-            minimum = minimum_rows_per_token(ep, E, k) * row if ep > 1 else 0
-            print(f"| {name} | {summary['ms_per_token']:.2f} | {summary['tokens_per_s']:.1f} | {a2a:.0f} | {off:.0f} | {minimum:.0f} |")
+            print(f"| {name} | {summary['ms_per_token']:.2f} | {summary['tokens_per_s']:.1f} | "
+                  f"{summary['comm_bytes'] / routed / layers:.0f} | {summary['all_to_all_bytes'] / routed / layers:.0f} |")
         import torch
         torch.set_num_threads(1)
         ids = torch.tensor([prompt])
@@ -121,9 +121,10 @@ def main():
             prefill = min(timed(1) for _ in range(3))
             total = min(timed(args.new_tokens) for _ in range(2))
         ms = (total - prefill) / (args.new_tokens - 1)
-        print(f"| transformers generate, 1 thread | {ms:.2f} | {1000 / ms:.1f} | | | |")
-        print("\n(ours: a2a bytes as rank 0's process group counts them, over the tokens rank 0 routes; decode's include "
-              "the prefill. At EP 2 in decoding every rank holds the batch and dispatches its half of the tokens.)")
+        print(f"| transformers generate, 1 thread | {ms:.2f} | {1000 / ms:.1f} | | |")
+        print("\n(bytes as rank 0's process group counts them (its inputs), over the tokens rank 0 routes; decode's "
+              "include the prefill. Decoding holds the batch on every rank: EP computes each rank's experts' pairs and "
+              "all-reduces the block's output, with no all_to_all; TP all-reduces the attention and the experts' outputs.)")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 //     HF's to 1e-5 relative at every real (unpadded) position of a left-padded batch; the vocabulary (301) is
 //     uneven at TP 2 and 4, so embed_tokens, lm_head and loss parallel run on uneven shards;
 //   - greedy tokens at TP 1 and 2 (the inference plan), for one prompt and a left-padded batch, equal HF's;
-//   - a mixture of experts also under expert parallelism: logits at EP 2 and 4, greedy tokens at EP 2;
+//   - a mixture of experts also under expert parallelism (generation's: the batch on every rank): logits and
+//     greedy tokens at EP 2 and 4;
 //   - our export (save_hf_llama at TP 2) loads back in transformers with the same logits;
 //   - a short fine-tune (llama_train --hf-dir) gives the same losses at TP 2 as at TP 1;
 //   - config.json checks: unknown families, unknown fields, a wrong architecture are one clear error.
@@ -66,7 +67,7 @@ TEST_P(HfFamily, GreedyTokensEqualTransformersForOnePromptAndALeftPaddedBatch) {
   const Reference ref = reference(GetParam());
   const int64_t n = ref.greedy_one.size(1);
   std::vector<std::pair<int, std::string>> runs = {{1, "inference"}, {2, "inference"}};
-  if (llama::config_from_hf_json(dir + "/config.json").moe.num_experts > 0) runs.emplace_back(2, "ep");
+  if (llama::config_from_hf_json(dir + "/config.json").moe.num_experts > 0) runs.insert(runs.end(), {{2, "ep"}, {4, "ep"}});
   for (const auto& [world, plan] : runs) {
     EXPECT_TRUE(at::equal(greedy_at(dir, world, prompts_of(ref.prompt, at::ones_like(ref.prompt)), n, plan), ref.greedy_one))
         << GetParam() << " one prompt, " << plan << " on " << world;

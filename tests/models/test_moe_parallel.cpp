@@ -12,7 +12,8 @@
 //   - the dry run's all_to_all bytes equal the real run's (summed over the ranks: routing decides each
 //     rank's share, the sum is T·k rows each way);
 //   - errors: experts that do not divide over ep, EP on a dense model, FSDP beside EP, llama_train flags.
-// The logits and greedy tokens at EP 2 and 4 are checked with every family in test_hf_families.cpp.
+// The logits and greedy tokens at EP 2 and 4 with the batch on every rank (generation's EP) are checked with
+// every family in test_hf_families.cpp.
 #include <gtest/gtest.h>
 
 #include <mutex>

@@ -22,6 +22,7 @@
 #include "mesh/host_identity.h"
 #include "mesh/host_staged_backend.h"
 #include "mesh/rendezvous.h"
+#include "mesh/gloo_address.h"
 #include "mesh/shm/shm_backend.h"
 
 namespace dtensor {
@@ -31,8 +32,12 @@ using detail::message_of;
 
 namespace {
 
-bool is_loopback(const std::string& host) {
-  return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
+// For a failed connection: the address this rank's Gloo bound, why, and the cure.
+std::string gloo_address_note(const InitOptions& o) {
+  if (o.backend == "shm") return "";
+  const std::string address = o.gloo_hostname.empty() ? "Gloo's default device" : o.gloo_hostname;
+  return "; this rank's Gloo address: " + address + (o.gloo_address_reason.empty() ? "" : " (" + o.gloo_address_reason + ")") +
+         "; if the other hosts cannot reach it, set GLOO_SOCKET_IFNAME to the interface that reaches them";
 }
 
 std::string joined_key(int group_rank) { return "joined/" + std::to_string(group_rank); }
@@ -160,6 +165,7 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
   const std::string what = "dtensor: rank " + std::to_string(rank_) + " could not connect process group [" +
                            join(global_ranks, ", ") + "] within ";
   bool finished = false;
+  const auto started = std::chrono::steady_clock::now();
   try {
     finished = detail::finish_within(bound, [this, slot, members, step, prefixed, global_ranks, group_rank] {
       prefixed->set(joined_key(group_rank), std::vector<uint8_t>{1});
@@ -174,8 +180,11 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
       *slot = std::move(made);
     });
   } catch (const std::exception& e) {
-    throw DTENSOR_ERROR(what, options_.timeout.count(), " ms while ", step->load(), ": ",
-                        absent_members(prefixed, global_ranks, options_.timeout), ": ", message_of(e));
+    // The time actually waited (a refused connection fails at once), the address Gloo bound and why.
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started);
+    throw DTENSOR_ERROR(what, options_.timeout.count(), " ms: failed after ", waited.count(), " ms while ", step->load(),
+                        ": ", absent_members(prefixed, global_ranks, options_.timeout), ": ", message_of(e),
+                        gloo_address_note(options_));
   }
   DTENSOR_CHECK(finished, what, bound.count(), " ms: still blocked while ", step->load(),
                 " (a member, or the store's server rank 0, froze): ",
@@ -309,7 +318,11 @@ std::shared_ptr<World> install(std::shared_ptr<World> world) {
 std::shared_ptr<World> init_process_group(InitOptions options) {
   LaunchEnv env = LaunchEnv::from_environ();
   options.timeout = resolve_timeout(options.timeout);
-  if (options.gloo_hostname.empty() && is_loopback(env.master_addr)) options.gloo_hostname = "127.0.0.1";
+  if (options.gloo_hostname.empty()) {
+    if (auto address = detail::gloo_bind_address(env.master_addr, &options.gloo_address_reason)) options.gloo_hostname = *address;
+  } else {
+    options.gloo_address_reason = "InitOptions::gloo_hostname";
+  }
   auto store = detail::connect_store(env, options.timeout);
   // Bounded again from outside: a rank frozen in the middle of a store request can stall c10d's store
   // server for everyone, and store ops then block without their timeout firing (see World::group).

@@ -204,10 +204,10 @@ void ExpertParallel::apply(torch::nn::Module& m, const std::string& path, const 
   auto routing = std::make_shared<Routing>();
   ProcessGroup* ep_group = &mesh.get_group(0);
   const DeviceMesh ep_mesh = mesh.submesh(0);
-  const std::optional<DeviceMesh> tp_mesh = tp ? std::optional<DeviceMesh>(mesh.submesh(1)) : std::nullopt;
+  const DeviceMesh tp_mesh = mesh.submesh(tp ? 1 : 0);  // used only when tp
   const bool replicated = replicated_tokens;
   std::vector<DeviceMesh> replicated_over = {ep_mesh};  // replicated_tokens: the dims whose partial sums meet
-  if (tp_mesh) replicated_over.push_back(*tp_mesh);
+  if (tp) replicated_over.push_back(tp_mesh);
   register_module_io(
       m, mesh,
       [=](torch::nn::Module& module, nn::Args args, nn::KwArgs kwargs, const DeviceMesh&) {
@@ -223,7 +223,7 @@ void ExpertParallel::apply(torch::nn::Module& m, const std::string& path, const 
           local = local_pairs(x, idx, w, num_experts, ep_group->size(), ep_group->rank(), *routing);
         } else {
           local = dispatch(x, idx, w, num_experts, *ep_group, *routing);
-          if (tp_mesh) local[0] = identity_forward_all_reduce_backward(local[0], *tp_mesh);  // Megatron's f
+          if (tp) local[0] = identity_forward_all_reduce_backward(local[0], tp_mesh);  // Megatron's f
         }
         forward_on_local_shards(module, true);
         return std::make_pair(nn::Args(local.begin(), local.end()), std::move(kwargs));
@@ -236,7 +236,7 @@ void ExpertParallel::apply(torch::nn::Module& m, const std::string& path, const 
           for (const auto& m : replicated_over) home = all_reduce_autograd(home, ReduceOp::SUM, m.get_group(0));
           return home.to(routing->dtype);
         }
-        if (tp_mesh) y = all_reduce_autograd(y, ReduceOp::SUM, tp_mesh->get_group(0));  // g: features summed
+        if (tp) y = all_reduce_autograd(y, ReduceOp::SUM, tp_mesh.get_group(0));  // g: features summed
         return combine(y, *ep_group, *routing);
       });
 }

@@ -19,7 +19,9 @@ constexpr const char* kUsage =
     "  --node-rank R        rank of this node in [0, nnodes) (default 0)\n"
     "  --master-addr HOST   rendezvous address (default 127.0.0.1)\n"
     "  --master-port P      rendezvous port (default 29500; 0 = pick a free\n"
-    "                       port, single-node only)\n"
+    "                       port, single-node only). With --nnodes > 1, node 0's\n"
+    "                       tprun also listens on P + 1: the job watch, through\n"
+    "                       which a failure on any host stops every host's ranks\n"
     "  --grace-seconds S    wait before SIGKILL after SIGTERM (default 5)\n"
     "  --no-prefix          do not prefix output lines with [rank<N>]:\n"
     "  -h, --help           show this help\n";

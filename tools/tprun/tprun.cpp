@@ -6,7 +6,8 @@
 // Starts --nproc-per-node copies of <program> with the torchrun environment
 // (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, ...), relays their stdout and
 // stderr line by line with a "[rank<N>]: " prefix, forwards SIGINT/SIGTERM,
-// and tears the whole group down as soon as one rank fails.
+// and tears the whole group down as soon as one rank fails; with --nnodes > 1, every host's ranks
+// (job_watch.h: a failure on any host, or a host's tprun exiting, stops them all within a second).
 //
 // Exit status: 0 if every rank exited 0; 1 if a rank failed (or could not be
 // started); 128+signo if tprun was stopped by SIGINT/SIGTERM; 2 on bad usage.
@@ -26,10 +27,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "job_watch.h"
 #include "options.h"
 #include "rank_io.h"
 #include "spawn.h"
@@ -44,6 +47,7 @@ class Launcher {
   explicit Launcher(const Options& o) : opt_(o) {}
 
   int run(const std::string& path, long port) {
+    if (opt_.nnodes > 1) watch_ = std::make_unique<JobWatch>(opt_, port);  // fail fast across hosts
     ranks_.resize(static_cast<size_t>(opt_.nproc));
     for (long l = 0; l < opt_.nproc; ++l) {
       Rank& r = ranks_[static_cast<size_t>(l)];
@@ -60,7 +64,9 @@ class Launcher {
     if (failed_rank_ >= 0)
       std::fprintf(stderr, "tprun: stopping: rank %ld failed first\n", failed_rank_);
     if (stop_signal_) return 128 + stop_signal_;  // like torchrun: signal wins
-    return (failed_rank_ >= 0 || spawn_failed_) ? 1 : 0;
+    const bool failed = failed_rank_ >= 0 || spawn_failed_ || remote_failed_;
+    if (watch_ && !failed) watch_->done();
+    return failed ? 1 : 0;
   }
 
  private:
@@ -95,7 +101,23 @@ class Launcher {
       std::fprintf(stderr, "tprun: rank %ld (local rank %ld, pid %d) exited with status %d\n",
                    r.global, r.local, r.pid, WEXITSTATUS(status));
     failed_rank_ = r.global;
+    if (watch_) {
+      const std::string how = WIFSIGNALED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))
+                                                  : "exited with status " + std::to_string(WEXITSTATUS(status));
+      watch_->fail("host " + JobWatch::hostname() + " (node " + std::to_string(opt_.node_rank) + "): rank " +
+                   std::to_string(r.global) + " " + how);
+    }
     begin_stop(SIGTERM);
+  }
+
+  // Another host's failure, relayed by the job watch: stop this host's ranks, naming it.
+  void check_watch() {
+    if (!watch_ || stopping_) return;
+    if (auto failure = watch_->failure()) {
+      std::fprintf(stderr, "tprun: stopping this host's ranks: the job failed first on %s\n", failure->c_str());
+      remote_failed_ = true;
+      begin_stop(SIGTERM);
+    }
   }
 
   // Relays what is already buffered in r's pipes (bounded: a grandchild
@@ -150,6 +172,7 @@ class Launcher {
     std::optional<Clock::time_point> drain_deadline;
     for (;;) {
       reap();
+      check_watch();
       auto now = Clock::now();
       if (stopping_ && !killed_ && now >= kill_deadline_) {
         killed_ = true;
@@ -186,7 +209,8 @@ class Launcher {
 
   const Options& opt_;
   std::vector<Rank> ranks_;
-  bool stopping_ = false, killed_ = false, spawn_failed_ = false;
+  bool stopping_ = false, killed_ = false, spawn_failed_ = false, remote_failed_ = false;
+  std::unique_ptr<JobWatch> watch_;
   int stop_signal_ = 0;
   long failed_rank_ = -1;
   Clock::time_point kill_deadline_{};

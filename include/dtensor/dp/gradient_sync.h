@@ -50,7 +50,7 @@ struct GradientSyncOptions {
   // by this factor instead of averaged over its size. Expert parallelism needs it: an expert's gradient
   // already sums the contributions of the tokens of every "ep" rank, so over dp * ep data ranks it is summed
   // over "dp" and divided by dp * ep.
-  std::optional<double> gradient_divide_factor;
+  std::optional<double> gradient_divide_factor = std::nullopt;
 };
 
 // Installs gradient reduction on every parameter of `module` that is a DTensor (any parameter with

@@ -157,8 +157,11 @@ struct InitOptions {
   // Bound on every collective, store operation and rendezvous. Default: DTENSOR_TIMEOUT_SEC or 300 s.
   std::chrono::milliseconds timeout{0};
   // Host name / address the Gloo transport binds. Empty: 127.0.0.1 when MASTER_ADDR is a loopback address,
-  // else the interface named by GLOO_SOCKET_IFNAME, else the machine's hostname.
+  // else the interface named by GLOO_SOCKET_IFNAME, else the machine's hostname when it resolves off loopback,
+  // else the address of the interface that routes to MASTER_ADDR (src/mesh/gloo_address.h).
   std::string gloo_hostname;
+  // Why that address (filled by init_process_group, quoted by connection errors).
+  std::string gloo_address_reason;
   // "auto": shared memory for groups on one host, Gloo otherwise; "gloo": Gloo for every group; "shm":
   // shared memory, and an error for a group that spans hosts. Empty: DTENSOR_BACKEND, else "auto".
   std::string backend;

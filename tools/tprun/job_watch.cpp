@@ -1,0 +1,212 @@
+#include "job_watch.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+namespace tprun {
+namespace {
+
+void write_line(int fd, const std::string& line) {
+  const std::string out = line + "\n";
+  size_t off = 0;
+  while (off < out.size()) {
+    const ssize_t n = send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the peer is gone: its loss is noticed by the reader
+    off += static_cast<size_t>(n);
+  }
+}
+
+// Complete lines received on a socket so far.
+struct LineReader {
+  std::string buffer;
+  // Reads what is there; false on EOF or error. Complete lines go to `lines`.
+  bool read(int fd, std::vector<std::string>& lines) {
+    char chunk[512];
+    const ssize_t n = recv(fd, chunk, sizeof chunk, 0);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+    if (n <= 0) return false;
+    buffer.append(chunk, static_cast<size_t>(n));
+    for (size_t nl; (nl = buffer.find('\n')) != std::string::npos; buffer.erase(0, nl + 1)) lines.push_back(buffer.substr(0, nl));
+    return true;
+  }
+};
+
+int open_socket(const std::string& host, long port, bool listen_on_it) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return -1;
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    const bool ok = listen_on_it ? (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 64) == 0)
+                                 : connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (!ok) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  return fd;
+}
+
+}  // namespace
+
+std::string JobWatch::hostname() {
+  char name[256] = {0};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+JobWatch::JobWatch(const Options& options, long master_port) : opt_(options), watch_port_(master_port + 1) {
+  if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) wake_[0] = wake_[1] = -1;
+  thread_ = std::thread([this] { run(); });
+}
+
+JobWatch::~JobWatch() {
+  stop_ = true;
+  if (wake_[1] >= 0) (void)!write(wake_[1], "x", 1);
+  if (thread_.joinable()) thread_.join();
+  for (int fd : peers_) close(fd);
+  for (int fd : wake_) if (fd >= 0) close(fd);
+}
+
+std::optional<std::string> JobWatch::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void JobWatch::record(const std::string& text) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!failure_) failure_ = text;
+}
+
+void JobWatch::send_all(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int fd : peers_) write_line(fd, line);
+}
+
+void JobWatch::fail(const std::string& text) {
+  record(text);
+  send_all("FAIL " + *failure());
+}
+
+void JobWatch::done() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_ = true;
+  }
+  send_all(opt_.node_rank == 0 ? "END" : "DONE");
+}
+
+void JobWatch::run() {
+  if (opt_.node_rank == 0) {
+    const int listener = open_socket(opt_.master_addr, watch_port_, /*listen=*/true);
+    if (listener < 0) {
+      std::fprintf(stderr, "tprun: warning: cannot listen on %s:%ld for the job watch (%s): other hosts will not "
+                           "learn of failures here at once\n", opt_.master_addr.c_str(), watch_port_, std::strerror(errno));
+      return;
+    }
+    serve(listener);
+    close(listener);
+  } else {
+    follow();
+  }
+}
+
+void JobWatch::serve(int listener) {
+  std::map<int, LineReader> readers;
+  std::map<int, std::string> names;  // fd -> "host H (node k)"
+  std::map<int, bool> finished;      // fd -> said DONE
+  while (!stop_) {
+    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listener, POLLIN, 0}};
+    for (const auto& [fd, _] : readers) fds.push_back({fd, POLLIN, 0});
+    if (poll(fds.data(), fds.size(), 200) <= 0) continue;
+    if (fds[1].revents & POLLIN) {
+      const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) {
+        readers[fd];
+        names[fd] = "a host";
+        std::lock_guard<std::mutex> lock(mu_);
+        peers_.push_back(fd);
+        if (failure_) write_line(fd, "FAIL " + *failure_);  // a late joiner learns of an earlier failure
+      }
+    }
+    for (size_t i = 2; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      const int fd = fds[i].fd;
+      std::vector<std::string> lines;
+      const bool open = readers[fd].read(fd, lines);
+      for (const std::string& line : lines) {
+        if (line.rfind("HELLO ", 0) == 0) {
+          const size_t sp = line.find(' ', 6);
+          names[fd] = "host " + (sp == std::string::npos ? std::string("?") : line.substr(sp + 1)) + " (node " +
+                      line.substr(6, sp - 6) + ")";
+        } else if (line.rfind("FAIL ", 0) == 0) {
+          fail(line.substr(5));  // recorded (first wins) and relayed to every host
+        } else if (line == "DONE") {
+          finished[fd] = true;
+        }
+      }
+      if (!open) {
+        if (!finished[fd]) fail(names[fd] + ": its tprun exited or its connection to node 0 was lost");
+        readers.erase(fd);
+        std::lock_guard<std::mutex> lock(mu_);
+        std::erase(peers_, fd);
+        close(fd);
+      }
+    }
+  }
+}
+
+void JobWatch::follow() {
+  int fd = -1;
+  while (!stop_ && fd < 0) {  // node 0's tprun may start later: retry until it listens (or the job ends)
+    fd = open_socket(opt_.master_addr, watch_port_, /*listen=*/false);
+    if (fd < 0) {
+      pollfd wake{wake_[0], POLLIN, 0};
+      poll(&wake, 1, 200);
+    }
+  }
+  if (fd < 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    peers_.push_back(fd);
+    write_line(fd, "HELLO " + std::to_string(opt_.node_rank) + " " + hostname());
+    if (failure_) write_line(fd, "FAIL " + *failure_);
+    if (done_) write_line(fd, "DONE");
+  }
+  LineReader reader;
+  bool ended = false;
+  while (!stop_) {
+    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {fd, POLLIN, 0}};
+    if (poll(fds.data(), fds.size(), 200) <= 0 || !fds[1].revents) continue;
+    std::vector<std::string> lines;
+    const bool open = reader.read(fd, lines);
+    for (const std::string& line : lines) {
+      if (line.rfind("FAIL ", 0) == 0) record(line.substr(5));
+      if (line == "END") ended = true;
+    }
+    if (!open) {
+      if (!ended) record("host of node 0 (" + opt_.master_addr + "): its tprun exited or the connection to it was lost");
+      return;
+    }
+  }
+}
+
+}  // namespace tprun

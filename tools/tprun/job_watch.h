@@ -1,0 +1,59 @@
+// Fail fast across hosts. With --nnodes > 1 each host's tprun joins a job watch: node 0's tprun listens on
+// MASTER_ADDR:(master port + 1) and the others connect to it. A line protocol over those TCP connections:
+//   node k -> node 0   "HELLO <k> <hostname>"   on connecting
+//   any    -> node 0   "FAIL <text>"            a local rank failed (text names the host, node and rank)
+//   node 0 -> all      "FAIL <text>"            the first failure anywhere, relayed to every host
+//   node k -> node 0   "DONE"                   every local rank exited 0
+//   node 0 -> all      "END"                    node 0's ranks exited 0 (its connection closing is no failure)
+// A connection lost without DONE / END counts as a failure of that host (its tprun died or was killed), so
+// every other host stops its ranks within a poll interval, naming the host that failed first. The ranks' own
+// store and process groups are untouched: this runs beside them, in a thread of tprun.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "options.h"
+
+namespace tprun {
+
+class JobWatch {
+ public:
+  // Starts the watch thread (node 0: listening; others: connecting, retrying until the job ends).
+  JobWatch(const Options& options, long master_port);
+  ~JobWatch();
+  JobWatch(const JobWatch&) = delete;
+  JobWatch& operator=(const JobWatch&) = delete;
+
+  // The first failure anywhere in the job, once known.
+  std::optional<std::string> failure() const;
+  // A local rank failed: tell the other hosts (through node 0). First failure wins.
+  void fail(const std::string& text);
+  // Every local rank exited 0 (node 0: END to every host).
+  void done();
+  static std::string hostname();
+
+ private:
+  void run();
+  void serve(int listener);     // node 0
+  void follow();                // node k > 0
+  void record(const std::string& text);
+  void send_all(const std::string& line);
+
+  const Options opt_;
+  const long watch_port_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  std::optional<std::string> failure_;
+  bool done_ = false;
+  std::vector<int> peers_;  // node 0: the other hosts; node k: {node 0}
+  int wake_[2] = {-1, -1};  // a pipe that wakes the thread's poll
+};
+
+}  // namespace tprun

@@ -11,6 +11,7 @@ llama_train ...`), 2 hosts x 2 ranks. Checked, against the same run on one host 
   - TP 4 across both hosts: the same losses;
   - a checkpoint saved by the two hosts (--stop-after 3) resumes on one host at TP 2 and continues the
     uninterrupted run's losses;
+  - rendezvous: `--rdzv-endpoint 10.77.0.1:P` on both hosts (no node ranks), host 1 started first: the same;
   - fail fast: host 1's tprun killed mid-run, host 0's tprun stops its ranks within seconds and names host 1
     (tprun's job watch), instead of waiting out the collectives' timeout.
 Needs root (ip netns); without it, prints why and exits 0 (skipped). The namespaces are removed at the end and
@@ -71,15 +72,19 @@ def losses(out):
     return [float(x) for x in re.findall(r"step\s+\d+\s+loss ([0-9.]+)", out)]
 
 
-def run_two_hosts(hosts, bin_dir, port, args):
+def run_two_hosts(hosts, bin_dir, port, args, rdzv=False):
+    """rdzv: `--rdzv-endpoint 10.77.0.1:port` on both hosts instead of node ranks, host 1 started first."""
     env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
     env["DTENSOR_TIMEOUT_SEC"] = "60"
     procs = []
-    for i in range(2):
-        argv = [os.path.join(bin_dir, "tprun"), "--nnodes", "2", "--node-rank", str(i), "--master-addr", hosts.addr[0],
-                "--master-port", str(port), "--nproc-per-node", "2", *TRAIN, *args]
+    for i in ([1, 0] if rdzv else [0, 1]):
+        where = (["--rdzv-endpoint", f"{hosts.addr[0]}:{port}"] if rdzv else
+                 ["--node-rank", str(i), "--master-addr", hosts.addr[0], "--master-port", str(port)])
+        argv = [os.path.join(bin_dir, "tprun"), "--nnodes", "2", *where, "--nproc-per-node", "2", *TRAIN, *args]
         procs.append(subprocess.Popen(hosts.command(i, argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True, env=env))
+    if rdzv:
+        procs.reverse()  # host 0's first
     outs = []
     for p in procs:
         try:
@@ -167,14 +172,18 @@ def main():
                                       ("FSDP across hosts, TP 2 inside", ["--dp", "2", "--tp", "2", "--fsdp"], 4),
                                       ("TP 4 across both hosts", ["--tp", "4"], 4)]:
             ok &= same(name, losses(run_two_hosts(hosts, bin_dir, port, args)), losses(run_one_host(bin_dir, nproc_one, args)))
-            port += 1
+            port += 2
+        ok &= same("rendezvous (--rdzv-endpoint, host 1 first), DDP across hosts, TP 2 inside",
+                   losses(run_two_hosts(hosts, bin_dir, port, ["--dp", "2", "--tp", "2"], rdzv=True)),
+                   losses(run_one_host(bin_dir, 4, ["--dp", "2", "--tp", "2"])))
+        port += 2
         with tempfile.TemporaryDirectory() as ckpt:
             whole = losses(run_one_host(bin_dir, 2, ["--tp", "2"]))
             first = losses(run_two_hosts(hosts, bin_dir, port, ["--tp", "4", "--checkpoint-dir", ckpt,
                                                                 "--checkpoint-every", "3", "--stop-after", "3"]))
             rest = losses(run_one_host(bin_dir, 2, ["--tp", "2", "--checkpoint-dir", ckpt, "--resume"]))
             ok &= same("saved on 2 hosts (TP 4, steps 1-3), resumed on 1 host (TP 2, steps 4-6)", first + rest, whole)
-        ok &= fail_fast(hosts, bin_dir, port + 2)
+        ok &= fail_fast(hosts, bin_dir, port + 2)  # (the checkpoint run took port)
     finally:
         hosts.remove()
     print("summary multihost=" + ("passed" if ok else "failed"))

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <stdexcept>
 
 namespace tprun {
 namespace {
@@ -73,9 +74,48 @@ std::string JobWatch::hostname() {
   return name;
 }
 
-JobWatch::JobWatch(const Options& options, long master_port) : opt_(options), watch_port_(master_port + 1) {
+JobWatch::JobWatch(const Options& options, long master_port, double rdzv_timeout_s)
+    : opt_(options), watch_port_(master_port + 1), node_rank_(options.node_rank) {
   if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) wake_[0] = wake_[1] = -1;
+  if (!opt_.rdzv_endpoint.empty()) {
+    rendezvous(rdzv_timeout_s);
+  } else if (node_rank_ == 0) {
+    listener_ = open_socket(opt_.master_addr, watch_port_, /*listen=*/true);
+    if (listener_ < 0) {
+      std::fprintf(stderr, "tprun: warning: cannot listen on %s:%ld for the job watch (%s): other hosts will not "
+                           "learn of failures here at once\n", opt_.master_addr.c_str(), watch_port_, std::strerror(errno));
+    }
+  }
   thread_ = std::thread([this] { run(); });
+}
+
+void JobWatch::rendezvous(double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const std::string where = opt_.master_addr + ":" + std::to_string(watch_port_);
+  listener_ = open_socket(opt_.master_addr, watch_port_, /*listen=*/true);
+  if (listener_ >= 0) {  // the endpoint is one of this host's addresses: this tprun serves it
+    node_rank_ = 0;
+    return;
+  }
+  while ((leader_ = open_socket(opt_.master_addr, watch_port_, /*listen=*/false)) < 0) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw std::runtime_error("no tprun serves the rendezvous at " + where + " (tried for " +
+                               std::to_string(static_cast<long>(timeout_s)) + " s; start one on the endpoint's host)");
+    }
+    usleep(200 * 1000);
+  }
+  write_line(leader_, "JOIN " + hostname());
+  LineReader reader;
+  std::vector<std::string> lines;
+  while (lines.empty()) {
+    pollfd p{leader_, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0 || !reader.read(leader_, lines)) {
+      throw std::runtime_error("the rendezvous at " + where + " gave no node rank");
+    }
+  }
+  if (lines[0].rfind("RANK ", 0) != 0) throw std::runtime_error("the rendezvous at " + where + " refused: " + lines[0]);
+  node_rank_ = std::stol(lines[0].substr(5));
 }
 
 JobWatch::~JobWatch() {
@@ -83,6 +123,7 @@ JobWatch::~JobWatch() {
   if (wake_[1] >= 0) (void)!write(wake_[1], "x", 1);
   if (thread_.joinable()) thread_.join();
   for (int fd : peers_) close(fd);
+  if (listener_ >= 0) close(listener_);
   for (int fd : wake_) if (fd >= 0) close(fd);
 }
 
@@ -115,21 +156,16 @@ void JobWatch::done() {
 }
 
 void JobWatch::run() {
-  if (opt_.node_rank == 0) {
-    const int listener = open_socket(opt_.master_addr, watch_port_, /*listen=*/true);
-    if (listener < 0) {
-      std::fprintf(stderr, "tprun: warning: cannot listen on %s:%ld for the job watch (%s): other hosts will not "
-                           "learn of failures here at once\n", opt_.master_addr.c_str(), watch_port_, std::strerror(errno));
-      return;
-    }
-    serve(listener);
-    close(listener);
+  if (node_rank_ == 0) {
+    if (listener_ >= 0) serve();
   } else {
     follow();
   }
 }
 
-void JobWatch::serve(int listener) {
+void JobWatch::serve() {
+  const int listener = listener_;
+  long next_rank = 1;  // --rdzv-endpoint: node ranks in order of arrival
   std::map<int, LineReader> readers;
   std::map<int, std::string> names;  // fd -> "host H (node k)"
   std::map<int, bool> finished;      // fd -> said DONE
@@ -153,7 +189,14 @@ void JobWatch::serve(int listener) {
       std::vector<std::string> lines;
       const bool open = readers[fd].read(fd, lines);
       for (const std::string& line : lines) {
-        if (line.rfind("HELLO ", 0) == 0) {
+        if (line.rfind("JOIN ", 0) == 0) {
+          if (next_rank >= opt_.nnodes) {
+            write_line(fd, "REFUSE the job already has its " + std::to_string(opt_.nnodes) + " nodes");
+            continue;
+          }
+          names[fd] = "host " + line.substr(5) + " (node " + std::to_string(next_rank) + ")";
+          write_line(fd, "RANK " + std::to_string(next_rank++));
+        } else if (line.rfind("HELLO ", 0) == 0) {
           const size_t sp = line.find(' ', 6);
           names[fd] = "host " + (sp == std::string::npos ? std::string("?") : line.substr(sp + 1)) + " (node " +
                       line.substr(6, sp - 6) + ")";
@@ -175,7 +218,7 @@ void JobWatch::serve(int listener) {
 }
 
 void JobWatch::follow() {
-  int fd = -1;
+  int fd = leader_;
   while (!stop_ && fd < 0) {  // node 0's tprun may start later: retry until it listens (or the job ends)
     fd = open_socket(opt_.master_addr, watch_port_, /*listen=*/false);
     if (fd < 0) {
@@ -187,7 +230,7 @@ void JobWatch::follow() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     peers_.push_back(fd);
-    write_line(fd, "HELLO " + std::to_string(opt_.node_rank) + " " + hostname());
+    if (leader_ < 0) write_line(fd, "HELLO " + std::to_string(node_rank_) + " " + hostname());
     if (failure_) write_line(fd, "FAIL " + *failure_);
     if (done_) write_line(fd, "DONE");
   }

@@ -1,6 +1,8 @@
 // Fail fast across hosts. With --nnodes > 1 each host's tprun joins a job watch: node 0's tprun listens on
 // MASTER_ADDR:(master port + 1) and the others connect to it. A line protocol over those TCP connections:
 //   node k -> node 0   "HELLO <k> <hostname>"   on connecting
+//   host   -> node 0   "JOIN <hostname>"        with --rdzv-endpoint: asks for a node rank
+//   node 0 -> host     "RANK <k>" / "REFUSE <why>"  the next node rank in order of arrival (or the job is full)
 //   any    -> node 0   "FAIL <text>"            a local rank failed (text names the host, node and rank)
 //   node 0 -> all      "FAIL <text>"            the first failure anywhere, relayed to every host
 //   node k -> node 0   "DONE"                   every local rank exited 0
@@ -24,8 +26,11 @@ namespace tprun {
 
 class JobWatch {
  public:
-  // Starts the watch thread (node 0: listening; others: connecting, retrying until the job ends).
-  JobWatch(const Options& options, long master_port);
+  // Starts the watch thread (node 0: listening; others: connecting, retrying until the job ends). With
+  // options.rdzv_endpoint, first the rendezvous: the tprun that can listen on its host is node 0, the others
+  // join and get their node rank (bounded by rdzv_timeout_s; throws std::runtime_error saying why).
+  JobWatch(const Options& options, long master_port, double rdzv_timeout_s = 300);
+  long node_rank() const { return node_rank_; }
   ~JobWatch();
   JobWatch(const JobWatch&) = delete;
   JobWatch& operator=(const JobWatch&) = delete;
@@ -40,13 +45,17 @@ class JobWatch {
 
  private:
   void run();
-  void serve(int listener);     // node 0
+  void serve();                 // node 0
   void follow();                // node k > 0
+  void rendezvous(double timeout_s);
   void record(const std::string& text);
   void send_all(const std::string& line);
 
   const Options opt_;
   const long watch_port_;
+  long node_rank_ = 0;
+  int listener_ = -1;       // node 0
+  int leader_ = -1;         // node k: the connection to node 0 (made by the rendezvous, else by the thread)
   std::thread thread_;
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;

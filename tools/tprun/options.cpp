@@ -22,6 +22,10 @@ constexpr const char* kUsage =
     "                       port, single-node only). With --nnodes > 1, node 0's\n"
     "                       tprun also listens on P + 1: the job watch, through\n"
     "                       which a failure on any host stops every host's ranks\n"
+    "  --rdzv-endpoint H:P  rendezvous at H:P instead of numbering nodes by hand\n"
+    "                       (torchrun's c10d rendezvous): the tprun on host H serves\n"
+    "                       it and is node 0, the others take node ranks as they\n"
+    "                       join; the ranks' store is H:P (needs --nnodes > 1)\n"
     "  --grace-seconds S    wait before SIGKILL after SIGTERM (default 5)\n"
     "  --no-prefix          do not prefix output lines with [rank<N>]:\n"
     "  -h, --help           show this help\n";
@@ -83,11 +87,28 @@ Options parse_args(int argc, char** argv) {
       if (o.master_addr.empty()) usage_error("--master-addr must not be empty");
     } else if (name == "--master-port") {
       o.master_port = parse_number(name, value(), 0L, 65535L);
+    } else if (name == "--rdzv-endpoint") {
+      o.rdzv_endpoint = value();
+      size_t colon = o.rdzv_endpoint.rfind(':');
+      if (colon == std::string::npos || colon == 0)
+        usage_error("--rdzv-endpoint '" + o.rdzv_endpoint + "' is not HOST:PORT");
+      o.master_addr = o.rdzv_endpoint.substr(0, colon);
+      o.master_port = parse_number(name, o.rdzv_endpoint.substr(colon + 1), 1L, 65534L);
+    } else if (name == "--rdzv-backend" || name == "--rdzv-id") {
+      value();  // torchrun's spellings: c10d is the only backend, one job per endpoint
     } else if (name == "--grace-seconds") {
       o.grace_seconds = parse_number(name, value(), 0.0, 86400.0);
     } else {
       usage_error("unknown option '" + arg + "'");
     }
+  }
+  if (!o.rdzv_endpoint.empty()) {
+    for (int k = 1; k < i; ++k) {
+      const std::string a = argv[k];
+      for (const char* hand : {"--node-rank", "--node_rank", "--master-addr", "--master_addr", "--master-port", "--master_port"})
+        if (a.rfind(hand, 0) == 0) usage_error(std::string(hand) + " with --rdzv-endpoint: the rendezvous numbers the nodes and gives the address");
+    }
+    if (o.nnodes < 2) usage_error("--rdzv-endpoint needs --nnodes > 1");
   }
   if (o.node_rank >= o.nnodes)
     usage_error("--node-rank " + std::to_string(o.node_rank) +

@@ -13,6 +13,10 @@ struct Options {
   std::string master_addr = "127.0.0.1";
   long master_port = 29500;
   double grace_seconds = 5;
+  // torchrun's c10d rendezvous: "HOST:PORT". The tprun on HOST serves it (node 0; the ranks' store is
+  // HOST:PORT); the others are numbered as they join (job_watch.h). Replaces --node-rank / --master-addr /
+  // --master-port.
+  std::string rdzv_endpoint;
   bool prefix = true;
   std::vector<std::string> command;  // program + its arguments
 };

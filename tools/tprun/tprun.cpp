@@ -44,10 +44,9 @@ using Clock = std::chrono::steady_clock;
 
 class Launcher {
  public:
-  explicit Launcher(const Options& o) : opt_(o) {}
+  Launcher(const Options& o, JobWatch* watch) : opt_(o), watch_(watch) {}
 
   int run(const std::string& path, long port) {
-    if (opt_.nnodes > 1) watch_ = std::make_unique<JobWatch>(opt_, port);  // fail fast across hosts
     ranks_.resize(static_cast<size_t>(opt_.nproc));
     for (long l = 0; l < opt_.nproc; ++l) {
       Rank& r = ranks_[static_cast<size_t>(l)];
@@ -210,7 +209,7 @@ class Launcher {
   const Options& opt_;
   std::vector<Rank> ranks_;
   bool stopping_ = false, killed_ = false, spawn_failed_ = false, remote_failed_ = false;
-  std::unique_ptr<JobWatch> watch_;
+  JobWatch* watch_ = nullptr;  // with --nnodes > 1: fail fast across hosts
   int stop_signal_ = 0;
   long failed_rank_ = -1;
   Clock::time_point kill_deadline_{};
@@ -229,6 +228,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tprun: note: setting OMP_NUM_THREADS=1 for each rank to avoid "
                          "overloading the system; tune it for your application as needed\n");
   tprun::install_signal_handlers();
-  tprun::Launcher launcher(opt);
+  std::unique_ptr<tprun::JobWatch> watch;
+  if (opt.nnodes > 1) {
+    try {
+      watch = std::make_unique<tprun::JobWatch>(opt, port);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "tprun: %s\n", e.what());
+      return 1;
+    }
+    opt.node_rank = watch->node_rank();
+    if (!opt.rdzv_endpoint.empty())
+      std::fprintf(stderr, "tprun: rendezvous at %s: this host (%s) is node %ld of %ld\n", opt.rdzv_endpoint.c_str(),
+                   tprun::JobWatch::hostname().c_str(), opt.node_rank, opt.nnodes);
+  }
+  tprun::Launcher launcher(opt, watch.get());
   return launcher.run(tprun::resolve_program(opt.command[0]), port);
 }

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "checkpoint/agreement.h"
 #include "checkpoint/atomic_dir.h"
@@ -91,17 +92,34 @@ void save(const std::string& dir, const StateDict& state, const SaveOptions& opt
     }
   }
 
-  // 3. This rank's chunks: one holder per distinct chunk writes it.
-  std::vector<TensorInfo> layout;
-  std::vector<at::Tensor> data;
-  nlohmann::json sharding = nlohmann::json::object();
+  // 3. This rank's chunks: one holder per distinct chunk writes it. writes_chunk picks one holder among the
+  // ranks of the tensor's own mesh; ranks outside it may hold the same chunk too (a DTensor on the "tp" dim
+  // under DDP: each dp replica holds it), so, as DCP's dedup_save_plans, a chunk some lower rank also offers
+  // is left to that rank (one exchange of the chunk keys).
+  std::vector<std::pair<size_t, detail::Held>> offered;
+  nlohmann::json keys = nlohmann::json::array();
   for (size_t i = 0; i < values.size(); ++i) {
     const auto& [name, v] = values[i];
     if (!detail::writes_chunk(v, i, rank, world)) continue;
-    const auto h = detail::held(v);
-    layout.push_back({name, v.scalar_type(), h->box.sizes});
-    data.push_back(h->data);
-    sharding[name] = {{detail::kSavedOffsetsKey, h->box.offsets}};
+    auto h = detail::held(v);
+    keys.push_back(name + "@" + nlohmann::json(h->box.offsets).dump());
+    offered.emplace_back(i, std::move(*h));
+  }
+  std::set<std::string> taken;  // keys a lower rank writes
+  const std::vector<std::string> all_keys = detail::all_gather_strings(group, keys.dump());
+  for (int r = 0; r < rank; ++r) {
+    for (const auto& k : nlohmann::json::parse(all_keys[static_cast<size_t>(r)])) taken.insert(k.get<std::string>());
+  }
+  std::vector<TensorInfo> layout;
+  std::vector<at::Tensor> data;
+  nlohmann::json sharding = nlohmann::json::object();
+  for (size_t j = 0; j < offered.size(); ++j) {
+    const auto& [i, h] = offered[j];
+    if (taken.contains(keys[j].get<std::string>())) continue;
+    const auto& [name, v] = values[i];
+    layout.push_back({name, v.scalar_type(), h.box.sizes});
+    data.push_back(h.data);
+    sharding[name] = {{detail::kSavedOffsetsKey, h.box.offsets}};
   }
 
   const std::string staging = detail::staging_dir_for(dir);

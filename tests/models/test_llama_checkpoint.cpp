@@ -71,6 +71,25 @@ TEST(LlamaCheckpoint, ResumedRunHasTheUninterruptedLossesAtAnyTp) {
   }
 }
 
+// Saved under DDP x TP (each dp replica holds the same TP shards: one of them writes each chunk, as DCP's
+// dedup_save_plans; the load found every chunk twice before), resumed at DP 2 x TP 2 and at TP 2 alone.
+TEST(LlamaCheckpoint, SavedUnderDdpTimesTpResumesWithTheUninterruptedLosses) {
+  auto options = twelve_steps();
+  const auto uninterrupted = llama_test::run_dp_tp(options, 2, 2);
+  const std::string dir = fresh("resume_ddp");
+  auto first = options;
+  first.checkpoint_dir = dir;
+  first.checkpoint_every = 6;
+  first.stop_after = 6;
+  ASSERT_EQ(llama_test::run_dp_tp(first, 2, 2).losses.size(), 6u);
+  const std::vector<double> rest(uninterrupted.losses.begin() + 6, uninterrupted.losses.end());
+  auto resumed = options;
+  resumed.checkpoint_dir = dir;
+  resumed.resume = true;
+  EXPECT_LE(max_rel_diff(rest, llama_test::run_dp_tp(resumed, 2, 2).losses), 1e-5) << "DP 2 x TP 2";
+  EXPECT_LE(max_rel_diff(rest, run_tp(resumed, 2).losses), 1e-5) << "TP 2";
+}
+
 TEST(LlamaCheckpoint, AdamWStateRoundTripsAcrossTpDegrees) {
   auto options = twelve_steps();
   options.steps = 3;

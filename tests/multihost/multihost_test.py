@@ -12,6 +12,9 @@ llama_train ...`), 2 hosts x 2 ranks. Checked, against the same run on one host 
   - a checkpoint saved by the two hosts (--stop-after 3) resumes on one host at TP 2 and continues the
     uninterrupted run's losses;
   - rendezvous: `--rdzv-endpoint 10.77.0.1:P` on both hosts (no node ranks), host 1 started first: the same;
+  - elastic restart (the soak, MULTIHOST_ELASTIC_TRIALS trials, default 2): `tprun --max-restarts 2`, one rank
+    of host 1 killed at a random step; every host restarts from the newest checkpoint and the losses continue
+    those of an uninterrupted run;
   - fail fast: host 1's tprun killed mid-run, host 0's tprun stops its ranks within seconds and names host 1
     (tprun's job watch), instead of waiting out the collectives' timeout.
 Needs root (ip netns); without it, prints why and exits 0 (skipped). The namespaces are removed at the end and
@@ -153,6 +156,78 @@ def fail_fast(hosts, bin_dir, port):
             p.wait()
 
 
+def last_losses(out):
+    """Each step's loss as last printed (a restarted round prints the steps after its checkpoint again)."""
+    by_step = {}
+    for step, loss in re.findall(r"step\s+(\d+)\s+loss ([0-9.]+)", out):
+        by_step[int(step)] = float(loss)
+    return [by_step[k] for k in sorted(by_step)]
+
+
+def elastic_trials(hosts, bin_dir, port, trials, seed=5):
+    """The soak: `tprun --max-restarts 2` on both hosts, llama_train checkpointing every 5 steps and resuming;
+    in each trial one rank of host 1 is killed (SIGKILL) once host 0 has logged a random step. The job must
+    restart from the newest checkpoint, finish, and give the uninterrupted run's losses."""
+    import random
+    rng = random.Random(seed)
+    steps = 50
+    args = ["--dp", "2", "--tp", "2", "--steps", str(steps)]
+    want = losses(run_one_host(bin_dir, 4, args))
+    ok = True
+    for trial in range(trials):
+        kill_at = rng.randint(3, steps - 25)  # 25 steps (>= 0.5 s) left to kill a rank in
+        env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
+        env["DTENSOR_TIMEOUT_SEC"] = "60"
+        with tempfile.TemporaryDirectory() as ckpt:
+            procs = []
+            for i in range(2):
+                argv = [os.path.join(bin_dir, "tprun"), "--nnodes", "2", "--node-rank", str(i), "--master-addr",
+                        hosts.addr[0], "--master-port", str(port), "--nproc-per-node", "2", "--max-restarts", "2",
+                        *TRAIN, *args, "--checkpoint-dir", ckpt, "--checkpoint-every", "5", "--resume"]
+                procs.append(subprocess.Popen(hosts.command(i, argv), stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True, env=env))
+            lines, reached = [], threading.Event()
+
+            def read():
+                for line in procs[0].stdout:
+                    lines.append(line)
+                    m = re.search(r"step\s+(\d+)\s+loss", line)
+                    if m and int(m.group(1)) >= kill_at:
+                        reached.set()
+            reader = threading.Thread(target=read, daemon=True)
+            reader.start()
+            killed = None
+            try:
+                if reached.wait(TIMEOUT):
+                    children = sh("pgrep", "-P", str(procs[1].pid), check=False).stdout.split()
+                    if children:
+                        killed = int(rng.choice(children))
+                        os.kill(killed, 9)
+                for p in procs:
+                    p.wait(timeout=TIMEOUT)
+                reader.join(10)
+            except subprocess.TimeoutExpired:
+                pass
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+                port += 2
+            out = "".join(lines)
+            got = last_losses(out)
+            restarts = sum(1 for line in lines if "tprun: restarting every rank" in line)
+            good = (killed is not None and restarts >= 1 and procs[0].returncode == 0 and procs[1].returncode == 0 and len(got) == steps
+                    and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, want)))
+            print(f"{'ok  ' if good else 'FAIL'} elastic trial {trial}: killed pid {killed} on host 1 at step >= {kill_at}; "
+                  f"{restarts} restart(s); exits {procs[0].returncode}/{procs[1].returncode}; {len(got)} steps equal to the "
+                  f"uninterrupted run's: {good}")
+            if not good:
+                print(out[-4000:])
+            ok &= good
+    return ok
+
+
 def same(name, got, want):
     ok = len(got) == len(want) == STEPS and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, want))
     print(f"{'ok  ' if ok else 'FAIL'} {name}: two hosts {got} / one host {want}")
@@ -184,6 +259,7 @@ def main():
             rest = losses(run_one_host(bin_dir, 2, ["--tp", "2", "--checkpoint-dir", ckpt, "--resume"]))
             ok &= same("saved on 2 hosts (TP 4, steps 1-3), resumed on 1 host (TP 2, steps 4-6)", first + rest, whole)
         ok &= fail_fast(hosts, bin_dir, port + 2)  # (the checkpoint run took port)
+        ok &= elastic_trials(hosts, bin_dir, port + 4, trials=int(os.environ.get("MULTIHOST_ELASTIC_TRIALS", "2")))
     finally:
         hosts.remove()
     print("summary multihost=" + ("passed" if ok else "failed"))

@@ -135,6 +135,33 @@ std::optional<std::string> JobWatch::failure() const {
 void JobWatch::record(const std::string& text) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!failure_) failure_ = text;
+  cv_.notify_all();
+}
+
+// "<round> <text>" -> the text, when it is of the current round (an older round's late news is dropped).
+static std::optional<std::string> of_round(const std::string& message, long round) {
+  const size_t sp = message.find(' ');
+  if (sp == std::string::npos || message.substr(0, sp) != std::to_string(round)) return std::nullopt;
+  return message.substr(sp + 1);
+}
+
+bool JobWatch::restart_barrier(long round, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (node_rank_ != 0) {
+    for (int fd : peers_) write_line(fd, "STOPPED " + std::to_string(round));
+    const bool ok = cv_.wait_for(lock, timeout, [&] { return lost_ || restart_ >= round; }) && !lost_;
+    if (ok) {
+      round_ = round + 1;
+      failure_.reset();
+    }
+    return ok;
+  }
+  const bool ok = cv_.wait_for(lock, timeout, [&] { return lost_ || stopped_[round] >= opt_.nnodes - 1; }) && !lost_;
+  if (!ok) return false;
+  round_ = round + 1;
+  failure_.reset();
+  for (int fd : peers_) write_line(fd, "RESTART " + std::to_string(round));
+  return true;
 }
 
 void JobWatch::send_all(const std::string& line) {
@@ -144,7 +171,12 @@ void JobWatch::send_all(const std::string& line) {
 
 void JobWatch::fail(const std::string& text) {
   record(text);
-  send_all("FAIL " + *failure());
+  long round;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round = round_;
+  }
+  send_all("FAIL " + std::to_string(round) + " " + *failure());
 }
 
 void JobWatch::done() {
@@ -152,7 +184,7 @@ void JobWatch::done() {
     std::lock_guard<std::mutex> lock(mu_);
     done_ = true;
   }
-  send_all(opt_.node_rank == 0 ? "END" : "DONE");
+  send_all(node_rank_ == 0 ? "END" : "DONE");
 }
 
 void JobWatch::run() {
@@ -180,7 +212,7 @@ void JobWatch::serve() {
         names[fd] = "a host";
         std::lock_guard<std::mutex> lock(mu_);
         peers_.push_back(fd);
-        if (failure_) write_line(fd, "FAIL " + *failure_);  // a late joiner learns of an earlier failure
+        if (failure_) write_line(fd, "FAIL " + std::to_string(round_) + " " + *failure_);  // a late joiner learns of it
       }
     }
     for (size_t i = 2; i < fds.size(); ++i) {
@@ -201,13 +233,27 @@ void JobWatch::serve() {
           names[fd] = "host " + (sp == std::string::npos ? std::string("?") : line.substr(sp + 1)) + " (node " +
                       line.substr(6, sp - 6) + ")";
         } else if (line.rfind("FAIL ", 0) == 0) {
-          fail(line.substr(5));  // recorded (first wins) and relayed to every host
+          long round;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            round = round_;
+          }
+          if (auto text = of_round(line.substr(5), round)) fail(*text);  // recorded (first wins), relayed to all
         } else if (line == "DONE") {
           finished[fd] = true;
+        } else if (line.rfind("STOPPED ", 0) == 0) {
+          std::lock_guard<std::mutex> lock(mu_);
+          ++stopped_[std::stol(line.substr(8))];
+          cv_.notify_all();
         }
       }
       if (!open) {
-        if (!finished[fd]) fail(names[fd] + ": its tprun exited or its connection to node 0 was lost");
+        if (!finished[fd]) {
+          fail(names[fd] + ": its tprun exited or its connection to node 0 was lost");
+          std::lock_guard<std::mutex> lock(mu_);
+          lost_ = true;
+          cv_.notify_all();
+        }
         readers.erase(fd);
         std::lock_guard<std::mutex> lock(mu_);
         std::erase(peers_, fd);
@@ -231,7 +277,7 @@ void JobWatch::follow() {
     std::lock_guard<std::mutex> lock(mu_);
     peers_.push_back(fd);
     if (leader_ < 0) write_line(fd, "HELLO " + std::to_string(node_rank_) + " " + hostname());
-    if (failure_) write_line(fd, "FAIL " + *failure_);
+    if (failure_) write_line(fd, "FAIL " + std::to_string(round_) + " " + *failure_);
     if (done_) write_line(fd, "DONE");
   }
   LineReader reader;
@@ -242,11 +288,28 @@ void JobWatch::follow() {
     std::vector<std::string> lines;
     const bool open = reader.read(fd, lines);
     for (const std::string& line : lines) {
-      if (line.rfind("FAIL ", 0) == 0) record(line.substr(5));
+      if (line.rfind("FAIL ", 0) == 0) {
+        long round;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          round = round_;
+        }
+        if (auto text = of_round(line.substr(5), round)) record(*text);
+      }
+      if (line.rfind("RESTART ", 0) == 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        restart_ = std::stol(line.substr(8));
+        cv_.notify_all();
+      }
       if (line == "END") ended = true;
     }
     if (!open) {
-      if (!ended) record("host of node 0 (" + opt_.master_addr + "): its tprun exited or the connection to it was lost");
+      if (!ended) {
+        record("host of node 0 (" + opt_.master_addr + "): its tprun exited or the connection to it was lost");
+        std::lock_guard<std::mutex> lock(mu_);
+        lost_ = true;
+        cv_.notify_all();
+      }
       return;
     }
   }

@@ -3,8 +3,11 @@
 //   node k -> node 0   "HELLO <k> <hostname>"   on connecting
 //   host   -> node 0   "JOIN <hostname>"        with --rdzv-endpoint: asks for a node rank
 //   node 0 -> host     "RANK <k>" / "REFUSE <why>"  the next node rank in order of arrival (or the job is full)
-//   any    -> node 0   "FAIL <text>"            a local rank failed (text names the host, node and rank)
-//   node 0 -> all      "FAIL <text>"            the first failure anywhere, relayed to every host
+//   any    -> node 0   "FAIL <round> <text>"    a local rank failed (text names the host, node and rank)
+//   node 0 -> all      "FAIL <round> <text>"    the first failure anywhere, relayed to every host
+//   node k -> node 0   "STOPPED <round>"        --max-restarts: this host's ranks of that round are all gone
+//   node 0 -> all      "RESTART <round>"        every host stopped: start the next round (a barrier, so that
+//                                               no new rank meets an old round's store)
 //   node k -> node 0   "DONE"                   every local rank exited 0
 //   node 0 -> all      "END"                    node 0's ranks exited 0 (its connection closing is no failure)
 // A connection lost without DONE / END counts as a failure of that host (its tprun died or was killed), so
@@ -13,6 +16,9 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -41,6 +47,10 @@ class JobWatch {
   void fail(const std::string& text);
   // Every local rank exited 0 (node 0: END to every host).
   void done();
+  // --max-restarts: this host's ranks of `round` are stopped; waits until every host's are (at most
+  // `timeout`), then the failure is forgotten and the next round begins. False when a host is gone (its
+  // tprun exited) or the wait timed out.
+  bool restart_barrier(long round, std::chrono::milliseconds timeout);
   static std::string hostname();
 
  private:
@@ -61,6 +71,11 @@ class JobWatch {
   mutable std::mutex mu_;
   std::optional<std::string> failure_;
   bool done_ = false;
+  long round_ = 0;                 // the restart round being run
+  bool lost_ = false;              // a host's tprun is gone: no restart can gather every host
+  std::map<long, int> stopped_;    // node 0: round -> followers that said STOPPED
+  long restart_ = -1;              // node k: the last RESTART round received
+  std::condition_variable cv_;
   std::vector<int> peers_;  // node 0: the other hosts; node k: {node 0}
   int wake_[2] = {-1, -1};  // a pipe that wakes the thread's poll
 };

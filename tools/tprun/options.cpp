@@ -26,6 +26,9 @@ constexpr const char* kUsage =
     "                       (torchrun's c10d rendezvous): the tprun on host H serves\n"
     "                       it and is node 0, the others take node ranks as they\n"
     "                       join; the ranks' store is H:P (needs --nnodes > 1)\n"
+    "  --max-restarts N     when a rank fails, stop every rank (on every host) and\n"
+    "                       start them all again, up to N times (default 0);\n"
+    "                       ranks see TORCHELASTIC_RESTART_COUNT\n"
     "  --grace-seconds S    wait before SIGKILL after SIGTERM (default 5)\n"
     "  --no-prefix          do not prefix output lines with [rank<N>]:\n"
     "  -h, --help           show this help\n";
@@ -96,6 +99,8 @@ Options parse_args(int argc, char** argv) {
       o.master_port = parse_number(name, o.rdzv_endpoint.substr(colon + 1), 1L, 65534L);
     } else if (name == "--rdzv-backend" || name == "--rdzv-id") {
       value();  // torchrun's spellings: c10d is the only backend, one job per endpoint
+    } else if (name == "--max-restarts") {
+      o.max_restarts = parse_number(name, value(), 0L, 1000L);
     } else if (name == "--grace-seconds") {
       o.grace_seconds = parse_number(name, value(), 0.0, 86400.0);
     } else {

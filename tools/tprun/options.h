@@ -13,6 +13,11 @@ struct Options {
   std::string master_addr = "127.0.0.1";
   long master_port = 29500;
   double grace_seconds = 5;
+  // torchrun's --max-restarts: when a rank fails, every rank of the job (every host's) is stopped and started
+  // again, up to this many times; ranks see TORCHELASTIC_RESTART_COUNT (and resume from their newest
+  // checkpoint, e.g. llama_train --resume). restart_count: the round being run (set by the launcher).
+  long max_restarts = 0;
+  long restart_count = 0;
   // torchrun's c10d rendezvous: "HOST:PORT". The tprun on HOST serves it (node 0; the ranks' store is
   // HOST:PORT); the others are numbered as they join (job_watch.h). Replaces --node-rank / --master-addr /
   // --master-port.

@@ -64,7 +64,9 @@ std::vector<std::string> rank_environment(const Options& o, long port, long loca
       {"GROUP_RANK", std::to_string(o.node_rank)},
       {"ROLE_RANK", std::to_string(rank)},     {"ROLE_WORLD_SIZE", std::to_string(world)},
       {"ROLE_NAME", "default"},                {"MASTER_ADDR", o.master_addr},
-      {"MASTER_PORT", std::to_string(port)},   {"TORCHELASTIC_RUN_ID", "none"}};
+      {"MASTER_PORT", std::to_string(port)},   {"TORCHELASTIC_RUN_ID", "none"},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(o.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)}};
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;

@@ -47,6 +47,31 @@ class Launcher {
   Launcher(const Options& o, JobWatch* watch) : opt_(o), watch_(watch) {}
 
   int run(const std::string& path, long port) {
+    for (;;) {
+      run_round(path, port);
+      if (stop_signal_) return 128 + stop_signal_;  // like torchrun: signal wins
+      const bool failed = failed_rank_ >= 0 || spawn_failed_ || remote_failed_;
+      if (!failed) {
+        if (watch_) watch_->done();
+        return 0;
+      }
+      if (opt_.restart_count >= opt_.max_restarts) return 1;
+      // Every host's ranks are stopped before any host starts the next round (their store is rank 0's).
+      if (watch_ && !watch_->restart_barrier(opt_.restart_count, std::chrono::seconds(120))) {
+        std::fprintf(stderr, "tprun: not restarting: %s\n", watch_->failure().value_or("the hosts did not agree").c_str());
+        return 1;
+      }
+      ++opt_.restart_count;
+      std::fprintf(stderr, "tprun: restarting every rank (restart %ld of at most %ld)\n", opt_.restart_count,
+                   opt_.max_restarts);
+      ranks_.clear();
+      stopping_ = killed_ = spawn_failed_ = remote_failed_ = false;
+      failed_rank_ = -1;
+    }
+  }
+
+ private:
+  void run_round(const std::string& path, long port) {
     ranks_.resize(static_cast<size_t>(opt_.nproc));
     for (long l = 0; l < opt_.nproc; ++l) {
       Rank& r = ranks_[static_cast<size_t>(l)];
@@ -62,13 +87,8 @@ class Launcher {
     loop();
     if (failed_rank_ >= 0)
       std::fprintf(stderr, "tprun: stopping: rank %ld failed first\n", failed_rank_);
-    if (stop_signal_) return 128 + stop_signal_;  // like torchrun: signal wins
-    const bool failed = failed_rank_ >= 0 || spawn_failed_ || remote_failed_;
-    if (watch_ && !failed) watch_->done();
-    return failed ? 1 : 0;
   }
 
- private:
   // Signals every rank's process group that may still have members. A group
   // whose leader was reaped can live on while its pipes are held open.
   void signal_all(int sig) {
@@ -206,7 +226,7 @@ class Launcher {
       if (fds[i].revents) read_stream(*owners[i].first, *owners[i].second, opt_.prefix);
   }
 
-  const Options& opt_;
+  Options opt_;  // restart_count advances with each round
   std::vector<Rank> ranks_;
   bool stopping_ = false, killed_ = false, spawn_failed_ = false, remote_failed_ = false;
   JobWatch* watch_ = nullptr;  // with --nnodes > 1: fail fast across hosts

@@ -12,8 +12,9 @@ llama_train ...`), 2 hosts x 2 ranks. Checked, against the same run on one host 
   - a checkpoint saved by the two hosts (--stop-after 3) resumes on one host at TP 2 and continues the
     uninterrupted run's losses;
   - rendezvous: `--rdzv-endpoint 10.77.0.1:P` on both hosts (no node ranks), host 1 started first: the same;
-  - elastic restart (the soak, MULTIHOST_ELASTIC_TRIALS trials, default 2): `tprun --max-restarts 2`, one rank
-    of host 1 killed at a random step; every host restarts from the newest checkpoint and the losses continue
+  - elastic restart (the soak, MULTIHOST_ELASTIC_TRIALS trials, default 2): `tprun --max-restarts 2`; at a
+    random step one rank of host 1 is killed (even trials), or every process of host 1's namespace and its
+    tprun is started again (odd trials); every host restarts from the newest checkpoint and the losses continue
     those of an uninterrupted run;
   - fail fast: host 1's tprun killed mid-run, host 0's tprun stops its ranks within seconds and names host 1
     (tprun's job watch), instead of waiting out the collectives' timeout.
@@ -165,9 +166,10 @@ def last_losses(out):
 
 
 def elastic_trials(hosts, bin_dir, port, trials, seed=5):
-    """The soak: `tprun --max-restarts 2` on both hosts, llama_train checkpointing every 5 steps and resuming;
-    in each trial one rank of host 1 is killed (SIGKILL) once host 0 has logged a random step. The job must
-    restart from the newest checkpoint, finish, and give the uninterrupted run's losses."""
+    """The soak: `tprun --max-restarts 2` on both hosts, llama_train checkpointing every 5 steps and resuming.
+    Once host 0 has logged a random step, even trials kill one rank of host 1 (SIGKILL), odd trials kill every
+    process of host 1's namespace (its tprun too) and start its tprun again, as a cluster scheduler would. The
+    job must restart from the newest checkpoint, finish, and give the uninterrupted run's losses."""
     import random
     rng = random.Random(seed)
     steps = 50
@@ -175,17 +177,18 @@ def elastic_trials(hosts, bin_dir, port, trials, seed=5):
     want = losses(run_one_host(bin_dir, 4, args))
     ok = True
     for trial in range(trials):
-        kill_at = rng.randint(3, steps - 25)  # 25 steps (>= 0.5 s) left to kill a rank in
+        whole_host = trial % 2 == 1
+        kill_at = rng.randint(3, steps - 25)  # 25 steps (>= 0.5 s) left to kill in
         env = {k: v for k, v in os.environ.items() if k != "GLOO_SOCKET_IFNAME"}
         env["DTENSOR_TIMEOUT_SEC"] = "60"
         with tempfile.TemporaryDirectory() as ckpt:
-            procs = []
-            for i in range(2):
+            def start(i):
                 argv = [os.path.join(bin_dir, "tprun"), "--nnodes", "2", "--node-rank", str(i), "--master-addr",
                         hosts.addr[0], "--master-port", str(port), "--nproc-per-node", "2", "--max-restarts", "2",
                         *TRAIN, *args, "--checkpoint-dir", ckpt, "--checkpoint-every", "5", "--resume"]
-                procs.append(subprocess.Popen(hosts.command(i, argv), stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True, env=env))
+                return subprocess.Popen(hosts.command(i, argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, env=env)
+            procs = [start(0), start(1)]
             lines, reached = [], threading.Event()
 
             def read():
@@ -196,13 +199,23 @@ def elastic_trials(hosts, bin_dir, port, trials, seed=5):
                         reached.set()
             reader = threading.Thread(target=read, daemon=True)
             reader.start()
-            killed = None
+            what = None
             try:
                 if reached.wait(TIMEOUT):
-                    children = sh("pgrep", "-P", str(procs[1].pid), check=False).stdout.split()
-                    if children:
-                        killed = int(rng.choice(children))
-                        os.kill(killed, 9)
+                    if whole_host:
+                        pids = sh("ip", "netns", "pids", hosts.ns[1], check=False).stdout.split()
+                        for pid in pids:
+                            os.kill(int(pid), 9)
+                        procs[1].wait(timeout=30)
+                        what = f"every process of host 1 ({len(pids)}), its tprun started again"
+                        time.sleep(1)
+                        procs[1] = start(1)
+                    else:
+                        children = sh("pgrep", "-P", str(procs[1].pid), check=False).stdout.split()
+                        if children:
+                            pid = int(rng.choice(children))
+                            os.kill(pid, 9)
+                            what = f"rank pid {pid} of host 1"
                 for p in procs:
                     p.wait(timeout=TIMEOUT)
                 reader.join(10)
@@ -217,13 +230,14 @@ def elastic_trials(hosts, bin_dir, port, trials, seed=5):
             out = "".join(lines)
             got = last_losses(out)
             restarts = sum(1 for line in lines if "tprun: restarting every rank" in line)
-            good = (killed is not None and restarts >= 1 and procs[0].returncode == 0 and procs[1].returncode == 0 and len(got) == steps
-                    and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, want)))
-            print(f"{'ok  ' if good else 'FAIL'} elastic trial {trial}: killed pid {killed} on host 1 at step >= {kill_at}; "
-                  f"{restarts} restart(s); exits {procs[0].returncode}/{procs[1].returncode}; {len(got)} steps equal to the "
-                  f"uninterrupted run's: {good}")
-            if not good:
-                print(out[-4000:])
+            good = (what is not None and restarts == 1 and procs[0].returncode == 0 and procs[1].returncode == 0
+                    and len(got) == steps and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, want)))
+            print(f"{'ok  ' if good else 'FAIL'} elastic trial {trial}: killed {what} at step >= {kill_at}; "
+                  f"{restarts} restart(s); exits {procs[0].returncode}/{procs[1].returncode}; {len(got)} steps equal to "
+                  f"the uninterrupted run's: {good}")
+            if not good or os.environ.get("MULTIHOST_VERBOSE"):
+                print("".join(line for line in lines if "tprun:" in line or "resuming" in line or "error" in line)[-4000:]
+                      if good else out[-4000:])
             ok &= good
     return ok
 

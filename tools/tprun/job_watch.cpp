@@ -116,6 +116,8 @@ void JobWatch::rendezvous(double timeout_s) {
   }
   if (lines[0].rfind("RANK ", 0) != 0) throw std::runtime_error("the rendezvous at " + where + " refused: " + lines[0]);
   node_rank_ = std::stol(lines[0].substr(5));
+  pending_.assign(lines.begin() + 1, lines.end());  // GO may have come in the same read: follow() takes them
+  pending_partial_ = reader.buffer;
 }
 
 JobWatch::~JobWatch() {
@@ -156,12 +158,28 @@ bool JobWatch::restart_barrier(long round, std::chrono::milliseconds timeout) {
     }
     return ok;
   }
-  const bool ok = cv_.wait_for(lock, timeout, [&] { return lost_ || stopped_[round] >= opt_.nnodes - 1; }) && !lost_;
+  auto all_ready = [&] {
+    for (long k = 1; k < opt_.nnodes; ++k) {
+      const Host& h = hosts_[k];
+      if (!h.present || (h.stopped < round && !h.fresh)) return false;
+    }
+    return true;
+  };
+  const bool ok = cv_.wait_for(lock, timeout, [&] { return lost_ || all_ready(); }) && !lost_;
   if (!ok) return false;
   round_ = round + 1;
   failure_.reset();
+  for (auto& [_, h] : hosts_) h.fresh = false;
   for (int fd : peers_) write_line(fd, "RESTART " + std::to_string(round));
   return true;
+}
+
+std::optional<long> JobWatch::wait_go(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return lost_ || go_ >= 0; }) || lost_) return std::nullopt;
+  round_ = go_;
+  failure_.reset();  // what failed before this host (re)joined is the past round's
+  return go_;
 }
 
 void JobWatch::send_all(const std::string& line) {
@@ -201,6 +219,17 @@ void JobWatch::serve() {
   std::map<int, LineReader> readers;
   std::map<int, std::string> names;  // fd -> "host H (node k)"
   std::map<int, bool> finished;      // fd -> said DONE
+  std::map<int, long> node_of;       // fd -> its node rank
+  // A host (node k) is known: GO now, or, while a failure waits for the restart barrier, later with RESTART.
+  auto joined = [&](int fd, long k) {
+    node_of[fd] = k;
+    std::lock_guard<std::mutex> lock(mu_);
+    Host& h = hosts_[k];
+    h.present = true;
+    h.fresh = failure_.has_value();
+    if (!failure_) write_line(fd, "GO " + std::to_string(round_));
+    cv_.notify_all();
+  };
   while (!stop_) {
     std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listener, POLLIN, 0}};
     for (const auto& [fd, _] : readers) fds.push_back({fd, POLLIN, 0});
@@ -222,16 +251,23 @@ void JobWatch::serve() {
       const bool open = readers[fd].read(fd, lines);
       for (const std::string& line : lines) {
         if (line.rfind("JOIN ", 0) == 0) {
-          if (next_rank >= opt_.nnodes) {
+          long k = next_rank < opt_.nnodes ? next_rank++ : -1;
+          if (k < 0) {  // full: a host coming back takes the first node rank whose host is gone
+            std::lock_guard<std::mutex> lock(mu_);
+            for (long j = 1; j < opt_.nnodes && k < 0; ++j) if (!hosts_[j].present) k = j;
+          }
+          if (k < 0) {
             write_line(fd, "REFUSE the job already has its " + std::to_string(opt_.nnodes) + " nodes");
             continue;
           }
-          names[fd] = "host " + line.substr(5) + " (node " + std::to_string(next_rank) + ")";
-          write_line(fd, "RANK " + std::to_string(next_rank++));
+          names[fd] = "host " + line.substr(5) + " (node " + std::to_string(k) + ")";
+          write_line(fd, "RANK " + std::to_string(k));
+          joined(fd, k);
         } else if (line.rfind("HELLO ", 0) == 0) {
           const size_t sp = line.find(' ', 6);
           names[fd] = "host " + (sp == std::string::npos ? std::string("?") : line.substr(sp + 1)) + " (node " +
                       line.substr(6, sp - 6) + ")";
+          joined(fd, std::stol(line.substr(6, sp - 6)));
         } else if (line.rfind("FAIL ", 0) == 0) {
           long round;
           {
@@ -241,19 +277,27 @@ void JobWatch::serve() {
           if (auto text = of_round(line.substr(5), round)) fail(*text);  // recorded (first wins), relayed to all
         } else if (line == "DONE") {
           finished[fd] = true;
-        } else if (line.rfind("STOPPED ", 0) == 0) {
+        } else if (line.rfind("STOPPED ", 0) == 0 && node_of.contains(fd)) {
           std::lock_guard<std::mutex> lock(mu_);
-          ++stopped_[std::stol(line.substr(8))];
+          hosts_[node_of[fd]].stopped = std::stol(line.substr(8));
           cv_.notify_all();
         }
       }
       if (!open) {
         if (!finished[fd]) {
-          fail(names[fd] + ": its tprun exited or its connection to node 0 was lost");
+          bool restarts_left;
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            restarts_left = round_ < opt_.max_restarts;
+            if (node_of.contains(fd)) hosts_[node_of[fd]].present = false;
+          }
+          fail(names[fd] + ": its tprun exited or its connection to node 0 was lost" +
+               (restarts_left ? " (the restart waits for a tprun to come back on it)" : ""));
           std::lock_guard<std::mutex> lock(mu_);
-          lost_ = true;
+          if (!restarts_left) lost_ = true;
           cv_.notify_all();
         }
+        node_of.erase(fd);
         readers.erase(fd);
         std::lock_guard<std::mutex> lock(mu_);
         std::erase(peers_, fd);
@@ -281,12 +325,18 @@ void JobWatch::follow() {
     if (done_) write_line(fd, "DONE");
   }
   LineReader reader;
+  reader.buffer = pending_partial_;
+  std::vector<std::string> early = std::move(pending_);
   bool ended = false;
   while (!stop_) {
-    std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {fd, POLLIN, 0}};
-    if (poll(fds.data(), fds.size(), 200) <= 0 || !fds[1].revents) continue;
-    std::vector<std::string> lines;
-    const bool open = reader.read(fd, lines);
+    std::vector<std::string> lines = std::move(early);
+    early.clear();
+    bool open = true;
+    if (lines.empty()) {
+      std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {fd, POLLIN, 0}};
+      if (poll(fds.data(), fds.size(), 200) <= 0 || !fds[1].revents) continue;
+      open = reader.read(fd, lines);
+    }
     for (const std::string& line : lines) {
       if (line.rfind("FAIL ", 0) == 0) {
         long round;
@@ -299,6 +349,12 @@ void JobWatch::follow() {
       if (line.rfind("RESTART ", 0) == 0) {
         std::lock_guard<std::mutex> lock(mu_);
         restart_ = std::stol(line.substr(8));
+        if (go_ < 0) go_ = restart_ + 1;  // a host that rejoined during the restart starts with the others
+        cv_.notify_all();
+      }
+      if (line.rfind("GO ", 0) == 0) {
+        std::lock_guard<std::mutex> lock(mu_);
+        go_ = std::stol(line.substr(3));
         cv_.notify_all();
       }
       if (line == "END") ended = true;

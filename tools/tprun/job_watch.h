@@ -8,6 +8,10 @@
 //   node k -> node 0   "STOPPED <round>"        --max-restarts: this host's ranks of that round are all gone
 //   node 0 -> all      "RESTART <round>"        every host stopped: start the next round (a barrier, so that
 //                                               no new rank meets an old round's store)
+//   node 0 -> node k   "GO <round>"             after HELLO / RANK: start the ranks of that round now; a host
+//                                               that (re)joins while a restart is pending waits for RESTART
+// With restarts left, a host whose tprun died is waited for (the barrier, bounded): a tprun started again on it
+// (by hand, or by the cluster's scheduler) rejoins as the same node and the job restarts with it.
 //   node k -> node 0   "DONE"                   every local rank exited 0
 //   node 0 -> all      "END"                    node 0's ranks exited 0 (its connection closing is no failure)
 // A connection lost without DONE / END counts as a failure of that host (its tprun died or was killed), so
@@ -51,6 +55,9 @@ class JobWatch {
   // `timeout`), then the failure is forgotten and the next round begins. False when a host is gone (its
   // tprun exited) or the wait timed out.
   bool restart_barrier(long round, std::chrono::milliseconds timeout);
+  // Node k: waits for node 0's go-ahead (GO, or RESTART for a host rejoining a restart) and returns the round
+  // to run; nullopt after `timeout` or when node 0 is gone.
+  std::optional<long> wait_go(std::chrono::milliseconds timeout);
   static std::string hostname();
 
  private:
@@ -73,7 +80,17 @@ class JobWatch {
   bool done_ = false;
   long round_ = 0;                 // the restart round being run
   bool lost_ = false;              // a host's tprun is gone: no restart can gather every host
-  std::map<long, int> stopped_;    // node 0: round -> followers that said STOPPED
+  // Node 0: the other hosts by node rank: connected, the last round they said STOPPED for, and whether they
+  // (re)joined while a restart was pending (no ranks running: ready for the barrier).
+  struct Host {
+    bool present = false;
+    long stopped = -1;
+    bool fresh = false;
+  };
+  std::map<long, Host> hosts_;
+  long go_ = -1;                   // node k: the round node 0 said to run
+  std::vector<std::string> pending_;  // node k: lines that arrived with the rendezvous' answer
+  std::string pending_partial_;       // and a partial line after them
   long restart_ = -1;              // node k: the last RESTART round received
   std::condition_variable cv_;
   std::vector<int> peers_;  // node 0: the other hosts; node k: {node 0}

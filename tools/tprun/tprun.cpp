@@ -257,6 +257,15 @@ int main(int argc, char** argv) {
       return 1;
     }
     opt.node_rank = watch->node_rank();
+    if (opt.node_rank != 0) {  // node 0's go-ahead (a host rejoining a restart waits for the other hosts)
+      const auto round = watch->wait_go(std::chrono::seconds(300));
+      if (!round) {
+        std::fprintf(stderr, "tprun: node 0 (%s:%ld) gave no go-ahead within 300 s: %s\n", opt.master_addr.c_str(), port + 1,
+                     watch->failure().value_or("no answer").c_str());
+        return 1;
+      }
+      opt.restart_count = *round;
+    }
     if (!opt.rdzv_endpoint.empty())
       std::fprintf(stderr, "tprun: rendezvous at %s: this host (%s) is node %ld of %ld\n", opt.rdzv_endpoint.c_str(),
                    tprun::JobWatch::hostname().c_str(), opt.node_rank, opt.nnodes);

@@ -11,9 +11,10 @@ TORCH_VERSION=2.14.1
 log() { echo "[setup] $*"; }
 
 # --- Debian packages: compiler, gtest, gloo's headers (ProcessGroupGloo.hpp includes them), ccache, and the
-#     tokenizer's PCRE2 (Unicode regexes), utf8proc (normalization) and libsentencepiece (tokenizer.model).
+#     tokenizer's PCRE2 (Unicode regexes), utf8proc (normalization) and libsentencepiece (tokenizer.model); iproute2
+#     for the multi-host test's network namespaces.
 need=()
-for pkg in g++ libgtest-dev libgloo-dev ccache nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev; do
+for pkg in g++ libgtest-dev libgloo-dev ccache nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev iproute2; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then

@@ -23,6 +23,7 @@ on failure. Every run is bounded in time.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -250,8 +251,9 @@ def same(name, got, want):
 
 def main():
     bin_dir = sys.argv[1]
-    if os.geteuid() != 0 or subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
-        print("multihost_test: skipped: needs root and `ip netns` to make the namespaces")
+    if (os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("unshare")
+            or subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0):
+        print("multihost_test: skipped: needs root, `ip netns` (iproute2) and `unshare` to make the namespaces")
         return 0
     hosts = Hosts()
     ok = True

@@ -10,6 +10,7 @@
 //                                               no new rank meets an old round's store)
 //   node 0 -> node k   "GO <round>"             after HELLO / RANK: start the ranks of that round now; a host
 //                                               that (re)joins while a restart is pending waits for RESTART
+//                                               (tprun waits for it only with --max-restarts)
 // With restarts left, a host whose tprun died is waited for (the barrier, bounded): a tprun started again on it
 // (by hand, or by the cluster's scheduler) rejoins as the same node and the job restarts with it.
 //   node k -> node 0   "DONE"                   every local rank exited 0

@@ -257,7 +257,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     opt.node_rank = watch->node_rank();
-    if (opt.node_rank != 0) {  // node 0's go-ahead (a host rejoining a restart waits for the other hosts)
+    // With restarts, node 0's go-ahead first: a host rejoining a pending restart must not start ranks that would
+    // meet the old round's store. (Without, a host starts at once, as torchrun's static launch does.)
+    if (opt.node_rank != 0 && opt.max_restarts > 0) {
       const auto round = watch->wait_go(std::chrono::seconds(300));
       if (!round) {
         std::fprintf(stderr, "tprun: node 0 (%s:%ld) gave no go-ahead within 300 s: %s\n", opt.master_addr.c_str(), port + 1,

@@ -159,6 +159,11 @@ ParallelizePlan without_experts(ParallelizePlan plan) {
   return plan;
 }
 
+void require_experts(const LlamaConfig& c) {
+  DTENSOR_CHECK(c.moe.num_experts > 0, "dtensor: expert parallelism needs a mixture of experts; this '",
+                c.model_type, "' model is dense");
+}
+
 std::vector<std::string> expert_keys(const LlamaConfig& c) {
   std::vector<std::string> out;
   for (const auto& l : layers_where(c, true)) out.push_back("model.layers." + l + ".mlp.experts");
@@ -294,10 +299,8 @@ void apply_hf_tp(LlamaForCausalLM& model, const DeviceMesh& tp_mesh) {
 }
 
 void apply_ep(LlamaForCausalLM& model, const DeviceMesh& mesh, bool replicated_tokens) {
-  const LlamaConfig& c = model->config;
-  DTENSOR_CHECK(c.moe.num_experts > 0, "dtensor: expert parallelism needs a mixture of experts; this '",
-                c.model_type, "' model is dense");
-  parallelize_experts(*model, mesh, expert_keys(c), {.replicated_tokens = replicated_tokens});
+  require_experts(model->config);
+  parallelize_experts(*model, mesh, expert_keys(model->config), {.replicated_tokens = replicated_tokens});
 }
 
 void apply_inference_ep(LlamaForCausalLM& model, const DeviceMesh& ep_mesh) {
@@ -318,8 +321,7 @@ void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims
   const DeviceMesh& mesh = dims.world_mesh();
   const bool ep = dims.ep_enabled();
   if (ep) {
-    DTENSOR_CHECK(model->config.moe.num_experts > 0, "dtensor: expert parallelism (ep ", dims.ep,
-                  ") needs a mixture of experts; this '", model->config.model_type, "' model is dense");
+    require_experts(model->config);  // before any plan moves a parameter
     DTENSOR_CHECK(dims.data_parallel == models::DataParallel::ddp,
                   "dtensor: FSDP beside expert parallelism is not supported; use DDP (--ddp) with --ep");
   }

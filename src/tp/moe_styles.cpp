@@ -85,6 +85,22 @@ struct Routing {
   at::ScalarType dtype = at::kFloat;   // the output's (x's)
 };
 
+// The routing's start, for either path: the tokens, slots and weights, and the output's dtype.
+void begin_routing(Routing& r, const at::Tensor& x, const at::Tensor& idx, const at::Tensor& w) {
+  r.tokens = x.size(0);
+  r.k = idx.size(1);
+  r.dtype = x.scalar_type();
+  r.weights = w;
+}
+
+// The experts of an ExpertParallel module, which must divide over the mesh's "ep" dim (experts are whole).
+int64_t experts_over(const torch::nn::Module& m, const std::string& path, const DeviceMesh& mesh) {
+  const int64_t num_experts = m.named_parameters(false)["gate_up_proj"].size(0), ep = mesh.size(0);
+  DTENSOR_CHECK(num_experts % ep == 0, "dtensor: ExpertParallel on '", path, "': ", num_experts,
+                " experts do not divide over ", ep, " expert-parallel ranks (experts are not split)");
+  return num_experts;
+}
+
 // Rows per expert of the flattened expert ids: their bincount; a meta tensor has no values, so balanced
 // (torch.chunk of the rows over the experts), the dry run's assumption.
 std::vector<int64_t> rows_per_expert(const at::Tensor& flat, int64_t num_experts) {
@@ -105,10 +121,7 @@ std::vector<int64_t> group_sums(const std::vector<int64_t>& v, int64_t per) {
 std::vector<at::Tensor> dispatch(const at::Tensor& x, const at::Tensor& idx, const at::Tensor& w, int64_t num_experts,
                                  ProcessGroup& group, Routing& r) {
   const int64_t ep = group.size(), local = num_experts / ep, me = group.rank();
-  r.tokens = x.size(0);
-  r.k = idx.size(1);
-  r.dtype = x.scalar_type();
-  r.weights = w;
+  begin_routing(r, x, idx, w);
   const at::Tensor flat = idx.reshape(-1);
   r.order = at::argsort(flat, /*stable=*/true);  // by expert, so by owning rank, then by its local expert
   const std::vector<int64_t> counts = rows_per_expert(flat, num_experts);
@@ -158,10 +171,7 @@ at::Tensor combine(const at::Tensor& y, ProcessGroup& group, const Routing& r) {
 std::vector<at::Tensor> local_pairs(const at::Tensor& x, const at::Tensor& idx, const at::Tensor& w, int64_t num_experts,
                                     int64_t ep, int64_t me, Routing& r) {
   const int64_t local = num_experts / ep;
-  r.tokens = x.size(0);
-  r.k = idx.size(1);
-  r.dtype = x.scalar_type();
-  r.weights = w;
+  begin_routing(r, x, idx, w);
   const at::Tensor pairs = at::nonzero(at::div(idx, local, "floor") == me);  // [N, 2]: (token, slot)
   r.order = pairs;
   const at::Tensor token = pairs.select(1, 0), slot = pairs.select(1, 1);
@@ -191,9 +201,7 @@ void ExpertParallel::apply(torch::nn::Module& m, const std::string& path, const 
                            std::optional<int> src) const {
   validate(m, path);
   validate_mesh(path, mesh);
-  const int64_t num_experts = m.named_parameters(false)["gate_up_proj"].size(0), ep = mesh.size(0);
-  DTENSOR_CHECK(num_experts % ep == 0, "dtensor: ", name(), " on '", path, "': ", num_experts,
-                " experts do not divide over ", ep, " expert-parallel ranks (experts are not split)");
+  const int64_t num_experts = experts_over(m, path, mesh);
   const bool tp = mesh.ndim() == 2;
   Placements gate_up = {Shard(0)}, down = {Shard(0)};
   if (tp) {
@@ -252,9 +260,7 @@ void parallelize_experts(torch::nn::Module& root, const DeviceMesh& mesh, const 
     for (const auto& path : matched) {
       style.validate(*modules[path], path);
       style.validate_mesh(path, mesh);
-      const int64_t experts = modules[path]->named_parameters(false)["gate_up_proj"].size(0);
-      DTENSOR_CHECK(experts % mesh.size(0) == 0, "dtensor: ExpertParallel on '", path, "': ", experts,
-                    " experts do not divide over ", mesh.size(0), " expert-parallel ranks (experts are not split)");
+      experts_over(*modules[path], path, mesh);
       paths.push_back(path);
     }
   }

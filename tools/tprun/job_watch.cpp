@@ -129,6 +129,11 @@ JobWatch::~JobWatch() {
   for (int fd : wake_) if (fd >= 0) close(fd);
 }
 
+long JobWatch::current_round() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return round_;
+}
+
 std::optional<std::string> JobWatch::failure() const {
   std::lock_guard<std::mutex> lock(mu_);
   return failure_;
@@ -189,12 +194,7 @@ void JobWatch::send_all(const std::string& line) {
 
 void JobWatch::fail(const std::string& text) {
   record(text);
-  long round;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    round = round_;
-  }
-  send_all("FAIL " + std::to_string(round) + " " + *failure());
+  send_all("FAIL " + std::to_string(current_round()) + " " + *failure());
 }
 
 void JobWatch::done() {
@@ -269,12 +269,7 @@ void JobWatch::serve() {
                       line.substr(6, sp - 6) + ")";
           joined(fd, std::stol(line.substr(6, sp - 6)));
         } else if (line.rfind("FAIL ", 0) == 0) {
-          long round;
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            round = round_;
-          }
-          if (auto text = of_round(line.substr(5), round)) fail(*text);  // recorded (first wins), relayed to all
+          if (auto text = of_round(line.substr(5), current_round())) fail(*text);  // recorded (first wins), relayed to all
         } else if (line == "DONE") {
           finished[fd] = true;
         } else if (line.rfind("STOPPED ", 0) == 0 && node_of.contains(fd)) {
@@ -339,12 +334,7 @@ void JobWatch::follow() {
     }
     for (const std::string& line : lines) {
       if (line.rfind("FAIL ", 0) == 0) {
-        long round;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          round = round_;
-        }
-        if (auto text = of_round(line.substr(5), round)) record(*text);
+        if (auto text = of_round(line.substr(5), current_round())) record(*text);
       }
       if (line.rfind("RESTART ", 0) == 0) {
         std::lock_guard<std::mutex> lock(mu_);

@@ -67,6 +67,7 @@ class JobWatch {
   void follow();                // node k > 0
   void rendezvous(double timeout_s);
   void record(const std::string& text);
+  long current_round() const;
   void send_all(const std::string& line);
 
   const Options opt_;

@@ -75,6 +75,25 @@ AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& at
   return in;
 }
 
+AttentionInputs paged_attention_inputs(const LlamaConfig& config, const PagedStep& step) {
+  DTENSOR_CHECK(!rope_depends_on_length(config), "llama: rope_type '", config.rope_scaling.rope_type,
+                "' is not supported with continuous batching (its frequencies follow each sequence's length)");
+  const int64_t t = step.tokens.numel();
+  const int64_t table_len = step.positions.numel() ? step.positions.max().item<int64_t>() + 1 : 1;
+  AttentionInputs in;
+  auto gather = [&](const LlamaConfig& c, at::Tensor& cos, at::Tensor& sin) {
+    auto [cos_table, sin_table] = rotary_tables(c, table_len, step.tokens.device());  // [len, d]
+    cos = cos_table.index_select(0, step.positions).view({1, 1, t, -1});
+    sin = sin_table.index_select(0, step.positions).view({1, 1, t, -1});
+  };
+  gather(config, in.cos, in.sin);
+  if (config.rope_local_theta > 0) gather(local_rope_config(config), in.local_cos, in.local_sin);
+  at::Tensor query_pos = step.positions.view({t, 1}), key_pos = step.key_pos.view({1, -1});
+  at::Tensor visible = ((step.key_seq.view({1, -1}) == step.query_seq.view({t, 1})) & (key_pos <= query_pos)).unsqueeze(0);
+  fill_masks(config, visible, query_pos, key_pos, in);
+  return in;
+}
+
 AttentionImpl::AttentionImpl(const LlamaConfig& c)
     : head_dim(c.head_dim()),
       scale(c.attention_scale > 0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim()))),
@@ -109,6 +128,7 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   q = q.transpose(1, 2), k = k.transpose(1, 2);  // [b, heads, s, head_dim]
   if (cos.defined()) q = apply_rotary(q, cos, sin, interleaved), k = apply_rotary(k, cos, sin, interleaved);
   if (cache) std::tie(k, v) = cache->update(k, v);  // [b, kv_heads, past + s, head_dim]
+  if (paged_cache) std::tie(k, v) = paged_cache->update(layer_index, k, v);  // [1, kv_heads, K, head_dim]
   const int64_t n_rep = q.size(1) / k.size(1);  // query heads per key/value head
   at::Tensor out;
   if (softcap > 0) {

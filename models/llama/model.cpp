@@ -96,6 +96,28 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
     std::tie(in.cos, in.sin) = rotary_tables(config, s, tokens.device());
     if (config.rope_local_theta > 0) std::tie(in.local_cos, in.local_sin) = rotary_tables(local_rope_config(config), s, tokens.device());
   }
+  return run(tokens, in, past);
+}
+
+at::Tensor LlamaModelImpl::forward_paged(const PagedStep& step) {
+  DTENSOR_CHECK(paged_cache, "llama: forward_paged needs setup_paged_cache first");
+  paged_cache->set_step(step.write_slots, step.key_slots);
+  return run(step.tokens.view({1, -1}), paged_attention_inputs(config, step), /*past=*/0);
+}
+
+std::shared_ptr<PagedKVCache> LlamaModelImpl::setup_paged_cache(int64_t num_blocks, int64_t block_size) {
+  clear_cache();
+  paged_cache = std::make_shared<PagedKVCache>(static_cast<int64_t>(layers->size()), num_blocks, block_size);
+  int64_t index = 0;
+  for (const auto& layer : *layers) {
+    auto& attn = *layer->as<DecoderLayerImpl>()->self_attn;
+    attn.paged_cache = paged_cache;
+    attn.layer_index = index++;
+  }
+  return paged_cache;
+}
+
+at::Tensor LlamaModelImpl::run(const at::Tensor& tokens, const AttentionInputs& in, int64_t past) {
   at::Tensor h = embed_tokens(tokens);
   if (config.embedding_scale_sqrt_hidden) {
     // Gemma: times sqrt(hidden) as a tensor of the activations' dtype (so rounded to it first).
@@ -120,6 +142,7 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
 }
 
 void LlamaModelImpl::setup_cache(int64_t max_len) {
+  clear_cache();
   for (const auto& layer : *layers) {
     auto& l = *layer->as<DecoderLayerImpl>();
     l.self_attn->cache = std::make_shared<KVCache>(max_len, l.sliding ? config.sliding_window : 0);
@@ -127,7 +150,12 @@ void LlamaModelImpl::setup_cache(int64_t max_len) {
 }
 
 void LlamaModelImpl::clear_cache() {
-  for (const auto& layer : *layers) layer->as<DecoderLayerImpl>()->self_attn->cache.reset();
+  for (const auto& layer : *layers) {
+    auto& attn = *layer->as<DecoderLayerImpl>()->self_attn;
+    attn.cache.reset();
+    attn.paged_cache.reset();
+  }
+  paged_cache.reset();
 }
 
 bool LlamaModelImpl::has_cache() const {

@@ -38,6 +38,7 @@
 #include "llama/config.h"
 #include "llama/kv_cache.h"
 #include "llama/moe.h"
+#include "llama/paged_kv_cache.h"
 #include "llama/norm.h"
 #include "llama/rope.h"
 
@@ -54,6 +55,11 @@ struct AttentionInputs {
   at::Tensor cos, sin, mask, sliding_mask, local_cos, local_sin;
 };
 AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s);
+// The same for a packed step of continuous batching (paged_kv_cache.h): cos, sin [1, 1, T, head_dim] at each
+// token's position, and a block-diagonal causal mask [1, 1, T, K]: a query sees the keys of its own sequence at
+// or before its position (and, on sliding layers, after position - window). Throws dtensor::Error for a rotary
+// kind whose frequencies depend on the sequence's length (dynamic, longrope): sequences of a step differ in it.
+AttentionInputs paged_attention_inputs(const LlamaConfig& config, const PagedStep& step);
 
 struct AttentionImpl : torch::nn::Module {
   explicit AttentionImpl(const LlamaConfig& config);
@@ -71,6 +77,9 @@ struct AttentionImpl : torch::nn::Module {
   dtensor::nn::Linear q_proj, k_proj, v_proj, o_proj;
   Norm q_norm{nullptr}, k_norm{nullptr};  // config.qk_norm (per head) or qk_norm_full_width (all heads)
   std::shared_ptr<KVCache> cache;  // null: no cache
+  // Continuous batching's cache (paged_kv_cache.h), shared by all layers; this layer's index in it.
+  std::shared_ptr<PagedKVCache> paged_cache;
+  int64_t layer_index = 0;
 };
 DTENSOR_MODULE(Attention);
 
@@ -100,13 +109,22 @@ struct LlamaModelImpl : torch::nn::Module {
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {});
   // A fresh KVCache of max_len positions in every layer (buffers allocated at the first forward).
   void setup_cache(int64_t max_len);
-  void clear_cache();              // back to the uncached forward
+  void clear_cache();              // back to the uncached forward (drops a paged cache too)
+  // Continuous batching: a PagedKVCache of num_blocks blocks of block_size positions for every layer, then
+  // forward_paged per step: hidden states [1, T, hidden] of the step's packed tokens.
+  std::shared_ptr<PagedKVCache> setup_paged_cache(int64_t num_blocks, int64_t block_size);
+  at::Tensor forward_paged(const PagedStep& step);
   int64_t cache_length() const;    // positions cached (0 without a cache)
   bool has_cache() const;
   LlamaConfig config;
   dtensor::nn::Embedding embed_tokens;
   torch::nn::ModuleList layers;
   Norm norm;
+  std::shared_ptr<PagedKVCache> paged_cache;
+
+ private:
+  // Embeddings, the layers (each with its mask and rotary tables from `in`), the final norm.
+  at::Tensor run(const at::Tensor& tokens, const AttentionInputs& in, int64_t past);
 };
 TORCH_MODULE(LlamaModel);
 

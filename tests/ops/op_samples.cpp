@@ -111,6 +111,13 @@ std::vector<OpSample> op_samples() {
   at::Tensor ids = at::tensor({1, 7, 3, 0, 7, 9}, at::kLong).reshape({2, 3});
   s.push_back({"embedding", {r(23, {10, 4}), ids}, [](auto& x) { return at::embedding(x[0], x[1]); }, {true, false},
                {true, true}, {false, false}});
+  // A paged KV cache's write: rows of the source at slots of dim 1 (that dim whole; the others pass).
+  at::Tensor slots = at::tensor({5, 0, 2}, at::kLong);
+  s.push_back({"index_copy", {r(25, {4, 6, 2}), r(26, {4, 3, 2})},
+               [slots](auto& x) { return x[0].index_copy(1, slots, x[1]); }, {true, true}, {true, true}, {false, false}});
+  s.push_back({"index_copy_", {r(25, {4, 6, 2}), r(26, {4, 3, 2})},
+               [slots](auto& x) { return x[0].clone().index_copy_(1, slots, x[1]); }, {false, false}, {true, true},
+               {false, false}});
   at::Tensor logits = r(24, {8, 5});
   at::Tensor labels = at::tensor({0, 4, 2, 2, 1, 3, 0, 4}, at::kLong);
   s.push_back({"cross_entropy", {logits, labels},

@@ -1,0 +1,145 @@
+// serve: an OpenAI-compatible HTTP server for a model under tensor parallelism, one process per TP rank:
+//
+//   tprun --nproc-per-node 2 serve --hf-dir DIR            # rank 0 listens on 127.0.0.1:8000
+//   curl localhost:8000/v1/completions -d '{"prompt": "The", "max_tokens": 16}'
+//
+// Rank 0 runs the HTTP server (http_server.h) and the serving loop (serving_loop.h: continuous batching over a
+// paged KV cache); every rank runs the model on the steps rank 0 broadcasts (engine.h). A bad command line (or
+// weights, tokenizer or cache sizes that do not fit) prints one `error:` line on rank 0 and exits 2 on every
+// rank, before any communication. On SIGINT the server answers what is open with 503 and exits 0; on a rank's
+// failure (or tprun's SIGTERM after one) it does the same and exits 1 with an `error:` line. Last, rank 0
+// prints a machine-readable `summary` line.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../llama_generate/weights.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "http_server.h"
+#include "llama/rope.h"
+#include "options.h"
+#include "serving_loop.h"
+
+namespace {
+
+std::atomic<int> g_signal{0};
+void on_signal(int sig) { g_signal = sig; }
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+struct Setup {
+  serve::ServeOptions options;
+  llama_generate::GenerateCliOptions weights;
+  llama::LlamaConfig config;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+};
+
+// Everything that can be checked before any communication; throws UsageError.
+Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
+  Setup s;
+  s.options = serve::parse_options(args, help);
+  if (help) return s;
+  serve::ServeOptions& o = s.options;
+  s.weights.hf_dir = o.hf_dir;
+  s.weights.checkpoint = o.checkpoint;
+  s.config = llama_generate::model_config(s.weights, world_size);
+  const llama::LlamaConfig& c = s.config;
+  if (llama::rope_depends_on_length(c)) {
+    throw serve::UsageError("this model's rope_type '" + c.rope_scaling.rope_type +
+                            "' follows each sequence's length; continuous batching does not support it");
+  }
+  try {
+    s.tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_pretrained(o.tokenizer_dir));
+  } catch (const std::exception& e) {
+    throw serve::UsageError(std::string("--tokenizer ") + o.tokenizer_dir + ": " + e.what());
+  }
+  if (o.max_model_len == 0) o.max_model_len = c.max_position_embeddings;
+  if (o.max_model_len > c.max_position_embeddings) {
+    throw serve::UsageError("--max-model-len " + std::to_string(o.max_model_len) + " exceeds the model's max_position_embeddings " +
+                            std::to_string(c.max_position_embeddings));
+  }
+  const int64_t per_seq = (o.max_model_len + o.block_size - 1) / o.block_size;
+  if (o.num_blocks == 0) o.num_blocks = per_seq * o.max_num_seqs;
+  if (o.num_blocks < per_seq) {
+    throw serve::UsageError("--num-blocks " + std::to_string(o.num_blocks) + " cannot hold one sequence of --max-model-len " +
+                            std::to_string(o.max_model_len) + " (" + std::to_string(per_seq) + " blocks of " +
+                            std::to_string(o.block_size) + ")");
+  }
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rank = env_int("RANK", 0);
+  const int world_size = env_int("WORLD_SIZE", 1);
+  Setup s;
+  try {
+    bool help = false;
+    s = check(std::vector<std::string>(argv + 1, argv + argc), world_size, help);
+    if (help) {
+      if (rank == 0) std::fputs(serve::help_text().c_str(), stdout);
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  const serve::ServeOptions& o = s.options;
+  std::signal(SIGPIPE, SIG_IGN);
+  try {
+    auto world = dtensor::init_process_group();
+    auto mesh = dtensor::init_device_mesh("cpu", {world->size()}, {"tp"});
+    llama::LlamaForCausalLM model{nullptr};
+    try {
+      model = llama_generate::load_model(s.weights, s.config, mesh);
+    } catch (const llama_generate::UsageError& e) {
+      if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
+      return 2;
+    }
+    serve::Engine engine(model, world->world_group(), o.num_blocks, o.block_size, c10::Device(c10::kCPU));
+    if (rank != 0) {
+      engine.follow();
+      return 0;
+    }
+    serve::Metrics metrics;
+    serve::ServingLoop loop(engine, *s.tok, metrics,
+                            {o.num_blocks, o.block_size, o.max_num_seqs, o.max_num_batched_tokens, o.max_model_len, o.seed});
+    serve::HttpServer http(loop, metrics, {s.tok.get(), o.model_name, o.max_model_len, s.config.vocab_size});
+    int port = 0;
+    try {
+      port = http.bind(o.host, o.port);
+    } catch (const std::exception& e) {
+      engine.stop();
+      std::fprintf(stderr, "error: %s\n", e.what());
+      return 1;
+    }
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    http.start();
+    std::printf("serving http://%s:%d model=%s tp=%d kv_blocks=%lld block_size=%lld max_num_seqs=%lld max_model_len=%lld\n",
+                o.host.c_str(), port, o.model_name.c_str(), world->size(), static_cast<long long>(o.num_blocks),
+                static_cast<long long>(o.block_size), static_cast<long long>(o.max_num_seqs),
+                static_cast<long long>(o.max_model_len));
+    std::fflush(stdout);
+    const std::string why = loop.run(g_signal);
+    http.stop(std::chrono::milliseconds(3000));
+    std::printf("summary requests=%lld generated_tokens=%lld failed=%d\n", static_cast<long long>(loop.requests_finished()),
+                static_cast<long long>(loop.tokens_generated()), why.empty() ? 0 : 1);
+    std::fflush(stdout);
+    if (!why.empty()) {
+      std::fprintf(stderr, "error: serve: %s; open requests were answered 503\n", why.c_str());
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: serve: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,71 @@
+// The OpenAI API's requests and responses (the completions and chat completions endpoints, as vLLM and TGI
+// serve them): parsing with every check a request needs before it is queued, and the JSON the server returns.
+// A request that fails a check is an ApiError: HTTP 400 with OpenAI's error body, naming the field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "tokenizer/tokenizer.h"
+
+namespace serve {
+
+struct ApiError : std::runtime_error {
+  ApiError(int status, std::string message, std::string param = "", std::string type = "invalid_request_error")
+      : std::runtime_error(message), status(status), param(std::move(param)), type(std::move(type)) {}
+  int status;
+  std::string param, type;
+};
+
+// {"error": {"message", "type", "param", "code"}}, OpenAI's.
+std::string error_body(const std::string& message, const std::string& type, const std::string& param, int code);
+
+struct SamplingParams {
+  double temperature = 1.0;  // 0: greedy
+  double top_p = 1.0;
+  int64_t top_k = 0;  // 0: off (vLLM's extension; -1 is accepted for off too)
+  int64_t max_tokens = 16;
+  std::vector<std::string> stop;  // the text ends before the first of these; it is not returned
+  std::optional<uint64_t> seed;
+  bool ignore_eos = false;  // vLLM's: go on past the end-of-sequence token
+};
+
+struct ApiRequest {
+  bool chat = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
+  std::vector<int64_t> prompt_ids;
+  SamplingParams params;
+};
+
+// What the server knows that a request is checked against.
+struct ApiLimits {
+  const tokenizer::Tokenizer* tokenizer = nullptr;
+  std::string model_name;
+  int64_t max_model_len = 0;  // prompt + max_tokens
+  int64_t vocab_size = 0;     // the model's: prompt token ids below it
+};
+
+// Parses and checks a POST body. Throws ApiError (400) for malformed JSON, an unknown field, a wrong type, a
+// value out of range (max_tokens < 1, temperature < 0, top_p outside (0, 1], ...), an unsupported option (n > 1,
+// logprobs, ...), a model other than ours, or a prompt that does not fit max_model_len.
+ApiRequest parse_request(const std::string& body, bool chat, const ApiLimits& limits);
+
+// The response of a finished request, and the chunks of a streamed one (data: lines without the prefix).
+nlohmann::ordered_json completion_response(const ApiRequest& request, const std::string& id, int64_t created,
+                                           const std::string& model, const std::string& text,
+                                           const std::string& finish_reason, int64_t prompt_tokens,
+                                           int64_t completion_tokens);
+// finish_reason empty: an intermediate chunk; role_chunk: chat's first chunk ({"role": "assistant"}).
+nlohmann::ordered_json stream_chunk(const ApiRequest& request, const std::string& id, int64_t created,
+                                    const std::string& model, const std::string& text, const std::string& finish_reason,
+                                    bool role_chunk = false);
+nlohmann::ordered_json usage_chunk(const ApiRequest& request, const std::string& id, int64_t created,
+                                   const std::string& model, int64_t prompt_tokens, int64_t completion_tokens);
+
+}  // namespace serve

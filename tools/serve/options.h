@@ -1,0 +1,33 @@
+// serve's command line: long options with built-in defaults (`--help` lists them).
+#pragma once
+
+#include "../common/cli.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace serve {
+
+using UsageError = tools_cli::UsageError;  // bad flags: one `error:` line, exit 2
+
+struct ServeOptions {
+  // Weights: exactly one of --hf-dir (save_pretrained's layout, with its tokenizer) and --checkpoint (ours,
+  // llama_train --checkpoint-dir; then --tokenizer names the tokenizer).
+  std::string hf_dir, checkpoint, tokenizer_dir;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string model_name;  // /v1/models' id and the "model" requests name (default: the directory's name)
+  // The paged KV cache and the scheduler (vLLM's names).
+  int64_t block_size = 16;               // positions per KV block
+  int64_t num_blocks = 0;                // 0: enough for max_num_seqs sequences of max_model_len
+  int64_t max_num_seqs = 16;             // sequences in the decode batch at once
+  int64_t max_num_batched_tokens = 256;  // tokens per forward (prefill is chunked to fit)
+  int64_t max_model_len = 0;             // 0: the model's max_position_embeddings
+  uint64_t seed = 0;                     // requests without a seed draw theirs from this
+};
+
+ServeOptions parse_options(const std::vector<std::string>& args, bool& help);
+std::string help_text();
+
+}  // namespace serve

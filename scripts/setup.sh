@@ -12,9 +12,10 @@ log() { echo "[setup] $*"; }
 
 # --- Debian packages: compiler, gtest, gloo's headers (ProcessGroupGloo.hpp includes them), ccache, and the
 #     tokenizer's PCRE2 (Unicode regexes), utf8proc (normalization) and libsentencepiece (tokenizer.model); iproute2
-#     for the multi-host test's network namespaces.
+#     for the multi-host test's network namespaces; cpp-httplib (serve's HTTP), pkg-config to find it, curl (serve's test).
 need=()
-for pkg in g++ libgtest-dev libgloo-dev ccache nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev iproute2; do
+for pkg in g++ libgtest-dev libgloo-dev ccache nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev iproute2 \
+           libcpp-httplib-dev pkg-config curl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -38,9 +39,9 @@ fi
 # The checkpoint tests' other side: safetensors (PyTorch's DCP Hugging Face storage) and transformers (HF Llama,
 # the greedy-generation oracle, tools/bench/generate_bench.py); sentencepiece and protobuf for the tokenizer
 # oracle's tokenizer.model (trained by sentencepiece, converted by transformers).
-if ! .venv/bin/python -c "import safetensors, transformers, sentencepiece, google.protobuf" 2>/dev/null; then
-  log "installing safetensors, transformers, sentencepiece and protobuf into .venv (once)"
-  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check safetensors transformers sentencepiece protobuf \
+if ! .venv/bin/python -c "import safetensors, transformers, sentencepiece, google.protobuf, openai" 2>/dev/null; then
+  log "installing safetensors, transformers, sentencepiece, protobuf and openai into .venv (once)"
+  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check safetensors transformers sentencepiece protobuf openai \
     2> >(grep -v '^WARNING: Location' >&2)
 fi
 command -v cmake >/dev/null 2>&1 || export PATH="$ROOT/.venv/bin:$PATH"

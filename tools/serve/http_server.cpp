@@ -41,7 +41,8 @@ HttpServer::HttpServer(ServingLoop& loop, Metrics& metrics, ApiLimits limits)
   s.Post("/v1/chat/completions",
          [this](const httplib::Request& req, httplib::Response& res) { completions(req.body, true, &res); });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.status == 404) send_error(res, 404, "no route " + req.method + " " + req.path, "not_found_error");
+    // Only where no handler answered (a route that does not exist); a handler's own error body stays.
+    if (res.status == 404 && res.body.empty()) send_error(res, 404, "no route " + req.method + " " + req.path, "not_found_error");
   });
 }
 
@@ -73,7 +74,13 @@ void HttpServer::stop(std::chrono::milliseconds grace) {
   const auto deadline = Clock::now() + grace;
   while (open_ > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   server_->stop();
-  if (thread_.joinable()) thread_.join();
+  // Not joined: a kept-alive connection's thread waits out its read timeout; the process is ending.
+  if (thread_.joinable()) thread_.detach();
+}
+
+void HttpServer::fail_open(const std::string& message) {
+  std::lock_guard<std::mutex> lock(open_mu_);
+  for (const auto& r : open_requests_) r->push({"", "", 503, message});
 }
 
 void HttpServer::completions(const std::string& body, bool chat, void* response) {
@@ -95,6 +102,15 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
     metrics_.request_done(endpoint, 503);
     return send_error(res, 503, "the server has failed or is shutting down", "server_error");
   }
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    open_requests_.insert(request);
+  }
+  auto close = [this, request] {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    open_requests_.erase(request);
+    --open_;
+  };
   const std::string model = limits_.model_name;
   const int64_t prompt_tokens = static_cast<int64_t>(api.prompt_ids.size());
   if (!api.stream) {
@@ -109,7 +125,7 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
         if (e.error_status) {
           metrics_.request_done(endpoint, e.error_status);
           send_error(res, e.error_status, e.error, "server_error");
-          --open_;
+          close();
           return;
         }
         if (!e.finish_reason.empty()) {
@@ -123,7 +139,7 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
       if (done) break;
     }
     metrics_.request_done(endpoint, 200);
-    --open_;
+    close();
     return;
   }
   ++open_;
@@ -162,11 +178,11 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
         }
         return true;
       },
-      [this, request, finished, endpoint](bool) {
+      [this, request, finished, endpoint, close](bool) {
         // The client went away (or the write failed) before the end: free its slot.
         if (!*finished) request->cancel();
         metrics_.request_done(endpoint, *finished ? 200 : 499);
-        --open_;
+        close();
       });
 }
 

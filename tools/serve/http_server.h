@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -26,8 +28,11 @@ class HttpServer {
   // Binds host:port (0: any free port) and returns the port. Throws std::runtime_error when it cannot.
   int bind(const std::string& host, int port);
   void start();  // serves on its own threads
-  // Waits (up to `grace`) for open requests to be answered, then stops listening.
+  // Waits (up to `grace`) for open requests to be answered, then stops listening (the process is ending).
   void stop(std::chrono::milliseconds grace);
+  // Ends every open request with a 503 and `message` (from any thread: the serving loop may be stuck in a
+  // collective with a dead rank).
+  void fail_open(const std::string& message);
 
  private:
   void completions(const std::string& body, bool chat, void* response);
@@ -37,6 +42,8 @@ class HttpServer {
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::atomic<int64_t> next_id_{0}, open_{0};
+  std::mutex open_mu_;
+  std::set<std::shared_ptr<Request>> open_requests_;
 };
 
 }  // namespace serve

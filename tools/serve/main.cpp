@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../llama_generate/weights.h"
@@ -120,24 +121,40 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: %s\n", e.what());
       return 1;
     }
+    // The one way out of a serving rank 0, whoever comes first (a signal, or the loop after a rank failed): open
+    // requests answered, the summary, then _Exit (the world's teardown would wait on a dead rank).
+    auto shut_down = [&](const std::string& why) {
+      static std::atomic<bool> once{false};
+      if (once.exchange(true)) {
+        while (true) std::this_thread::sleep_for(std::chrono::seconds(1));  // the first caller ends the process
+      }
+      loop.refuse_new();
+      http.fail_open("the server is shutting down" + (why.empty() ? std::string() : ": " + why));
+      http.stop(std::chrono::milliseconds(3000));
+      std::printf("summary requests=%lld generated_tokens=%lld failed=%d\n", static_cast<long long>(loop.requests_finished()),
+                  static_cast<long long>(loop.tokens_generated()), why.empty() ? 0 : 1);
+      std::fflush(stdout);
+      if (!why.empty()) std::fprintf(stderr, "error: serve: %s; open requests were answered 503\n", why.c_str());
+      std::fflush(stderr);
+      std::_Exit(why.empty() ? 0 : 1);
+    };
+    // Signals: handled on a thread of their own, since the loop may be waiting in a collective on a rank that
+    // died (tprun then sends SIGTERM to the others). Open requests get a 503, then the process ends.
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
+    std::thread([&] {
+      while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      const int sig = g_signal;
+      shut_down(sig == SIGINT ? "" : "stopped by signal " + std::to_string(sig) +
+                                         " (tprun sends SIGTERM to every rank when one fails)");
+    }).detach();
     http.start();
     std::printf("serving http://%s:%d model=%s tp=%d kv_blocks=%lld block_size=%lld max_num_seqs=%lld max_model_len=%lld\n",
                 o.host.c_str(), port, o.model_name.c_str(), world->size(), static_cast<long long>(o.num_blocks),
                 static_cast<long long>(o.block_size), static_cast<long long>(o.max_num_seqs),
                 static_cast<long long>(o.max_model_len));
     std::fflush(stdout);
-    const std::string why = loop.run(g_signal);
-    http.stop(std::chrono::milliseconds(3000));
-    std::printf("summary requests=%lld generated_tokens=%lld failed=%d\n", static_cast<long long>(loop.requests_finished()),
-                static_cast<long long>(loop.tokens_generated()), why.empty() ? 0 : 1);
-    std::fflush(stdout);
-    if (!why.empty()) {
-      std::fprintf(stderr, "error: serve: %s; open requests were answered 503\n", why.c_str());
-      return 1;
-    }
-    return 0;
+    shut_down(loop.run());  // run() returns only when a rank failed
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: serve: %s\n", e.what());
     return 1;

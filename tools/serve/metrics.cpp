@@ -44,7 +44,7 @@ void Metrics::step(int64_t waiting, int64_t running, int64_t blocks_used, int64_
 
 void Metrics::histogram_text(std::string& out, const std::string& name, const std::string& help, const Histogram& h) {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
-  char buf[128];
+  char buf[512];
   for (size_t i = 0; i < kBuckets.size(); ++i) {
     std::snprintf(buf, sizeof buf, "%s_bucket{le=\"%g\"} %lld\n", name.c_str(), kBuckets[i], static_cast<long long>(h.counts[i]));
     out += buf;

@@ -2,7 +2,6 @@
 
 #include <ATen/ATen.h>
 
-#include <csignal>
 
 namespace serve {
 namespace {
@@ -85,15 +84,9 @@ void ServingLoop::fail_all(const std::string& message) {
   }
 }
 
-std::string ServingLoop::run(const std::atomic<int>& signal) {
+std::string ServingLoop::run() {
   auto last_broadcast = Clock::now();
   while (true) {
-    if (const int sig = signal.load()) {
-      const std::string why = sig == SIGINT ? "" : "stopped by signal " + std::to_string(sig) +
-                                                       " (tprun sends SIGTERM to every rank when one fails)";
-      fail_all("the server is shutting down" + (why.empty() ? std::string() : ": " + why));
-      return why;
-    }
     intake();
     drop_cancelled();
     Scheduler::Batch batch = scheduler_.schedule();

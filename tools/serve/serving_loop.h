@@ -4,8 +4,8 @@
 //
 // A sequence ends at the tokenizer's end-of-sequence token (unless ignore_eos), at a stop string, at max_tokens,
 // or at max_model_len. A cancelled request (its streaming client went away) is dropped at the next step, freeing
-// its KV blocks. When a step fails (a rank died: the broadcast or a TP collective throws) or a stop signal comes,
-// every request still open gets a 503 and run() returns why.
+// its KV blocks. When a step fails (a rank died: the broadcast or a TP collective throws), every request still
+// open gets a 503 and run() returns why. (Signals are main.cpp's: the loop may then be stuck in a collective.)
 #pragma once
 
 #include <atomic>
@@ -35,8 +35,10 @@ class ServingLoop {
   ServingLoop(Engine& engine, const tokenizer::Tokenizer& tok, Metrics& metrics, const LoopOptions& options);
   // From any thread. False when the server has failed or is stopping (answer 503).
   bool submit(std::shared_ptr<Request> request);
-  // Runs until `signal` is non-zero or a step fails. Returns "" after a clean stop by SIGINT, else why it stopped.
-  std::string run(const std::atomic<int>& signal);
+  // Runs until a step fails (a rank died: a collective threw) and returns why, every open request answered 503.
+  std::string run();
+  // From any thread: submit() refuses from now on (the server is stopping).
+  void refuse_new() { failed_ = true; }
   bool failed() const { return failed_; }
   int64_t requests_finished() const { return finished_; }
   int64_t tokens_generated() const { return generated_; }

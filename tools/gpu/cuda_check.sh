@@ -10,7 +10,7 @@ B=$PWD/build-dev/bin
 export OMP_NUM_THREADS=4
 left() { [ $SECONDS -lt $1 ]; }
 echo "=== dtensor_tests Cuda*"; timeout 90 $B/dtensor_tests --gtest_brief=1 --gtest_filter='Cuda*' > $OUT/cuda_tests.log 2>&1; echo "rc=$?"; grep -E "^\[  |Failure" $OUT/cuda_tests.log | head -12
-echo "=== llama_tests LlamaCuda*"; timeout 150 $B/llama_tests --gtest_brief=1 --gtest_filter='LlamaCuda*' > $OUT/llama_cuda.log 2>&1; echo "rc=$?"; grep -E "^\[  |Failure|exception" $OUT/llama_cuda.log | cut -c1-300 | head -12
+echo "=== llama_tests LlamaCuda*"; timeout 150 $B/llama_tests --gtest_brief=1 --gtest_filter='LlamaCuda*:PagedGenerate.*' > $OUT/llama_cuda.log 2>&1; echo "rc=$?"; grep -E "^\[  |Failure|exception" $OUT/llama_cuda.log | cut -c1-300 | head -12
 left 330 && { echo "=== tprun 2 llama_train --device cuda (gloo staging) 20 steps"; DTENSOR_CUDA_BACKEND=gloo timeout 60 $B/tprun --nproc-per-node 2 $B/llama_train --device cuda --steps 20 --log-every 10 2>&1 | tail -3; }
 left 380 && { echo "=== dispatch overhead on cuda, world 1: ours, then PyTorch"; timeout 40 $B/tprun --nproc-per-node 1 $B/dispatch_bench --device cuda --iters 1000 2>&1 | tail -10
   (cd tools/bench && timeout 60 python3 -m torch.distributed.run --standalone --nproc-per-node 1 dispatch_bench.py --device cuda --iters 300 2>&1 | grep -v -i warn | tail -10); }

@@ -1,5 +1,6 @@
 #include "openai_api.h"
 
+#include <algorithm>
 #include <functional>
 #include <set>
 
@@ -215,7 +216,8 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
   if (chat && !max_tokens) max_tokens = integer(body, "max_completion_tokens");
   const char* max_field = chat && !body.contains("max_tokens") ? "max_completion_tokens" : "max_tokens";
   if (max_tokens && *max_tokens < 1) throw bad(max_field, std::string("'") + max_field + "' must be at least 1");
-  p.max_tokens = max_tokens.value_or(chat ? limits.max_model_len - n : 16);
+  // Unset: chat takes what the context leaves; completions OpenAI's 16, within what it leaves.
+  p.max_tokens = max_tokens.value_or(chat ? limits.max_model_len - n : std::min<int64_t>(16, limits.max_model_len - n));
   if (n + p.max_tokens > limits.max_model_len) {
     throw bad(max_field, "this model's maximum context length is " + std::to_string(limits.max_model_len) +
                              " tokens; the prompt has " + std::to_string(n) + " and " + max_field + " asks for " +

@@ -1,0 +1,118 @@
+"""Load test of `serve` beside transformers' generate on the same weights (loopback only, bounded in count and time).
+
+    python tools/bench/serve_bench.py [--bin build/bin] [--clients 8] [--requests 4] [--max-tokens 32]
+                                      [--hidden 256] [--layers 4] [--tp 1,2]
+
+A random LlamaForCausalLM saved by transformers with a Qwen2-style tokenizer (tests/serve/serve_fixture.py). Each of
+CLIENTS threads sends REQUESTS completions one after another (prompts from the fixture's list, temperature 0,
+ignore_eos, MAX_TOKENS each) to `tprun --nproc-per-node TP serve`. Then transformers serves the same requests
+two ways on the same files: one generate() per request (no batching: what a loop around generate gives), and
+static batches of CLIENTS left-padded prompts (batched, but a batch waits for its longest member). Prints per
+setup: requests, generated tokens, wall time, tokens/s, and request latency p50 / p99; then a `summary` line.
+The machine's 2 cores: our TP 2 runs 2 single-threaded ranks; TP 1 and transformers use 2 threads.
+"""
+import argparse
+import concurrent.futures
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "serve"))
+from serve_fixture import WORDS, Server, make_checkpoint  # noqa: E402
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def row(name, n, tokens, wall, lat):
+    print(f"{name:<34} {n:>5} {tokens:>7} {wall:>8.2f} {tokens / wall:>9.1f} {pct(lat, 0.5) * 1000:>9.1f} "
+          f"{pct(lat, 0.99) * 1000:>9.1f}", flush=True)
+    return tokens / wall
+
+
+def ours(bin_dir, model_dir, name, tp, args):
+    import openai
+    threads = 1 if tp > 1 else 2
+    server = Server(bin_dir, model_dir, tp=tp, threads=threads)
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=600, max_retries=0)
+        client.completions.create(model=name, prompt="warm up", max_tokens=4, temperature=0)
+
+        def one_client(c):
+            out = []
+            for r in range(args.requests):
+                t = time.perf_counter()
+                resp = client.completions.create(model=name, prompt=WORDS[(c * args.requests + r) % len(WORDS)],
+                                                 max_tokens=args.max_tokens, temperature=0, extra_body={"ignore_eos": True})
+                out.append((time.perf_counter() - t, resp.usage.completion_tokens))
+            return out
+        t0 = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(args.clients) as pool:
+            results = [x for per in pool.map(one_client, range(args.clients)) for x in per]
+        wall = time.perf_counter() - t0
+    finally:
+        server.stop()
+    lat = [r[0] for r in results]
+    return row(f"serve tp={tp} (continuous batching)", len(results), sum(r[1] for r in results), wall, lat)
+
+
+def transformers_side(model_dir, args):
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+    torch.set_num_threads(2)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = LlamaForCausalLM.from_pretrained(model_dir).eval()
+    prompts = [WORDS[i % len(WORDS)] for i in range(args.clients * args.requests)]
+    kw = dict(do_sample=False, max_new_tokens=args.max_tokens, min_new_tokens=args.max_tokens, pad_token_id=0)
+    with torch.no_grad():
+        model.generate(**tok(["warm up"], return_tensors="pt"), max_new_tokens=4, do_sample=False, pad_token_id=0)
+        lat, tokens, t0 = [], 0, time.perf_counter()
+        for p in prompts:
+            t = time.perf_counter()
+            out = model.generate(**tok([p], return_tensors="pt"), **kw)
+            lat.append(time.perf_counter() - t)
+            tokens += out.shape[1] - len(tok(p)["input_ids"])
+        r1 = row("transformers generate, one by one", len(prompts), tokens, time.perf_counter() - t0, lat)
+        tok.padding_side = "left"
+        lat, tokens, t0 = [], 0, time.perf_counter()
+        for i in range(0, len(prompts), args.clients):
+            batch = prompts[i:i + args.clients]
+            enc = tok(batch, return_tensors="pt", padding=True)
+            t = time.perf_counter()
+            out = model.generate(**enc, **kw)
+            lat += [time.perf_counter() - t] * len(batch)
+            tokens += (out.shape[1] - enc["input_ids"].shape[1]) * len(batch)
+        r2 = row(f"transformers generate, batches of {args.clients}", len(prompts), tokens, time.perf_counter() - t0, lat)
+    return r1, r2
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(ROOT, "build", "bin"))
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=4)
+    ap.add_argument("--max-tokens", type=int, default=32)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--tp", default="1,2")
+    args = ap.parse_args()
+    root = tempfile.mkdtemp(prefix="serve_bench_")
+    model_dir, _, _ = make_checkpoint(root, WORDS[:1], 1, layers=args.layers, hidden=args.hidden, clear_top1=False)
+    name = os.path.basename(model_dir)
+    print(f"# serve load test: {args.clients} clients x {args.requests} requests, {args.max_tokens} tokens each, "
+          f"Llama hidden={args.hidden} layers={args.layers} (CPU, 2 cores)")
+    print(f"{'setup':<34} {'reqs':>5} {'tokens':>7} {'wall_s':>8} {'tok/s':>9} {'p50_ms':>9} {'p99_ms':>9}")
+    rates = {}
+    for tp in [int(x) for x in args.tp.split(",")]:
+        rates[f"serve_tp{tp}"] = ours(args.bin, model_dir, name, tp, args)
+    rates["hf_one_by_one"], rates["hf_batched"] = transformers_side(model_dir, args)
+    print("summary " + " ".join(f"{k}_tokens_per_s={v:.1f}" for k, v in rates.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -4,6 +4,8 @@ transformers (serve_fixture.py), with transformers' greedy generate as the oracl
     python tests/serve/serve_test.py <build/bin>
 
 Checks:
+  - bad flags (no weights, a bad port, a tokenizer larger than the model's vocabulary, too few KV blocks, ...): one
+    `error:` line on rank 0 and exit 2 on every rank;
   - 16 concurrent clients (openai package, /v1/completions, temperature 0): each text is transformers'
     decode(generate(prompt)) and usage counts its tokens; the same 16 streamed: the streamed pieces add up to the
     non-streamed text; chat completions (the tokenizer's chat template), streamed and not, agree too;
@@ -75,6 +77,26 @@ def main():
     model_dir, tok, hf_new = make_checkpoint(root, WORDS, NEW)
     want = [tok.decode(n, skip_special_tokens=True) for n in hf_new]
     name = os.path.basename(model_dir)
+
+    # Bad flags: one `error:` line on rank 0 and exit 2 on every rank, before any communication.
+    import shutil
+    small = os.path.join(root, "small_vocab")
+    shutil.copytree(model_dir, small)
+    with open(os.path.join(small, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["vocab_size"] = 100
+    with open(os.path.join(small, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    bad_flags = [[], ["--hf-dir", model_dir, "--port", "70000"], ["--hf-dir", model_dir, "--checkpoint", root],
+                 ["--checkpoint", root], ["--hf-dir", small], ["--hf-dir", model_dir, "--num-blocks", "3"],
+                 ["--hf-dir", model_dir, "--max-model-len", "4096"], ["--hf-dir", model_dir, "--bogus"]]
+    for flags in bad_flags:
+        outs = [subprocess.run([os.path.join(bin_dir, "serve"), *flags], env=dict(os.environ, RANK=str(r), WORLD_SIZE="2"),
+                               capture_output=True, text=True, timeout=60) for r in (0, 1)]
+        lines = (outs[0].stdout + outs[0].stderr).strip().splitlines()
+        check(all(o.returncode == 2 for o in outs) and len(lines) == 1 and lines[0].startswith("error: ")
+              and not (outs[1].stdout + outs[1].stderr).strip(), f"bad flags {flags[-2:]}: exit 2, one error line",
+              (outs[0].returncode, outs[1].returncode, lines))
 
     server = Server(bin_dir, model_dir, tp=2)
     url = server.url

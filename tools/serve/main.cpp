@@ -60,6 +60,10 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
   } catch (const std::exception& e) {
     throw serve::UsageError(std::string("--tokenizer ") + o.tokenizer_dir + ": " + e.what());
   }
+  if (s.tok->vocab_size() > c.vocab_size) {
+    throw serve::UsageError("the tokenizer in " + o.tokenizer_dir + " has " + std::to_string(s.tok->vocab_size()) +
+                            " tokens; the model's vocabulary has only " + std::to_string(c.vocab_size));
+  }
   if (o.max_model_len == 0) o.max_model_len = c.max_position_embeddings;
   if (o.max_model_len > c.max_position_embeddings) {
     throw serve::UsageError("--max-model-len " + std::to_string(o.max_model_len) + " exceeds the model's max_position_embeddings " +

@@ -246,8 +246,8 @@ const CustomHandlerRegistration cats("aten::cat", &cat_handler);
 const StrategyRegistration stacks({"aten::stack"}, &stack_strategy);
 const StrategyRegistration index_selects({"aten::index_select"}, &index_select_strategy);
 // index_copy(self, dim, index, source) / index_copy_: source's slices written at self's `index` along dim (a
-// paged KV cache's slots). That dim whole in self and source; their other shards pass when they agree (a cache
-// sharded by heads); the index replicated.
+// paged KV cache's slots); index_fill (index_copy's backward for self) the same with a scalar. That dim whole in
+// self and source; their other shards pass when they agree (a cache sharded by heads); the index replicated.
 ShardingDecision index_copy_strategy(const OpCall& call) {
   const int64_t d = normalize_dim(call.arg(1).toInt(), call.tensors.at(0).tensor.dim());
   Placements p = call.tensors.at(0).spec ? call.tensors.at(0).spec->placements : call.tensors.back().spec->placements;
@@ -261,7 +261,9 @@ ShardingDecision index_copy_strategy(const OpCall& call) {
   }
   return make_decision(call, inputs, {p});
 }
-const StrategyRegistration index_copies({"aten::index_copy", "aten::index_copy_"}, &index_copy_strategy);
+const StrategyRegistration index_copies({"aten::index_copy", "aten::index_copy_", "aten::index_fill.int_Scalar",
+                                         "aten::index_fill_.int_Scalar"},
+                                        &index_copy_strategy);
 // scatter(self, dim, index, src) / scatter_ and scatter_add: the scatter dim whole everywhere; other
 // shards follow the index (max.dim's backward scatters into plain zeros: see autograd_zeros).
 ShardingDecision scatter_strategy(const OpCall& call) {

@@ -46,9 +46,10 @@ bool autograd_zeros(const c10::OperatorHandle& op, const at::Tensor& t) {
 // targets and weights of nll_loss (cross_entropy's), which every rank holds whole.
 bool replicated_when_plain(const c10::OperatorHandle& op, size_t arg) {
   const auto& name = op.operator_name().name;
-  // A plain index of index_select / index_copy (a paged KV cache's slots, built alike on every rank) is read as
-  // replicated, as a loss's plain targets are.
-  if (name == "aten::index_select" || name == "aten::index_copy" || name == "aten::index_copy_") {
+  // A plain index of index_select / index_copy / index_fill (a paged KV cache's slots, built alike on every rank) is
+  // read as replicated, as a loss's plain targets are.
+  if (name == "aten::index_select" || name == "aten::index_copy" || name == "aten::index_copy_" ||
+      name == "aten::index_fill" || name == "aten::index_fill_") {
     return op.schema().arguments()[arg].name() == "index";
   }
   if (name != "aten::nll_loss_forward" && name != "aten::nll_loss_backward" && name != "aten::nll_loss2d_forward" &&

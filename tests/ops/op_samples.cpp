@@ -117,7 +117,7 @@ std::vector<OpSample> op_samples() {
                [slots](auto& x) { return x[0].index_copy(1, slots, x[1]); }, {true, true}, {true, true}, {false, false}});
   s.push_back({"index_copy_", {r(25, {4, 6, 2}), r(26, {4, 3, 2})},
                [slots](auto& x) { return x[0].clone().index_copy_(1, slots, x[1]); }, {false, false}, {true, true},
-               {false, false}});
+               {false, false}, /*may_refuse=*/true});  // in place: self sharded on the slots dim cannot stay so
   at::Tensor logits = r(24, {8, 5});
   at::Tensor labels = at::tensor({0, 4, 2, 2, 1, 3, 0, 4}, at::kLong);
   s.push_back({"cross_entropy", {logits, labels},

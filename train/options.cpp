@@ -54,7 +54,10 @@ std::string help_text() {
     << "  --gradient-sync / --no-gradient-sync           reduce gradients once after backward (default on)\n"
     << "  --device cpu|cuda         where the model runs (default " << d.device << "; cuda: cuda:LOCAL_RANK, NCCL between\n"
     << "                            ranks, or DTENSOR_CUDA_BACKEND=gloo when ranks share a GPU)\n"
-    << "  --plan torchtitan|hf      the TP plan (default " << llama::to_string(d.plan) << "; hf: no sequence or loss parallel)\n"
+    << "  --plan torchtitan|hf|auto the TP plan (default " << llama::to_string(d.plan) << "; hf: no sequence or loss parallel;\n"
+    << "                            auto: searched (llama_plan --search), which also sets SP, loss parallel, async TP\n"
+    << "                            and FSDP / DDP, overriding their flags)\n"
+    << "  --memory-budget-mb M      with --plan auto: the per-rank peak memory the plan must fit\n"
     << "  --data FILE               text file (bytes are tokens) or nanoGPT .bin of uint16 ids\n"
     << "                            (default: the texts in /usr/share/common-licenses)\n"
     << "  --log-every N             progress line every N steps (default " << d.log_every << ")\n"
@@ -116,9 +119,13 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
          o.device = v;
        }},
       {"plan", [&](const std::string& v) {
-         if (v != "torchtitan" && v != "hf") throw UsageError("--plan must be torchtitan or hf, got '" + v + "'");
-         o.plan = llama::tp_plan_from_string(v);
+         if (v != "torchtitan" && v != "hf" && v != "auto") {
+           throw UsageError("--plan must be torchtitan, hf or auto, got '" + v + "'");
+         }
+         o.plan_auto = v == "auto";
+         if (!o.plan_auto) o.plan = llama::tp_plan_from_string(v);
        }},
+      {"memory-budget-mb", [&](const std::string& v) { o.memory_budget_mb = positive("memory-budget-mb", v); }},
       {"data", [&](const std::string& v) {
          if (!std::filesystem::is_regular_file(v)) throw UsageError("--data: no such file '" + v + "'");
          o.data = v;
@@ -151,6 +158,7 @@ TrainOptions parse_options(const std::vector<std::string>& args, bool& help) {
       {"help", [&] { help = true; }},
   };
   tools_cli::parse_args(args, valued, flags);
+  if (o.memory_budget_mb > 0 && !o.plan_auto) throw UsageError("--memory-budget-mb needs --plan auto");
   if (o.async_tp && o.plan == llama::TPPlan::hf) throw UsageError("--async-tp needs --plan torchtitan (the hf plan has no sequence parallel)");
   if (o.plan == llama::TPPlan::hf) o.sequence_parallel = o.loss_parallel = false;
   if (o.async_tp && !o.sequence_parallel) {

@@ -38,6 +38,10 @@ struct TrainOptions {
   bool sequence_parallel = true;
   bool loss_parallel = true;
   bool async_tp = false;  // SP's all-gathers and reduce-scatters fused with their matmuls (needs SP, plan torchtitan)
+  // --plan auto: llama_train searches the plan (tools/llama_plan/search.h) and sets plan, sequence_parallel,
+  // loss_parallel, async_tp and data_parallel from the winner; memory_budget_mb bounds its peak per rank.
+  bool plan_auto = false;
+  int64_t memory_budget_mb = 0;
   // Gradients reduced to their parameters' placements once per backward (dtensor/dp/gradient_sync.h);
   // off: PyTorch's behaviour (Partial gradients, reduced by every op that reads them).
   bool gradient_sync = true;

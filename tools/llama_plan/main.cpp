@@ -4,10 +4,11 @@
 
 #include <iostream>
 
-#include "cost_model.h"
+#include "dtensor/plan/cost_model.h"
 #include "dtensor/core/error.h"
 #include "options.h"
 #include "report.h"
+#include "search.h"
 
 int main(int argc, char** argv) {
   llama_plan::CliOptions o;
@@ -22,9 +23,20 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    llama_plan::CostModel cost = llama_plan::default_cost_model();
-    if (!o.comm_table.empty()) llama_plan::load_comm_table(cost, o.comm_table);
-    cost.matmul_gflops = o.mm_gflops > 0 ? o.mm_gflops : llama_plan::measure_matmul_gflops();
+    dtensor::CostModel cost = dtensor::default_cost_model();
+    if (!o.comm_table.empty()) dtensor::load_comm_table(cost, o.comm_table);
+    cost.matmul_gflops = o.mm_gflops > 0 ? o.mm_gflops : dtensor::measure_matmul_gflops();
+    if (o.search) {
+      const dtensor::AutoPlanOptions search_options{.memory_budget_bytes = o.memory_budget_mb << 20, .cost = cost};
+      if (!o.json) std::cerr << "llama_plan: searching plans for " << o.plan.model.to_string() << " at tp " << o.plan.tp << "...\n";
+      const llama_plan::SearchResult r = llama_plan::search_plan(o.plan, search_options);
+      if (o.json) {
+        std::cout << llama_plan::search_json(o.plan, r, search_options).dump(1) << "\n";
+      } else {
+        llama_plan::print_search(std::cout, o.plan, r, search_options);
+      }
+      return 0;
+    }
     if (!o.json) std::cerr << "llama_plan: dry run of " << o.plan.model.to_string() << " at tp " << o.plan.tp << "...\n";
     const dtensor::DryRunReport report = llama_plan::dry_run_llama(o.plan);
     if (o.json) {

@@ -61,7 +61,12 @@ std::string help_text() {
      << "  --sequence-parallel / --no-sequence-parallel   (default on)\n"
      << "  --loss-parallel / --no-loss-parallel           (default on)\n"
      << "  --async-tp                SP's all-gathers and reduce-scatters fused with their matmuls (needs SP)\n"
+     << "  --plan torchtitan|hf      the TP pairs: torchtitan's plan (default) or HF's tp_plan\n"
      << "  --no-optimizer            no AdamW step\n"
+     << "  --search                  search the plan: every composition of the TP pairs, SP, loss parallel, async TP\n"
+     << "                            and FSDP / DDP, dry-run and costed; prints the fastest that fits (with --json:\n"
+     << "                            plan, predicted_step_ms, predicted_peak_bytes_per_rank, why, candidates)\n"
+     << "  --memory-budget-mb M      with --search: the per-rank peak memory the plan must fit\n"
      << "  --ranks all|R,R,...       ranks to simulate (default: 0 and the last)\n"
      << "  --comm-table FILE         collective latency/bandwidth from comm_bench's output (default: built in)\n"
      << "  --mm-gflops X             local matmul throughput (default: measured, ~0.1 s)\n"
@@ -109,6 +114,11 @@ CliOptions parse_options(const std::vector<std::string>& args) {
           {"ep", [&](const std::string& v) { o.plan.ep = positive("ep", v); }},
           {"ranks", [&](const std::string& v) { o.plan.ranks = parse_ranks(v); }},
           {"comm-table", [&](const std::string& v) { o.comm_table = v; }},
+          {"plan", [&](const std::string& v) {
+             if (v != "torchtitan" && v != "hf") throw UsageError("--plan must be torchtitan or hf, got '" + v + "'");
+             o.plan.tp_plan = llama::tp_plan_from_string(v);
+           }},
+          {"memory-budget-mb", [&](const std::string& v) { o.memory_budget_mb = positive("memory-budget-mb", v); }},
           {"mm-gflops",
            [&](const std::string& v) {
              o.mm_gflops = parse_number<double>("mm-gflops", v);
@@ -125,8 +135,10 @@ CliOptions parse_options(const std::vector<std::string>& args) {
           {"ddp", [&] { o.plan.data_parallel = models::DataParallel::ddp; }},
           {"fsdp", [&] { o.plan.data_parallel = models::DataParallel::fsdp; }},
           {"json", [&] { o.json = true; }},
+          {"search", [&] { o.search = true; }},
           {"help", [&] { o.help = true; }},
       });
+  if (o.memory_budget_mb > 0 && !o.search) throw UsageError("--memory-budget-mb needs --search");
   if (o.plan.async_tp && !o.plan.sequence_parallel) {
     throw UsageError("--async-tp needs sequence parallel (drop --no-sequence-parallel)");
   }

@@ -13,6 +13,8 @@ namespace llama_plan {
 struct CliOptions {
   PlanOptions plan;
   bool json = false;
+  bool search = false;              // --search: the plan search (search.h) instead of one plan's dry run
+  int64_t memory_budget_mb = 0;     // --memory-budget-mb: per rank, for --search (0: none)
   std::string comm_table;   // "": the built-in numbers
   double mm_gflops = 0;     // 0: measure
   bool help = false;

@@ -26,9 +26,10 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
   }
   options.ranks = o.ranks;
   if (!o.optimizer) options.optimizer = nullptr;
-  const bool loss_parallel = o.loss_parallel && o.tp > 1;
+  const bool loss_parallel = o.loss_parallel && o.tp > 1 && o.tp_plan == llama::TPPlan::torchtitan;
   // The same parallelize_llama as llama_train's, so the same plan.
   const llama::ParallelizeConfig config{
+      .plan = o.tp_plan,
       .tp = {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel, .async_tp = o.async_tp}};
   // Held over forward and backward, as llama_train holds it.
   if (loss_parallel) options.step_guard = [] { return std::make_shared<dtensor::LossParallelGuard>(); };
@@ -41,8 +42,11 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
         // Token ids: where the forward reads DTensors (TP > 1), plain tensors beside them stay on the CPU
         // (b·s longs; ops/op_call.cpp says why); with TP 1 the forward is plain and all of it is meta. The
         // model's own plain tensors (rotary tables, masks) follow the tokens' device.
+        // HF's plan keeps the activations plain local tensors (its styles return local outputs): as at TP 1,
+        // everything beside them is meta.
+        const bool dtensor_forward = o.tp > 1 && o.tp_plan == llama::TPPlan::torchtitan;
         const at::Tensor tokens =
-            at::zeros({o.batch / o.dp, o.seq_len}, at::TensorOptions(at::kLong).device(o.tp > 1 ? at::kCPU : at::kMeta));
+            at::zeros({o.batch / o.dp, o.seq_len}, at::TensorOptions(at::kLong).device(dtensor_forward ? at::kCPU : at::kMeta));
         const models::ParallelDims dims = models::ParallelDims::from_mesh(mesh, o.data_parallel);
         return train::training_loss(model, tokens, tokens, train::sum_over_data_ranks(dims));
       },

@@ -9,6 +9,7 @@
 #include "dtensor/plan/dry_run.h"
 #include "common/parallel_dims.h"
 #include "llama/config.h"
+#include "llama/parallelize.h"
 
 namespace llama_plan {
 
@@ -20,6 +21,7 @@ struct PlanOptions {
   int64_t dp = 1;
   int64_t ep = 1;  // expert parallelism over ep of the dp ranks (a mixture of experts), as llama_train's --ep
   models::DataParallel data_parallel = models::DataParallel::ddp;  // over dp, as llama_train's --ddp / --fsdp
+  llama::TPPlan tp_plan = llama::TPPlan::torchtitan;              // as llama_train's --plan
   bool sequence_parallel = true;
   bool loss_parallel = true;
   bool async_tp = false;   // SP's boundaries through async TP's fused ops, as llama_train's --async-tp

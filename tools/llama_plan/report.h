@@ -5,10 +5,14 @@
 
 #include <ostream>
 
-#include "cost_model.h"
+#include "dtensor/plan/cost_model.h"
 #include "plan.h"
 
 namespace llama_plan {
+
+using dtensor::CostModel;
+using dtensor::StepEstimate;
+
 
 void print_tables(std::ostream& os, const PlanOptions& options, const dtensor::DryRunReport& report,
                   const CostModel& cost);

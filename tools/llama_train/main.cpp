@@ -19,6 +19,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "llama/parallelize.h"
+#include "search.h"
 #include "train/checkpointing.h"
 #include "train/loop.h"
 #include "train/tokenized_corpus.h"
@@ -52,6 +53,35 @@ std::string peak_rss_per_rank(const dtensor::DeviceMesh& mesh) {
   return s + "]";
 }
 
+// --plan auto: the plan search of llama_plan --search (every rank computes the same choice: a fixed cost model, no
+// measurement), its winner written into the options. Rank 0 prints the choice and why. Throws dtensor::Error when
+// no candidate fits the memory budget.
+void choose_plan(train::TrainOptions& o, int64_t tp, bool print) {
+  llama_plan::PlanOptions base;
+  base.model = o.model;
+  base.seq_len = o.seq_len;
+  base.batch = o.batch;
+  base.tp = tp;
+  base.dp = o.dp;
+  base.ep = o.ep;
+  base.data_parallel = o.data_parallel;
+  base.sequence_parallel = o.sequence_parallel;
+  base.loss_parallel = o.loss_parallel;
+  const dtensor::AutoPlanOptions search{.memory_budget_bytes = o.memory_budget_mb << 20, .cost = llama_plan::fixed_cost_model()};
+  const llama_plan::SearchResult r = llama_plan::search_plan(base, search);
+  o.plan = r.best.tp_plan;
+  o.sequence_parallel = r.best.sequence_parallel;
+  o.loss_parallel = r.best.loss_parallel;
+  o.async_tp = r.best.async_tp;
+  o.data_parallel = r.best.data_parallel;
+  if (!print) return;
+  std::printf("plan auto: %s, predicted %.3f ms/step, peak %.2f MB per rank (%zu candidates)\nplan auto: why: %s\n",
+              r.result.best.name.c_str(), r.result.best.predicted_step_ms,
+              static_cast<double>(r.result.best.predicted_peak_bytes) / 1e6, r.result.candidates.size(), r.result.why.c_str());
+  for (const auto& [path, style] : r.result.best.plan) std::printf("plan auto:   %s: %s\n", path.c_str(), style.c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,6 +104,7 @@ int main(int argc, char** argv) {
     train::fit_to_corpus(options, corpus);
     // The plan's size checks (heads, kv heads, ffn, vocab vs the TP degree) before any communication.
     const int64_t tp = train::tp_degree(options, world_size);
+    if (options.plan_auto) choose_plan(options, tp, rank == 0);
     if (tp > 1 && options.plan == llama::TPPlan::hf) llama::hf_plan(options.model, tp);
     if (tp > 1 && options.plan == llama::TPPlan::torchtitan) llama::torchtitan_plan(options.model, tp);
   } catch (const std::exception& e) {

@@ -1,4 +1,4 @@
-#include "cost_model.h"
+#include "dtensor/plan/cost_model.h"
 
 #include <ATen/ATen.h>
 
@@ -11,7 +11,7 @@
 
 #include "dtensor/core/error.h"
 
-namespace llama_plan {
+namespace dtensor {
 
 std::string replaced_collective(const std::string& collective) {
   if (collective == "fused_all_gather_matmul") return "all_gather";
@@ -44,7 +44,7 @@ CostModel default_cost_model() {
 
 void load_comm_table(CostModel& model, const std::string& path) {
   std::ifstream in(path);
-  DTENSOR_CHECK(in, "llama_plan: cannot read comm table '", path, "'");
+  DTENSOR_CHECK(in, "dtensor: cannot read comm table '", path, "'");
   // Each table: "# <collective> [(label)]", a header line, then rows: size count iters time(us) algbw busbw.
   std::map<std::string, std::vector<std::pair<double, std::pair<double, double>>>> rows;  // size -> (us, busbw)
   std::string line, current;
@@ -63,7 +63,7 @@ void load_comm_table(CostModel& model, const std::string& path) {
     if (fields >> size >> count >> iters >> us >> algbw >> busbw) rows[current].push_back({size, {us, busbw}});
     else if (!line.empty() && line[0] != ' ' && !std::isdigit(static_cast<unsigned char>(line[0]))) current.clear();
   }
-  DTENSOR_CHECK(!rows.empty(), "llama_plan: no comm_bench table in '", path, "'");
+  DTENSOR_CHECK(!rows.empty(), "dtensor: no comm_bench table in '", path, "'");
   for (auto& [name, r] : rows) {
     std::sort(r.begin(), r.end());
     model.collectives[name] = {r.front().second.first, r.back().second.second};
@@ -102,4 +102,4 @@ StepEstimate estimate_step(const dtensor::RankReport& rank, const CostModel& mod
   return e;
 }
 
-}  // namespace llama_plan
+}  // namespace dtensor

@@ -1,4 +1,4 @@
-// llama_plan's step-time estimate: matmul FLOPs over a measured local matmul throughput, plus each
+// A step-time estimate from a dry run (dry_run.h), for llama_plan and auto_plan (auto_plan.h): matmul FLOPs over a measured local matmul throughput, plus each
 // collective as latency + bytes on the wire / bus bandwidth (an alpha-beta model, per collective type, from
 // comm_bench's table), with no overlap of compute and communication. A rough bound to compare plans by,
 // not a prediction for other hardware unless its own numbers are given (--mm-gflops, --comm-table).
@@ -12,7 +12,7 @@
 
 #include "dtensor/plan/dry_run.h"
 
-namespace llama_plan {
+namespace dtensor {
 
 struct CollectiveCost {
   double latency_us = 0;  // time of comm_bench's smallest message
@@ -30,7 +30,7 @@ struct CostModel {
   double collective_seconds(const std::string& collective, int64_t input_bytes, int64_t n) const;
 };
 
-// The collective numbers measured by comm_bench on this machine (docs/benchmarks.md, shared-memory backend, world 2,
+// The collective numbers measured by comm_bench on the development machine (docs/benchmarks.md, shared-memory backend, world 2,
 // idle machine, 2026-11-23): 64 MiB bus bandwidth and 1 KiB latency.
 CostModel default_cost_model();
 
@@ -52,4 +52,4 @@ StepEstimate estimate_step(const dtensor::RankReport& rank, const CostModel& mod
 // The estimated seconds of one record (all `count` collectives of it).
 double record_seconds(const dtensor::CommRecord& record, const CostModel& model);
 
-}  // namespace llama_plan
+}  // namespace dtensor

@@ -22,6 +22,7 @@ CandidateScore score(const PlanCandidate& c, const AutoPlanOptions& options) {
   const StepEstimate e = estimate_step(r0, options.cost);
   s.predicted_step_ms = e.step_s * 1e3;
   s.predicted_compute_ms = e.compute_s * 1e3;
+  s.predicted_other_ms = e.other_s * 1e3;
   s.predicted_comm_ms = e.comm_s * 1e3;
   for (const auto& r : report.ranks) s.predicted_peak_bytes = std::max(s.predicted_peak_bytes, r.peak_bytes);
   for (const auto& rec : r0.comms) {
@@ -70,18 +71,37 @@ AutoPlanResult auto_plan(const std::vector<PlanCandidate>& candidates, const Aut
     throw DTENSOR_ERROR("dtensor: auto_plan: no candidate fits the memory budget of ", mb(options.memory_budget_bytes),
                         " per rank; the smallest peak is ", mb(smallest), " (", which, ")");
   }
-  result.best = best;
+  // The incumbent stays unless the fastest beats it by min_gain (it then moves to the front).
+  const std::string incumbent = candidates.front().name;
+  auto inc = std::find_if(result.candidates.begin(), result.candidates.end(),
+                          [&](const CandidateScore& s) { return s.name == incumbent; });
+  bool kept = false;
+  if (inc != result.candidates.begin() && inc->fits &&
+      best.predicted_step_ms > inc->predicted_step_ms * (1.0 - options.min_gain)) {
+    std::rotate(result.candidates.begin(), inc, inc + 1);
+    kept = true;
+  }
+  result.best = result.candidates.front();
   if (result.candidates.size() > 1 && result.candidates[1].fits) {
+    const CandidateScore& best = result.best;
     const CandidateScore& r = result.candidates[1];
     result.runner_up = r;
-    result.why = best.name + " predicts " + ms(best.predicted_step_ms) + " per step (compute " +
-                 ms(best.predicted_compute_ms) + ", communication " + ms(best.predicted_comm_ms) + ", " +
+    result.why = best.name + " predicts " + ms(best.predicted_step_ms) + " per step (matmuls " +
+                 ms(best.predicted_compute_ms) + ", the rest " + ms(best.predicted_other_ms) + ", communication " +
+                 ms(best.predicted_comm_ms) + ", " +
                  std::to_string(best.collectives) + " collectives, peak " + mb(best.predicted_peak_bytes) +
-                 ") against the runner-up " + r.name + "'s " + ms(r.predicted_step_ms) + " (compute " +
-                 ms(r.predicted_compute_ms) + ", communication " + ms(r.predicted_comm_ms) + ", " +
+                 ") against the runner-up " + r.name + "'s " + ms(r.predicted_step_ms) + " (matmuls " +
+                 ms(r.predicted_compute_ms) + ", the rest " + ms(r.predicted_other_ms) + ", communication " +
+                 ms(r.predicted_comm_ms) + ", " +
                  std::to_string(r.collectives) + " collectives, peak " + mb(r.predicted_peak_bytes) + ")";
+    if (kept) {
+      char gain[64];
+      std::snprintf(gain, sizeof gain, "%.1f%%", 100.0 * (1.0 - r.predicted_step_ms / best.predicted_step_ms));
+      result.why += "; the hand-written plan stays: " + r.name + " is predicted only " + gain +
+                    " faster, within the cost model's error (min_gain " + std::to_string(static_cast<int>(options.min_gain * 100)) + "%)";
+    }
   } else {
-    result.why = best.name + " is the only candidate that runs and fits";
+    result.why = result.best.name + " is the only candidate that runs and fits";
   }
   if (options.memory_budget_bytes > 0) {
     int64_t over = 0;

@@ -34,11 +34,16 @@ double CostModel::collective_seconds(const std::string& fused_or_plain, int64_t 
 
 CostModel default_cost_model() {
   CostModel m;
-  m.collectives = {{"all_reduce", {69.0, 2.81}},
-                   {"all_gather", {160.0, 2.36}},
-                   {"reduce_scatter", {3.5, 1.56}},
-                   {"all_to_all", {2.4, 2.71}}};
-  m.comm_source = "docs/benchmarks.md comm_bench (shm, world 2, this machine)";
+  // tprun --nproc-per-node 2 comm_bench --min-bytes 1024 --max-bytes 67108864 (shm, idle, 2026-11-26): the 1 KiB
+  // median time and the 64 MiB bus bandwidth.
+  m.collectives = {{"all_reduce", {1.0, 5.07}},
+                   {"all_gather", {0.7, 6.49}},
+                   {"reduce_scatter", {0.9, 3.56}},
+                   {"all_to_all", {1.0, 3.82}}};
+  m.comm_source = "comm_bench (shm, world 2, this machine, 2026-11-26)";
+  // Async TP's hand-off of each fused op's pieces to the shm worker with 2 ranks on 2 cores: docs/benchmarks.md's
+  // async TP table, default config, +15.4 ms per step over 34 fused ops.
+  m.fused_op_overhead_us = 450;
   return m;
 }
 
@@ -84,6 +89,19 @@ double measure_matmul_gflops() {
   return 2.0 * n * n * n / best / 1e9;
 }
 
+double measure_memory_gbps() {
+  const int64_t n = 4 << 20;
+  at::Tensor a = at::randn({n}), b = at::randn({n});
+  at::add(a, b);  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    at::Tensor c = at::add(a, b);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 3.0 * static_cast<double>(n) * 4 / best / 1e9;  // two reads and a write of n floats
+}
+
 double record_seconds(const dtensor::CommRecord& r, const CostModel& model) {
   if (r.count == 0) return 0;
   return static_cast<double>(r.count) * model.collective_seconds(r.collective, r.bytes / r.count, r.group_size);
@@ -95,10 +113,17 @@ StepEstimate estimate_step(const dtensor::RankReport& rank, const CostModel& mod
   for (const auto& r : rank.comms) {
     const double s = record_seconds(r, model);
     e.comm_s += s;
-    if (replaced_collective(r.collective) != r.collective) e.fused_comm_s += s;
+    if (replaced_collective(r.collective) != r.collective) {
+      e.fused_comm_s += s;
+      e.fused_overhead_s += static_cast<double>(r.count) * model.fused_op_overhead_us * 1e-6;
+    }
   }
-  e.step_s = e.compute_s + e.comm_s;
-  e.step_overlapped_s = e.compute_s + (e.comm_s - e.fused_comm_s) + std::max(0.0, e.fused_comm_s - e.compute_s);
+  if (model.memory_gbps > 0) {
+    e.other_s = static_cast<double>(rank.allocated_bytes) * model.traffic_per_allocated_byte / (model.memory_gbps * 1e9);
+  }
+  e.step_s = e.compute_s + e.other_s + e.comm_s + e.fused_overhead_s;
+  e.step_overlapped_s = e.compute_s + e.other_s + e.fused_overhead_s + (e.comm_s - e.fused_comm_s) +
+                        std::max(0.0, e.fused_comm_s - e.compute_s);
   return e;
 }
 

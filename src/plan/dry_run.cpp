@@ -121,10 +121,12 @@ RankReport simulate_rank(int rank, const std::function<std::shared_ptr<torch::nn
   }
 
   CommRecorder recorder(mesh, options.mesh_dim_names, report.comms);
+  int64_t allocated_before = 0;
   {
     detail::MatmulFlopCounter flops;
     memory.reset_peak();
     const int64_t before_forward = memory.live_bytes();
+    allocated_before = memory.allocated_bytes();
     std::shared_ptr<void> guard = options.step_guard ? options.step_guard() : nullptr;
     at::Tensor loss = step(mesh);
     report.activation_bytes = memory.live_bytes() - before_forward;
@@ -143,6 +145,7 @@ RankReport simulate_rank(int rank, const std::function<std::shared_ptr<torch::nn
     report.optimizer_state_bytes = optimizer_state_bytes(*optimizer);
   }
   report.peak_bytes = memory.peak_bytes();
+  report.allocated_bytes = memory.allocated_bytes() - allocated_before;
   return report;
 }
 

@@ -31,6 +31,7 @@ class CountingMetaAllocator final : public c10::Allocator {
     if (!active) return wrapped_->allocate(n);
     const auto bytes = static_cast<int64_t>(n);
     const int64_t now = active->live += bytes;
+    active->allocated += bytes;
     int64_t peak = active->peak.load();
     while (now > peak && !active->peak.compare_exchange_weak(peak, now)) {
     }
@@ -61,6 +62,7 @@ MetaMemoryCounter::~MetaMemoryCounter() { active = std::move(previous_); }
 
 int64_t MetaMemoryCounter::live_bytes() const { return totals_->live.load(); }
 int64_t MetaMemoryCounter::peak_bytes() const { return totals_->peak.load(); }
+int64_t MetaMemoryCounter::allocated_bytes() const { return totals_->allocated.load(); }
 void MetaMemoryCounter::reset_peak() { totals_->peak = totals_->live.load(); }
 
 }  // namespace dtensor::detail

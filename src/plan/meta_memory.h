@@ -20,10 +20,11 @@ class MetaMemoryCounter {
 
   int64_t live_bytes() const;
   int64_t peak_bytes() const;  // since construction or the last reset_peak()
+  int64_t allocated_bytes() const;  // every storage allocated since construction (freed or not)
   void reset_peak();
 
   struct Totals {
-    std::atomic<int64_t> live{0}, peak{0};
+    std::atomic<int64_t> live{0}, peak{0}, allocated{0};
   };
 
  private:

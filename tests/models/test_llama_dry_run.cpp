@@ -56,6 +56,7 @@ llama_plan::PlanOptions plan_options_of(const train::TrainOptions& o, int tp) {
   p.sequence_parallel = o.sequence_parallel;
   p.loss_parallel = o.loss_parallel;
   p.async_tp = o.async_tp;
+  p.tp_plan = o.plan;
   for (int r = 0; r < o.dp * tp; ++r) p.ranks.push_back(r);
   return p;
 }
@@ -110,6 +111,15 @@ TEST(LlamaDryRun, CollectivesAndParameterBytesEqualARealRunAtTP4) {
 
 TEST(LlamaDryRun, WithoutSequenceOrLossParallelEqualsARealRun) {
   auto o = llama_test::small_options();
+  o.sequence_parallel = false;
+  o.loss_parallel = false;
+  expect_dry_run_equals_real_run(o, 2);
+}
+
+// HF's plan (llama_plan --plan hf, a plan search candidate): local activations, the same collectives as a real run.
+TEST(LlamaDryRun, HfPlanEqualsARealRun) {
+  auto o = llama_test::small_options();
+  o.plan = llama::TPPlan::hf;
   o.sequence_parallel = false;
   o.loss_parallel = false;
   expect_dry_run_equals_real_run(o, 2);

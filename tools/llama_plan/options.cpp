@@ -70,6 +70,7 @@ std::string help_text() {
      << "  --ranks all|R,R,...       ranks to simulate (default: 0 and the last)\n"
      << "  --comm-table FILE         collective latency/bandwidth from comm_bench's output (default: built in)\n"
      << "  --mm-gflops X             local matmul throughput (default: measured, ~0.1 s)\n"
+     << "  --memory-gbps X           memory bandwidth for the step's elementwise rest (default: measured)\n"
      << "  --json                    one JSON object instead of the tables\n";
   return os.str();
 }
@@ -119,6 +120,11 @@ CliOptions parse_options(const std::vector<std::string>& args) {
              o.plan.tp_plan = llama::tp_plan_from_string(v);
            }},
           {"memory-budget-mb", [&](const std::string& v) { o.memory_budget_mb = positive("memory-budget-mb", v); }},
+          {"memory-gbps",
+           [&](const std::string& v) {
+             o.memory_gbps = parse_number<double>("memory-gbps", v);
+             if (o.memory_gbps <= 0) throw UsageError("--memory-gbps must be positive, got " + v);
+           }},
           {"mm-gflops",
            [&](const std::string& v) {
              o.mm_gflops = parse_number<double>("mm-gflops", v);

@@ -17,6 +17,7 @@ struct CliOptions {
   int64_t memory_budget_mb = 0;     // --memory-budget-mb: per rank, for --search (0: none)
   std::string comm_table;   // "": the built-in numbers
   double mm_gflops = 0;     // 0: measure
+  double memory_gbps = 0;   // 0: measure
   bool help = false;
 };
 

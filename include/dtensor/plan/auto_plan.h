@@ -10,7 +10,8 @@
 // real plan, dispatch and styles): exact collectives, bytes and memory. Its step time is then estimated with the
 // cost model (cost_model.h: this machine's measured matmul rate and comm_bench's collective costs). The search keeps
 // the candidates whose predicted peak memory per rank fits the budget and picks the fastest predicted step (ties:
-// the smaller peak, then the earlier candidate). A candidate the plan itself refuses (a shape the mesh cannot split)
+// the smaller peak, then the earlier candidate), unless the first candidate (the incumbent, the hand-written plan)
+// fits and is predicted within AutoPlanOptions::min_gain of it: then the incumbent stays. A candidate the plan itself refuses (a shape the mesh cannot split)
 // is kept in the table with its error, never chosen.
 //
 // What is searched is the caller's: the candidate list. models/llama's search (tools/llama_plan/search.h)
@@ -41,6 +42,10 @@ struct PlanCandidate {
 struct AutoPlanOptions {
   int64_t memory_budget_bytes = 0;  // per rank; 0: no limit
   CostModel cost = default_cost_model();
+  // The first candidate is the incumbent (the hand-written plan). Another replaces it only when predicted faster by
+  // at least this fraction: the cost model counts matmuls and collectives, not the rest of the step, so smaller
+  // predicted gains are within its error. 0: the fastest prediction always wins.
+  double min_gain = 0.05;
 };
 
 struct CandidateScore {
@@ -50,7 +55,7 @@ struct CandidateScore {
   std::string error;
   bool fits = false;        // ran and its peak is within the budget
   double predicted_step_ms = 0;
-  double predicted_compute_ms = 0, predicted_comm_ms = 0;
+  double predicted_compute_ms = 0, predicted_other_ms = 0, predicted_comm_ms = 0;  // matmuls, the rest, collectives
   int64_t predicted_peak_bytes = 0;  // the largest over the simulated ranks
   int64_t collectives = 0, comm_bytes = 0;  // per step, rank 0
 };

@@ -1,9 +1,14 @@
-// A step-time estimate from a dry run (dry_run.h), for llama_plan and auto_plan (auto_plan.h): matmul FLOPs over a measured local matmul throughput, plus each
-// collective as latency + bytes on the wire / bus bandwidth (an alpha-beta model, per collective type, from
-// comm_bench's table), with no overlap of compute and communication. A rough bound to compare plans by,
-// not a prediction for other hardware unless its own numbers are given (--mm-gflops, --comm-table).
-// Async TP's fused ops (dtensor/tp/async_tp.h) cost what the collective they replace costs; beside the
-// no-overlap step, a best case hides them behind the matmuls (step_overlapped_s).
+// A step-time estimate from a dry run (dry_run.h), for llama_plan and auto_plan (auto_plan.h), with no overlap of
+// compute and communication:
+//   - matmuls: the step's matmul FLOPs over a measured local matmul throughput;
+//   - the rest (elementwise ops, norms, softmax, copies, the optimizer): memory-bound, the bytes the step allocates
+//     times a traffic factor over a measured memory bandwidth;
+//   - each collective: latency + bytes on the wire / bus bandwidth (an alpha-beta model, per collective type, from
+//     comm_bench's table);
+//   - async TP's fused ops (dtensor/tp/async_tp.h): the collective they replace, plus a measured hand-off per op;
+//     beside the no-overlap step, a best case hides their collectives behind the matmuls (step_overlapped_s).
+// A model to rank plans by on the machine whose numbers it holds (--mm-gflops, --memory-gbps, --comm-table give
+// another's).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +26,11 @@ struct CollectiveCost {
 
 struct CostModel {
   double matmul_gflops = 0;                            // local fp32 mm throughput
+  // The rest of the step's work (elementwise ops, norms, softmax, copies, the optimizer): memory-bound, so costed as
+  // RankReport::allocated_bytes x traffic_per_allocated_byte over this bandwidth. 0: not costed.
+  double memory_gbps = 0;
+  double traffic_per_allocated_byte = 3.0;  // an op writes its output and reads about two inputs of its size
+  double fused_op_overhead_us = 0;  // per async TP fused op: handing its pieces to the communication thread
   std::map<std::string, CollectiveCost> collectives;   // by collective name
   std::string comm_source;                             // where the collective numbers came from
 
@@ -30,8 +40,8 @@ struct CostModel {
   double collective_seconds(const std::string& collective, int64_t input_bytes, int64_t n) const;
 };
 
-// The collective numbers measured by comm_bench on the development machine (docs/benchmarks.md, shared-memory backend, world 2,
-// idle machine, 2026-11-23): 64 MiB bus bandwidth and 1 KiB latency.
+// The numbers measured on the development machine: comm_bench's collectives (shared-memory backend, world 2, idle,
+// 2026-11-26: 64 MiB bus bandwidth and 1 KiB latency) and async TP's per-fused-op hand-off.
 CostModel default_cost_model();
 
 // Replaces the collective numbers with those of a comm_bench output file (its first table per collective).
@@ -40,10 +50,14 @@ void load_comm_table(CostModel& model, const std::string& path);
 
 // Times a 1024 x 1024 x 1024 fp32 mm on this machine (best of a few runs); about 0.1 s.
 double measure_matmul_gflops();
+// Times an fp32 add of 4M elements (best of a few runs): GB/s of its reads and writes.
+double measure_memory_gbps();
 
 struct StepEstimate {
   double compute_s = 0, comm_s = 0, step_s = 0;
+  double other_s = 0;            // of step_s: the memory-bound rest (CostModel::memory_gbps)
   double fused_comm_s = 0;       // of comm_s: async TP's fused collectives
+  double fused_overhead_s = 0;   // of step_s: their hand-offs (CostModel::fused_op_overhead_us)
   double step_overlapped_s = 0;  // compute + the other comm + what of the fused comm the compute cannot hide
 };
 // The collective an async TP fused op replaces ("fused_all_gather_matmul" -> "all_gather"); others: itself.

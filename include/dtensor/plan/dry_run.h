@@ -64,6 +64,9 @@ struct RankReport {
   int64_t param_bytes = 0, grad_bytes = 0, optimizer_state_bytes = 0;
   int64_t activation_bytes = 0;   // live after forward minus live before it (what backward will read)
   int64_t peak_bytes = 0;         // most bytes live at once over the step (parameters included)
+  // Bytes of every tensor the step allocated (forward, backward, optimizer step), freed or not: each op's output,
+  // so a measure of the step's memory traffic beside its matmuls (the cost model's "other" time).
+  int64_t allocated_bytes = 0;
   int64_t num_params = 0;         // elements of this rank's parameters
   double matmul_flops = 0;        // forward + backward
 

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <vector>
 
@@ -76,30 +77,30 @@ void load_comm_table(CostModel& model, const std::string& path) {
   model.comm_source = path;
 }
 
+namespace {
+// The best of `runs` timings of fn, after one warm-up call.
+double best_seconds(const std::function<void()>& fn, int runs) {
+  fn();
+  double best = 1e30;
+  for (int i = 0; i < runs; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+}  // namespace
+
 double measure_matmul_gflops() {
   const int64_t n = 1024;
   at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
-  at::mm(a, b);  // warm-up
-  double best = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    at::Tensor c = at::mm(a, b);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return 2.0 * n * n * n / best / 1e9;
+  return 2.0 * n * n * n / best_seconds([&] { at::mm(a, b); }, 3) / 1e9;
 }
 
 double measure_memory_gbps() {
   const int64_t n = 4 << 20;
   at::Tensor a = at::randn({n}), b = at::randn({n});
-  at::add(a, b);  // warm-up
-  double best = 1e30;
-  for (int i = 0; i < 5; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    at::Tensor c = at::add(a, b);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return 3.0 * static_cast<double>(n) * 4 / best / 1e9;  // two reads and a write of n floats
+  return 3.0 * static_cast<double>(n) * 4 / best_seconds([&] { at::add(a, b); }, 5) / 1e9;  // two reads, a write
 }
 
 double record_seconds(const dtensor::CommRecord& r, const CostModel& model) {

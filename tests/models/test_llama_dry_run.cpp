@@ -45,18 +45,9 @@ std::map<std::string, int64_t> plus(std::map<std::string, int64_t> a, const std:
   return a;
 }
 
+// Every rank simulated.
 llama_plan::PlanOptions plan_options_of(const train::TrainOptions& o, int tp) {
-  llama_plan::PlanOptions p;
-  p.model = o.model;
-  p.seq_len = o.seq_len;
-  p.batch = o.batch;
-  p.tp = tp;
-  p.dp = o.dp;
-  p.data_parallel = o.data_parallel;
-  p.sequence_parallel = o.sequence_parallel;
-  p.loss_parallel = o.loss_parallel;
-  p.async_tp = o.async_tp;
-  p.tp_plan = o.plan;
+  llama_plan::PlanOptions p = llama_plan::plan_options_of(o, tp);
   for (int r = 0; r < o.dp * tp; ++r) p.ranks.push_back(r);
   return p;
 }

@@ -20,14 +20,9 @@ using dtensor::testing::bin_path;
 using dtensor::testing::run_process;
 
 llama_plan::PlanOptions base(int64_t tp, int64_t dp) {
-  llama_plan::PlanOptions p;
-  const auto o = llama_test::small_options();
-  p.model = o.model;
-  p.seq_len = o.seq_len;
-  p.batch = o.batch;
-  p.tp = tp;
-  p.dp = dp;
-  return p;
+  auto o = llama_test::small_options();
+  o.dp = dp;
+  return llama_plan::plan_options_of(o, tp);
 }
 
 const dtensor::AutoPlanOptions kFixed{.cost = llama_plan::fixed_cost_model()};

@@ -62,6 +62,15 @@ def curl(args, timeout=60):
                           timeout=timeout + 10)
 
 
+def open_stream(url, body):
+    """A streamed completion, started: (connection, response, its first SSE line). The request is running."""
+    host, port = url[len("http://"):].split(":")
+    conn = httpclient.HTTPConnection(host, int(port), timeout=60)
+    conn.request("POST", "/v1/completions", json.dumps(dict(body, stream=True)), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    return conn, resp, resp.readline()
+
+
 def metric(url, name):
     _, text = http(url + "/metrics")
     for line in text.splitlines():
@@ -200,13 +209,7 @@ def main():
               [n for n in need if n not in met])
 
         # A streaming client that disconnects frees its slot.
-        host, port = url[len("http://"):].split(":")
-        conn = httpclient.HTTPConnection(host, int(port), timeout=30)
-        conn.request("POST", "/v1/completions", json.dumps({"model": name, "prompt": WORDS[1], "max_tokens": 1500,
-                                                            "ignore_eos": True, "stream": True}),
-                     {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        resp.readline()  # the first chunk's size line: the request is running
+        conn, _, _ = open_stream(url, {"model": name, "prompt": WORDS[1], "max_tokens": 1500, "ignore_eos": True})
         running_during = metric(url, "serve_running_requests")
         conn.sock.close()
         conn.close()
@@ -230,13 +233,8 @@ def main():
                                                     "--num-blocks", "16", "--max-model-len", "64"])
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=120, max_retries=0)
-        host, port = server.url[len("http://"):].split(":")
-        conn = httpclient.HTTPConnection(host, int(port), timeout=60)
-        conn.request("POST", "/v1/completions", json.dumps({"model": name, "prompt": WORDS[4], "max_tokens": 50,
-                                                            "ignore_eos": True, "stream": True}),
-                     {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        resp.readline()  # running: 50 more steps at least
+        # running: 50 more steps at least
+        conn, resp, _ = open_stream(server.url, {"model": name, "prompt": WORDS[4], "max_tokens": 50, "ignore_eos": True})
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
             texts = list(pool.map(lambda i: client.completions.create(model=name, prompt=WORDS[i], max_tokens=NEW,
                                                                       temperature=0).choices[0].text, range(16)))
@@ -251,13 +249,8 @@ def main():
     # A rank dies mid-stream: 503 in the stream, then the server exits with an error.
     server = Server(bin_dir, model_dir, tp=2)
     try:
-        host, port = server.url[len("http://"):].split(":")
-        conn = httpclient.HTTPConnection(host, int(port), timeout=60)
-        conn.request("POST", "/v1/completions", json.dumps({"model": name, "prompt": WORDS[2], "max_tokens": 1900,
-                                                            "ignore_eos": True, "stream": True}),
-                     {"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        first = resp.readline()
+        conn, resp, first = open_stream(server.url, {"model": name, "prompt": WORDS[2], "max_tokens": 1900,
+                                                     "ignore_eos": True})
         os.kill(server.rank_pid(1), signal.SIGKILL)
         rest = resp.read().decode(errors="replace")
         rc = server.proc.wait(60)

@@ -10,6 +10,22 @@
 
 namespace llama_plan {
 
+PlanOptions plan_options_of(const train::TrainOptions& o, int64_t tp) {
+  PlanOptions p;
+  p.model = o.model;
+  p.seq_len = o.seq_len;
+  p.batch = o.batch;
+  p.tp = tp;
+  p.dp = o.dp;
+  p.ep = o.ep;
+  p.data_parallel = o.data_parallel;
+  p.tp_plan = o.plan;
+  p.sequence_parallel = o.sequence_parallel;
+  p.loss_parallel = o.loss_parallel;
+  p.async_tp = o.async_tp;
+  return p;
+}
+
 dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
   DTENSOR_CHECK(o.tp >= 1 && o.dp >= 1, "llama_plan: --tp and --dp must be >= 1");
   DTENSOR_CHECK(o.batch % o.dp == 0, "llama_plan: batch ", o.batch, " is not divisible by dp ", o.dp);

@@ -10,6 +10,7 @@
 #include "common/parallel_dims.h"
 #include "llama/config.h"
 #include "llama/parallelize.h"
+#include "train/options.h"
 
 namespace llama_plan {
 
@@ -28,6 +29,10 @@ struct PlanOptions {
   bool optimizer = true;   // AdamW step (llama_train's optimizer)
   std::vector<int> ranks;  // simulated ranks; empty: rank 0 and the last
 };
+
+// llama_train's options as a plan at TP `tp`: its model, sequence length, batch, dp / ep, data parallel kind and plan
+// knobs (the simulated ranks left at their default).
+PlanOptions plan_options_of(const train::TrainOptions& options, int64_t tp);
 
 // Throws dtensor::Error for what a real run would refuse (the plan's own errors among them, raised by the
 // same code) and for batch not divisible by dp.

@@ -57,16 +57,7 @@ std::string peak_rss_per_rank(const dtensor::DeviceMesh& mesh) {
 // measurement), its winner written into the options. Rank 0 prints the choice and why. Throws dtensor::Error when
 // no candidate fits the memory budget.
 void choose_plan(train::TrainOptions& o, int64_t tp, bool print) {
-  llama_plan::PlanOptions base;
-  base.model = o.model;
-  base.seq_len = o.seq_len;
-  base.batch = o.batch;
-  base.tp = tp;
-  base.dp = o.dp;
-  base.ep = o.ep;
-  base.data_parallel = o.data_parallel;
-  base.sequence_parallel = o.sequence_parallel;
-  base.loss_parallel = o.loss_parallel;
+  const llama_plan::PlanOptions base = llama_plan::plan_options_of(o, tp);
   const dtensor::AutoPlanOptions search{.memory_budget_bytes = o.memory_budget_mb << 20, .cost = llama_plan::fixed_cost_model()};
   const llama_plan::SearchResult r = llama_plan::search_plan(base, search);
   o.plan = r.best.tp_plan;

@@ -179,9 +179,10 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
         return true;
       },
       [this, request, finished, endpoint, close](bool) {
+        // Counted first, so that /metrics shows the 499 by the time the freed slot shows.
+        metrics_.request_done(endpoint, *finished ? 200 : 499);
         // The client went away (or the write failed) before the end: free its slot.
         if (!*finished) request->cancel();
-        metrics_.request_done(endpoint, *finished ? 200 : 499);
         close();
       });
 }

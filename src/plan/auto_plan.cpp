@@ -9,7 +9,10 @@ namespace dtensor {
 namespace {
 
 CandidateScore score(const PlanCandidate& c, const AutoPlanOptions& options) {
-  CandidateScore s{.name = c.name, .plan = c.plan, .knobs = c.knobs};
+  CandidateScore s;
+  s.name = c.name;
+  s.plan = c.plan;
+  s.knobs = c.knobs;
   DryRunReport report;
   try {
     report = c.dry_run();

@@ -111,7 +111,8 @@ std::vector<int64_t> chat_prompt(const json& body, const ApiLimits& limits) {
   if (!limits.tokenizer->has_chat_template()) {
     throw bad("messages", "this model's tokenizer has no chat template: use /v1/completions");
   }
-  tokenizer::ChatOptions options{.add_generation_prompt = true};
+  tokenizer::ChatOptions options;
+  options.add_generation_prompt = true;
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     if (!body["chat_template_kwargs"].is_object()) throw bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     options.variables = body["chat_template_kwargs"];

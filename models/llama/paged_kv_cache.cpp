@@ -42,15 +42,14 @@ PagedKVCache::PagedKVCache(int64_t num_layers, int64_t num_blocks, int64_t block
 }
 
 void PagedKVCache::set_step(const at::Tensor& write_slots, const at::Tensor& key_slots) {
-  DTENSOR_CHECK(write_slots.dim() == 1 && key_slots.dim() == 1, "llama: PagedKVCache slots must be 1-d");
-  if (write_slots.numel() > 0) {
-    DTENSOR_CHECK(write_slots.min().item<int64_t>() >= 0 && write_slots.max().item<int64_t>() < num_slots(),
-                  "llama: PagedKVCache write slot outside [0, ", num_slots(), ")");
-  }
-  if (key_slots.numel() > 0) {
-    DTENSOR_CHECK(key_slots.min().item<int64_t>() >= 0 && key_slots.max().item<int64_t>() < num_slots(),
-                  "llama: PagedKVCache key slot outside [0, ", num_slots(), ")");
-  }
+  auto check = [&](const at::Tensor& slots, const char* what) {
+    DTENSOR_CHECK(slots.dim() == 1, "llama: PagedKVCache ", what, " slots must be 1-d");
+    if (slots.numel() == 0) return;
+    DTENSOR_CHECK(slots.min().item<int64_t>() >= 0 && slots.max().item<int64_t>() < num_slots(), "llama: PagedKVCache ",
+                  what, " slot outside [0, ", num_slots(), ")");
+  };
+  check(write_slots, "write");
+  check(key_slots, "key");
   write_slots_ = write_slots;
   key_slots_ = key_slots;
 }

@@ -56,6 +56,13 @@ std::string ms(double v) {
   return buf;
 }
 
+// "12.345 ms (matmuls ..., the rest ..., communication ..., N collectives, peak ... MB)"
+std::string prediction(const CandidateScore& s) {
+  return ms(s.predicted_step_ms) + " (matmuls " + ms(s.predicted_compute_ms) + ", the rest " +
+         ms(s.predicted_other_ms) + ", communication " + ms(s.predicted_comm_ms) + ", " +
+         std::to_string(s.collectives) + " collectives, peak " + mb(s.predicted_peak_bytes) + ")";
+}
+
 }  // namespace
 
 AutoPlanResult auto_plan(const std::vector<PlanCandidate>& candidates, const AutoPlanOptions& options) {
@@ -89,14 +96,8 @@ AutoPlanResult auto_plan(const std::vector<PlanCandidate>& candidates, const Aut
     const CandidateScore& best = result.best;
     const CandidateScore& r = result.candidates[1];
     result.runner_up = r;
-    result.why = best.name + " predicts " + ms(best.predicted_step_ms) + " per step (matmuls " +
-                 ms(best.predicted_compute_ms) + ", the rest " + ms(best.predicted_other_ms) + ", communication " +
-                 ms(best.predicted_comm_ms) + ", " +
-                 std::to_string(best.collectives) + " collectives, peak " + mb(best.predicted_peak_bytes) +
-                 ") against the runner-up " + r.name + "'s " + ms(r.predicted_step_ms) + " (matmuls " +
-                 ms(r.predicted_compute_ms) + ", the rest " + ms(r.predicted_other_ms) + ", communication " +
-                 ms(r.predicted_comm_ms) + ", " +
-                 std::to_string(r.collectives) + " collectives, peak " + mb(r.predicted_peak_bytes) + ")";
+    result.why = best.name + " predicts " + prediction(best) + " per step against the runner-up " + r.name + "'s " +
+                 prediction(r);
     if (kept) {
       char gain[64];
       std::snprintf(gain, sizeof gain, "%.1f%%", 100.0 * (1.0 - r.predicted_step_ms / best.predicted_step_ms));

@@ -1,5 +1,7 @@
 #include "search.h"
 
+#include <algorithm>
+
 #include "dtensor/core/error.h"
 #include "llama/parallelize.h"
 
@@ -143,7 +145,9 @@ void print_search(std::ostream& os, const PlanOptions& base, const SearchResult&
   }
   os << "\nchosen: " << r.result.best.name << "\nwhy: " << r.result.why << "\nplan:\n";
   for (const auto& [path, style] : r.result.best.plan) os << "  " << path << ": " << style << "\n";
-  os << "summary plan=" << r.result.best.name.substr(0, r.result.best.name.find(' '))
+  std::string name = r.result.best.name;  // "torchtitan+sp+loss_parallel fsdp" -> one token
+  std::replace(name.begin(), name.end(), ' ', '/');
+  os << "summary plan=" << name
      << " predicted_step_ms=" << r.result.best.predicted_step_ms
      << " predicted_peak_bytes_per_rank=" << r.result.best.predicted_peak_bytes
      << " candidates=" << r.result.candidates.size() << " fitting=" << fitting << "\n";

@@ -48,8 +48,7 @@ struct Sequence {
   std::vector<int64_t> blocks;
   llama::Sampler sampler;
   TextOutput text;
-  int64_t drawn = 0;
-  bool first_token_seen = false;
+  int64_t drawn() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }  // tokens generated so far
 };
 
 class Scheduler {

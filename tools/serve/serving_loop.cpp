@@ -53,20 +53,16 @@ void ServingLoop::finish(Sequence& seq, std::string text, const std::string& rea
 
 void ServingLoop::emit(Sequence& seq, int64_t token) {
   seq.tokens.push_back(token);
-  ++seq.drawn;
   ++generated_;
   metrics_.tokens(0, 1);
-  seq.request->completion_tokens = seq.drawn;
-  if (!seq.first_token_seen) {
-    seq.first_token_seen = true;
-    metrics_.first_token(seconds_since(seq.request->arrival));
-  }
+  seq.request->completion_tokens = seq.drawn();
+  if (seq.drawn() == 1) metrics_.first_token(seconds_since(seq.request->arrival));
   const SamplingParams& p = seq.request->api.params;
   const auto eos = tok_.eos_token_id();
   if (!p.ignore_eos && eos && token == *eos) return finish(seq, seq.text.end(), "stop");
   std::string piece = seq.text.put(token);
   if (seq.text.stopped()) return finish(seq, std::move(piece), "stop");
-  if (seq.drawn >= p.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= options_.max_model_len) {
+  if (seq.drawn() >= p.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= options_.max_model_len) {
     return finish(seq, piece + seq.text.end(), "length");
   }
   if (!piece.empty()) seq.request->push({std::move(piece), "", 0, ""});

@@ -8,11 +8,12 @@
 //
 // Each candidate runs once as a dry run (dry_run.h: one training step of one rank on meta tensors, through the
 // real plan, dispatch and styles): exact collectives, bytes and memory. Its step time is then estimated with the
-// cost model (cost_model.h: this machine's measured matmul rate and comm_bench's collective costs). The search keeps
-// the candidates whose predicted peak memory per rank fits the budget and picks the fastest predicted step (ties:
-// the smaller peak, then the earlier candidate), unless the first candidate (the incumbent, the hand-written plan)
-// fits and is predicted within AutoPlanOptions::min_gain of it: then the incumbent stays. A candidate the plan itself refuses (a shape the mesh cannot split)
-// is kept in the table with its error, never chosen.
+// cost model (cost_model.h: this machine's measured matmul rate, memory bandwidth and comm_bench's collective
+// costs). The search keeps the candidates whose predicted peak memory per rank fits the budget and picks the fastest
+// predicted step (ties: the smaller peak, then the earlier candidate), unless the first candidate (the incumbent,
+// the hand-written plan) fits and is predicted within AutoPlanOptions::min_gain of it: then the incumbent stays. A
+// candidate the plan itself refuses (a shape the mesh cannot split) is kept in the table with its error, never
+// chosen.
 //
 // What is searched is the caller's: the candidate list. models/llama's search (tools/llama_plan/search.h)
 // composes torchtitan's and HF's Colwise / Rowwise pairs with sequence parallel, loss parallel, async TP and
@@ -43,8 +44,8 @@ struct AutoPlanOptions {
   int64_t memory_budget_bytes = 0;  // per rank; 0: no limit
   CostModel cost = default_cost_model();
   // The first candidate is the incumbent (the hand-written plan). Another replaces it only when predicted faster by
-  // at least this fraction: the cost model counts matmuls and collectives, not the rest of the step, so smaller
-  // predicted gains are within its error. 0: the fastest prediction always wins.
+  // at least this fraction: the cost model counts FLOPs, allocated bytes and collectives, not kernel efficiency at
+  // small shapes or dispatch, so smaller predicted gains are within its error. 0: the fastest prediction always wins.
   double min_gain = 0.05;
 };
 

@@ -20,6 +20,12 @@ thread_local bool shape_inference = false;
 bool in_shape_inference() { return shape_inference; }
 
 std::vector<OutputMeta> meta_outputs(const OpCall& call) {
+  // Flagged from the first stand-in on: what shape inference allocates is the dispatcher's, not the program's (the
+  // dry run's memory and FLOP counters skip it; a cache hit would skip it anyway).
+  struct Flag {
+    Flag() { shape_inference = true; }
+    ~Flag() { shape_inference = false; }
+  } inferring;
   torch::jit::Stack meta_stack;
   for (size_t i = 0; i < call.num_args(); ++i) {
     const c10::IValue& v = call.arg(i);
@@ -34,13 +40,7 @@ std::vector<OutputMeta> meta_outputs(const OpCall& call) {
       meta_stack.push_back(v);
     }
   }
-  {
-    struct Flag {
-      Flag() { shape_inference = true; }
-      ~Flag() { shape_inference = false; }
-    } inferring;
-    call.op.callBoxed(&meta_stack);
-  }
+  call.op.callBoxed(&meta_stack);
   std::vector<OutputMeta> out;
   for (const auto& v : meta_stack) {
     auto add = [&](const at::Tensor& t) {

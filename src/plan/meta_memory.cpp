@@ -2,6 +2,8 @@
 
 #include <c10/core/Allocator.h>
 
+#include "ops/output_meta.h"
+
 #include <mutex>
 #include <utility>
 
@@ -23,12 +25,14 @@ void release(void* ctx) {
 }
 
 // The meta device's allocator with counting in front: storages allocated while a counter is active on the
-// thread carry a Record; the others are the wrapped allocator's, as before.
+// thread carry a Record; the others are the wrapped allocator's, as before. The dispatcher's shape inference is
+// not counted: it runs on a decision-cache miss only, and whether a key hits depends on what ran before in the
+// process (a mesh's address is part of the key), so counting it made the numbers vary from run to run.
 class CountingMetaAllocator final : public c10::Allocator {
  public:
   explicit CountingMetaAllocator(c10::Allocator* wrapped) : wrapped_(wrapped) {}
   c10::DataPtr allocate(size_t n) override {
-    if (!active) return wrapped_->allocate(n);
+    if (!active || ops::in_shape_inference()) return wrapped_->allocate(n);
     const auto bytes = static_cast<int64_t>(n);
     const int64_t now = active->live += bytes;
     active->allocated += bytes;

@@ -13,9 +13,11 @@
 #include <map>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "dtensor/core/error.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "llama/parallelize.h"
@@ -54,9 +56,9 @@ std::string peak_rss_per_rank(const dtensor::DeviceMesh& mesh) {
 }
 
 // --plan auto: the plan search of llama_plan --search (every rank computes the same choice: a fixed cost model, no
-// measurement), its winner written into the options. Rank 0 prints the choice and why. Throws dtensor::Error when
-// no candidate fits the memory budget.
-void choose_plan(train::TrainOptions& o, int64_t tp, bool print) {
+// measurement), its winner written into the options and its name returned. Rank 0 prints the choice and why.
+// Throws dtensor::Error when no candidate fits the memory budget.
+std::string choose_plan(train::TrainOptions& o, int64_t tp, bool print) {
   const llama_plan::PlanOptions base = llama_plan::plan_options_of(o, tp);
   const dtensor::AutoPlanOptions search{.memory_budget_bytes = o.memory_budget_mb << 20, .cost = llama_plan::fixed_cost_model()};
   const llama_plan::SearchResult r = llama_plan::search_plan(base, search);
@@ -65,12 +67,25 @@ void choose_plan(train::TrainOptions& o, int64_t tp, bool print) {
   o.loss_parallel = r.best.loss_parallel;
   o.async_tp = r.best.async_tp;
   o.data_parallel = r.best.data_parallel;
-  if (!print) return;
+  if (!print) return r.result.best.name;
   std::printf("plan auto: %s, predicted %.3f ms/step, peak %.2f MB per rank (%zu candidates)\nplan auto: why: %s\n",
               r.result.best.name.c_str(), r.result.best.predicted_step_ms,
               static_cast<double>(r.result.best.predicted_peak_bytes) / 1e6, r.result.candidates.size(), r.result.why.c_str());
   for (const auto& [path, style] : r.result.best.plan) std::printf("plan auto:   %s: %s\n", path.c_str(), style.c_str());
   std::fflush(stdout);
+  return r.result.best.name;
+}
+
+// Every rank chose alone, before the process group: ranks with different plans would exchange mismatched shards, so
+// a disagreement is an error naming both choices, never a run.
+void check_same_choice(const dtensor::DeviceMesh& world_mesh, const std::string& mine) {
+  if (world_mesh.size() == 1) return;
+  const auto h = static_cast<int64_t>(std::hash<std::string>()(mine) >> 1);
+  const at::Tensor all = dtensor::all_gather(at::full({1}, h, at::TensorOptions(at::kLong).device(world_mesh.device())), 0, world_mesh, 0).cpu();
+  for (int64_t r = 0; r < all.numel(); ++r) {
+    DTENSOR_CHECK(all[r].item<int64_t>() == h, "llama_train: --plan auto chose ", mine, " on rank ",
+                  world_mesh.get_rank(), " but another plan on rank ", r, ": the plan search must agree on every rank");
+  }
 }
 
 }  // namespace
@@ -80,6 +95,7 @@ int main(int argc, char** argv) {
   const int world_size = env_int("WORLD_SIZE", 1);
   train::TrainOptions options;
   train::Corpus corpus;
+  std::string auto_choice;  // --plan auto's winner
   try {
     bool help = false;
     options = train::parse_options(std::vector<std::string>(argv + 1, argv + argc), help);
@@ -95,7 +111,7 @@ int main(int argc, char** argv) {
     train::fit_to_corpus(options, corpus);
     // The plan's size checks (heads, kv heads, ffn, vocab vs the TP degree) before any communication.
     const int64_t tp = train::tp_degree(options, world_size);
-    if (options.plan_auto) choose_plan(options, tp, rank == 0);
+    if (options.plan_auto) auto_choice = choose_plan(options, tp, rank == 0);
     if (tp > 1 && options.plan == llama::TPPlan::hf) llama::hf_plan(options.model, tp);
     if (tp > 1 && options.plan == llama::TPPlan::torchtitan) llama::torchtitan_plan(options.model, tp);
   } catch (const std::exception& e) {
@@ -119,6 +135,7 @@ int main(int argc, char** argv) {
                   static_cast<long long>(corpus.tokens.numel()));
     }
     const dtensor::DeviceMesh world_mesh = mesh.ndim() == 1 ? mesh : mesh.flatten();  // for the memory line
+    if (options.plan_auto) check_same_choice(world_mesh, auto_choice);
     train::TrainHooks hooks;
     hooks.after_step = [&](const train::StepRecord& r) {
       if ((r.step + 1) % options.log_every != 0 && r.step != 0 && r.step + 1 != options.steps) return;

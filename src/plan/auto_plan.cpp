@@ -26,7 +26,9 @@ CandidateScore score(const PlanCandidate& c, const AutoPlanOptions& options) {
   s.predicted_step_ms = e.step_s * 1e3;
   s.predicted_compute_ms = e.compute_s * 1e3;
   s.predicted_other_ms = e.other_s * 1e3;
+  s.predicted_dispatch_ms = e.dispatch_s * 1e3;
   s.predicted_comm_ms = e.comm_s * 1e3;
+  s.dtensor_ops = r0.dtensor_ops;
   for (const auto& r : report.ranks) s.predicted_peak_bytes = std::max(s.predicted_peak_bytes, r.peak_bytes);
   for (const auto& rec : r0.comms) {
     s.collectives += rec.count;
@@ -56,10 +58,11 @@ std::string ms(double v) {
   return buf;
 }
 
-// "12.345 ms (matmuls ..., the rest ..., communication ..., N collectives, peak ... MB)"
+// "12.345 ms (matmuls ..., the rest ..., N DTensor ops ..., communication ..., N collectives, peak ... MB)"
 std::string prediction(const CandidateScore& s) {
   return ms(s.predicted_step_ms) + " (matmuls " + ms(s.predicted_compute_ms) + ", the rest " +
-         ms(s.predicted_other_ms) + ", communication " + ms(s.predicted_comm_ms) + ", " +
+         ms(s.predicted_other_ms) + ", " + std::to_string(s.dtensor_ops) + " DTensor ops " +
+         ms(s.predicted_dispatch_ms) + ", communication " + ms(s.predicted_comm_ms) + ", " +
          std::to_string(s.collectives) + " collectives, peak " + mb(s.predicted_peak_bytes) + ")";
 }
 

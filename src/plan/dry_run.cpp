@@ -15,6 +15,7 @@
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/nn/default_device.h"
 #include "dtensor/api/dtensor_api.h"
+#include "dtensor/ops/dispatch_options.h"
 #include "plan/matmul_flops.h"
 #include "plan/meta_memory.h"
 
@@ -122,6 +123,8 @@ RankReport simulate_rank(int rank, const std::function<std::shared_ptr<torch::nn
 
   CommRecorder recorder(mesh, options.mesh_dim_names, report.comms);
   int64_t allocated_before = 0;
+  const auto dispatched = [] { return dispatch_stats().cache_hits + dispatch_stats().cache_misses; };
+  const int64_t ops_before = dispatched();
   {
     detail::MatmulFlopCounter flops;
     memory.reset_peak();
@@ -146,6 +149,7 @@ RankReport simulate_rank(int rank, const std::function<std::shared_ptr<torch::nn
   }
   report.peak_bytes = memory.peak_bytes();
   report.allocated_bytes = memory.allocated_bytes() - allocated_before;
+  report.dtensor_ops = dispatched() - ops_before;
   return report;
 }
 

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <regex>
+#include <thread>
 
 #include "dtensor/core/error.h"
 #include "harness/subprocess.h"
@@ -61,6 +62,36 @@ TEST(PlanSearch, PicksTheFastestPredictedThatFitsWithItsOwnDryRunsNumbers) {
   EXPECT_EQ(r.result.best.plan.at("model.layers.*.mlp.down_proj"), "RowwiseParallel");
 }
 
+// The dry run's numbers do not depend on what ran before: the dispatcher's decision cache is per thread and starts
+// empty on a new one, so the first run there misses where the second hits (the shape inference a miss runs was
+// once counted as the step's memory, and two searches in one process then disagreed).
+TEST(PlanSearch, TheDryRunGivesTheSameNumbersWithAColdOrWarmDispatchCache) {
+  const auto o = base(2, 1);
+  dtensor::RankReport cold, warm;
+  std::thread([&] {
+    cold = llama_plan::dry_run_llama(o).ranks.front();
+    warm = llama_plan::dry_run_llama(o).ranks.front();
+  }).join();
+  EXPECT_GT(cold.allocated_bytes, 0);
+  EXPECT_EQ(cold.allocated_bytes, warm.allocated_bytes);
+  EXPECT_EQ(cold.peak_bytes, warm.peak_bytes);
+  EXPECT_EQ(cold.activation_bytes, warm.activation_bytes);
+  EXPECT_EQ(cold.matmul_flops, warm.matmul_flops);
+  EXPECT_GT(cold.dtensor_ops, 0);
+  EXPECT_EQ(cold.dtensor_ops, warm.dtensor_ops);
+  // HF's plan hands the layers local tensors (use_local_output) where torchtitan's keeps the residual stream, norms
+  // and loss on DTensors: fewer DTensor calls, each costed by the model.
+  auto hf = o;
+  hf.tp_plan = llama::TPPlan::hf;
+  const dtensor::RankReport h = llama_plan::dry_run_llama(hf).ranks.front();
+  EXPECT_LT(h.dtensor_ops, cold.dtensor_ops);
+  dtensor::CostModel cost = kFixed.cost;
+  const double without = dtensor::estimate_step(cold, cost).step_s;
+  EXPECT_NEAR(dtensor::estimate_step(cold, cost).dispatch_s, cold.dtensor_ops * cost.dtensor_op_us * 1e-6, 1e-12);
+  cost.dtensor_op_us = 0;
+  EXPECT_NEAR(without - dtensor::estimate_step(cold, cost).step_s, cold.dtensor_ops * kFixed.cost.dtensor_op_us * 1e-6, 1e-12);
+}
+
 TEST(PlanSearch, AMemoryBudgetTheHandPlanExceedsGetsAPlanThatFits) {
   const auto unbounded = llama_plan::search_plan(base(2, 2), kFixed);
   ASSERT_EQ(unbounded.result.candidates.size(), 14u);  // x DDP / FSDP
@@ -109,6 +140,8 @@ TEST(PlanSearch, LlamaPlanSearchJsonAndLlamaTrainPlanAuto) {
   EXPECT_GT(j.at("predicted_peak_bytes_per_rank").get<int64_t>(), 0);
   EXPECT_FALSE(j.at("why").get<std::string>().empty());
   EXPECT_EQ(j.at("candidates").size(), 7u);
+  EXPECT_GT(j.at("candidates")[0].at("dtensor_ops_per_step").get<int64_t>(), 0);
+  EXPECT_GT(j.at("candidates")[0].at("predicted_dispatch_ms").get<double>(), 0);
   auto bad = run_process({bin_path("llama_plan"), "--memory-budget-mb", "10"}, {}, 60);
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   auto tight = run_process({bin_path("llama_plan"), "--search", "--memory-budget-mb", "1"}, {}, 60);

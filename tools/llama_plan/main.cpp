@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     if (!o.comm_table.empty()) dtensor::load_comm_table(cost, o.comm_table);
     cost.matmul_gflops = o.mm_gflops > 0 ? o.mm_gflops : dtensor::measure_matmul_gflops();
     cost.memory_gbps = o.memory_gbps > 0 ? o.memory_gbps : dtensor::measure_memory_gbps();
+    cost.dtensor_op_us = o.dtensor_op_us >= 0 ? o.dtensor_op_us : dtensor::measure_dtensor_op_us();
     if (o.search) {
       const dtensor::AutoPlanOptions search_options{.memory_budget_bytes = o.memory_budget_mb << 20, .cost = cost};
       if (!o.json) std::cerr << "llama_plan: searching plans for " << o.plan.model.to_string() << " at tp " << o.plan.tp << "...\n";

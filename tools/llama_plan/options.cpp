@@ -71,6 +71,7 @@ std::string help_text() {
      << "  --comm-table FILE         collective latency/bandwidth from comm_bench's output (default: built in)\n"
      << "  --mm-gflops X             local matmul throughput (default: measured, ~0.1 s)\n"
      << "  --memory-gbps X           memory bandwidth for the step's elementwise rest (default: measured)\n"
+     << "  --dtensor-op-us X         microseconds each DTensor operator call adds (default: measured)\n"
      << "  --json                    one JSON object instead of the tables\n";
   return os.str();
 }
@@ -124,6 +125,11 @@ CliOptions parse_options(const std::vector<std::string>& args) {
            [&](const std::string& v) {
              o.memory_gbps = parse_number<double>("memory-gbps", v);
              if (o.memory_gbps <= 0) throw UsageError("--memory-gbps must be positive, got " + v);
+           }},
+          {"dtensor-op-us",
+           [&](const std::string& v) {
+             o.dtensor_op_us = parse_number<double>("dtensor-op-us", v);
+             if (o.dtensor_op_us < 0) throw UsageError("--dtensor-op-us must be >= 0, got " + v);
            }},
           {"mm-gflops",
            [&](const std::string& v) {

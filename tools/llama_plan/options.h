@@ -18,6 +18,7 @@ struct CliOptions {
   std::string comm_table;   // "": the built-in numbers
   double mm_gflops = 0;     // 0: measure
   double memory_gbps = 0;   // 0: measure
+  double dtensor_op_us = -1;  // < 0: measure
   bool help = false;
 };
 

@@ -96,7 +96,9 @@ nlohmann::json rank_json(const dtensor::RankReport& r, const CostModel& cost) {
   return {{"rank", r.rank}, {"coordinate", r.coordinate}, {"param_bytes", r.param_bytes}, {"num_params", r.num_params},
           {"grad_bytes", r.grad_bytes}, {"optimizer_state_bytes", r.optimizer_state_bytes},
           {"activation_bytes", r.activation_bytes}, {"peak_bytes", r.peak_bytes}, {"matmul_flops", r.matmul_flops},
-          {"estimate", {{"compute_s", e.compute_s}, {"other_s", e.other_s}, {"comm_s", e.comm_s}, {"step_s", e.step_s},
+          {"allocated_bytes", r.allocated_bytes}, {"dtensor_ops", r.dtensor_ops},
+          {"estimate", {{"compute_s", e.compute_s}, {"other_s", e.other_s}, {"dispatch_s", e.dispatch_s},
+                        {"comm_s", e.comm_s}, {"step_s", e.step_s},
                         {"fused_comm_s", e.fused_comm_s}, {"fused_overhead_s", e.fused_overhead_s},
                         {"step_overlapped_s", e.step_overlapped_s}}},
           {"comms", comms}};
@@ -159,10 +161,11 @@ void print_tables(std::ostream& os, const PlanOptions& o, const dtensor::DryRunR
   const StepEstimate e = estimate_step(r0, cost);
   std::snprintf(line, sizeof line,
                 "\n# estimate (no overlap): compute %.1f ms (%.3g matmul GFLOP at %.1f GFLOP/s), the rest %.1f ms "
-                "(%.3g MB allocated, at %.1f GB/s), communication %.1f ms (%s), async TP hand-offs %.1f ms, "
-                "step %.1f ms\n",
+                "(%.3g MB allocated, at %.1f GB/s), DTensor dispatch %.1f ms (%lld ops at %.1f us), communication "
+                "%.1f ms (%s), async TP hand-offs %.1f ms, step %.1f ms\n",
                 e.compute_s * 1e3, r0.matmul_flops / 1e9, cost.matmul_gflops, e.other_s * 1e3,
-                static_cast<double>(r0.allocated_bytes) / 1e6, cost.memory_gbps, e.comm_s * 1e3,
+                static_cast<double>(r0.allocated_bytes) / 1e6, cost.memory_gbps, e.dispatch_s * 1e3,
+                static_cast<long long>(r0.dtensor_ops), cost.dtensor_op_us, e.comm_s * 1e3,
                 cost.comm_source.c_str(), e.fused_overhead_s * 1e3, e.step_s * 1e3);
   os << line;
   if (e.fused_comm_s > 0) {
@@ -205,6 +208,7 @@ nlohmann::json to_json(const PlanOptions& o, const dtensor::DryRunReport& report
           {"loss_parallel", o.loss_parallel}, {"async_tp", o.async_tp}, {"mesh_shape", report.mesh_shape}, {"mesh_dim_names", report.mesh_dim_names},
           {"ranks", ranks}, {"differing_ranks", report.differing_ranks},
           {"cost_model", {{"matmul_gflops", cost.matmul_gflops}, {"memory_gbps", cost.memory_gbps},
+                          {"dtensor_op_us", cost.dtensor_op_us},
                           {"comm_source", cost.comm_source}}},
           {"dry_run_seconds", report.seconds}};
 }

@@ -46,10 +46,12 @@ nlohmann::json score_json(const dtensor::CandidateScore& s) {
   j["predicted_step_ms"] = s.predicted_step_ms;
   j["predicted_compute_ms"] = s.predicted_compute_ms;
   j["predicted_other_ms"] = s.predicted_other_ms;
+  j["predicted_dispatch_ms"] = s.predicted_dispatch_ms;
   j["predicted_comm_ms"] = s.predicted_comm_ms;
   j["predicted_peak_bytes_per_rank"] = s.predicted_peak_bytes;
   j["collectives_per_step"] = s.collectives;
   j["comm_bytes_per_step"] = s.comm_bytes;
+  j["dtensor_ops_per_step"] = s.dtensor_ops;
   return j;
 }
 
@@ -126,10 +128,10 @@ void print_search(std::ostream& os, const PlanOptions& base, const SearchResult&
   char line[256];
   os << "# plan search: tp " << base.tp << ", dp " << base.dp << ", batch " << base.batch << " x " << base.seq_len
      << " tokens; cost model: matmul " << options.cost.matmul_gflops << " GFLOP/s, memory " << options.cost.memory_gbps
-     << " GB/s, " << options.cost.comm_source << "\n";
+     << " GB/s, " << options.cost.dtensor_op_us << " us per DTensor op, " << options.cost.comm_source << "\n";
   if (options.memory_budget_bytes > 0) os << "# memory budget: " << (options.memory_budget_bytes >> 20) << " MiB per rank\n";
-  std::snprintf(line, sizeof line, "%-44s %10s %10s %10s %10s %6s %10s %5s\n", "candidate", "step_ms", "matmul", "other",
-                "comm", "colls", "peak_MB", "fits");
+  std::snprintf(line, sizeof line, "%-44s %10s %10s %10s %10s %10s %6s %7s %10s %5s\n", "candidate", "step_ms", "matmul",
+                "other", "dispatch", "comm", "colls", "dt_ops", "peak_MB", "fits");
   os << line;
   int fitting = 0;
   for (const auto& s : r.result.candidates) {
@@ -138,8 +140,10 @@ void print_search(std::ostream& os, const PlanOptions& base, const SearchResult&
       continue;
     }
     fitting += s.fits;
-    std::snprintf(line, sizeof line, "%-44s %10.3f %10.3f %10.3f %10.3f %6lld %10.2f %5s\n", s.name.c_str(), s.predicted_step_ms,
-                  s.predicted_compute_ms, s.predicted_other_ms, s.predicted_comm_ms, static_cast<long long>(s.collectives),
+    std::snprintf(line, sizeof line, "%-44s %10.3f %10.3f %10.3f %10.3f %10.3f %6lld %7lld %10.2f %5s\n", s.name.c_str(),
+                  s.predicted_step_ms, s.predicted_compute_ms, s.predicted_other_ms, s.predicted_dispatch_ms,
+                  s.predicted_comm_ms, static_cast<long long>(s.collectives),
+                  static_cast<long long>(s.dtensor_ops),
                   static_cast<double>(s.predicted_peak_bytes) / 1e6, s.fits ? "yes" : "no");
     os << line;
   }
@@ -155,10 +159,11 @@ void print_search(std::ostream& os, const PlanOptions& base, const SearchResult&
 
 dtensor::CostModel fixed_cost_model() {
   dtensor::CostModel m = dtensor::default_cost_model();
-  // measure_matmul_gflops() and measure_memory_gbps() on one thread (tprun gives each rank one) of the development
-  // machine, 2026-11-26.
+  // measure_matmul_gflops(), measure_memory_gbps() and measure_dtensor_op_us() on one thread (tprun gives each rank
+  // one) of the development machine, 2026-11-26.
   m.matmul_gflops = 94.0;
   m.memory_gbps = 25.0;
+  m.dtensor_op_us = 1.9;
   return m;
 }
 

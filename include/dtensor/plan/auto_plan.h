@@ -57,8 +57,10 @@ struct CandidateScore {
   bool fits = false;        // ran and its peak is within the budget
   double predicted_step_ms = 0;
   double predicted_compute_ms = 0, predicted_other_ms = 0, predicted_comm_ms = 0;  // matmuls, the rest, collectives
+  double predicted_dispatch_ms = 0;  // DTensor operator calls
   int64_t predicted_peak_bytes = 0;  // the largest over the simulated ranks
   int64_t collectives = 0, comm_bytes = 0;  // per step, rank 0
+  int64_t dtensor_ops = 0;                  // per step, rank 0 (RankReport::dtensor_ops)
 };
 
 struct AutoPlanResult {

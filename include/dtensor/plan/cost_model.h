@@ -30,6 +30,10 @@ struct CostModel {
   // RankReport::allocated_bytes x traffic_per_allocated_byte over this bandwidth. 0: not costed.
   double memory_gbps = 0;
   double traffic_per_allocated_byte = 3.0;  // an op writes its output and reads about two inputs of its size
+  // Per DTensor operator call (RankReport::dtensor_ops): the sharding decision, the wrapping and the autograd
+  // bookkeeping on top of the local kernel. What separates plans that keep more of the layer on DTensors (sequence
+  // parallel's norms, loss parallel) from plans that drop to local tensors early. 0: not costed.
+  double dtensor_op_us = 0;
   double fused_op_overhead_us = 0;  // per async TP fused op: handing its pieces to the communication thread
   std::map<std::string, CollectiveCost> collectives;   // by collective name
   std::string comm_source;                             // where the collective numbers came from
@@ -52,10 +56,14 @@ void load_comm_table(CostModel& model, const std::string& path);
 double measure_matmul_gflops();
 // Times an fp32 add of 4M elements (best of a few runs): GB/s of its reads and writes.
 double measure_memory_gbps();
+// Times a small forward and backward on plain tensors and on replicated DTensors (a fake world: no communication):
+// microseconds each DTensor operator call adds. About 0.2 s.
+double measure_dtensor_op_us();
 
 struct StepEstimate {
   double compute_s = 0, comm_s = 0, step_s = 0;
   double other_s = 0;            // of step_s: the memory-bound rest (CostModel::memory_gbps)
+  double dispatch_s = 0;         // of step_s: DTensor operator calls (CostModel::dtensor_op_us)
   double fused_comm_s = 0;       // of comm_s: async TP's fused collectives
   double fused_overhead_s = 0;   // of step_s: their hand-offs (CostModel::fused_op_overhead_us)
   double step_overlapped_s = 0;  // compute + the other comm + what of the fused comm the compute cannot hide

@@ -65,8 +65,12 @@ struct RankReport {
   int64_t activation_bytes = 0;   // live after forward minus live before it (what backward will read)
   int64_t peak_bytes = 0;         // most bytes live at once over the step (parameters included)
   // Bytes of every tensor the step allocated (forward, backward, optimizer step), freed or not: each op's output,
-  // so a measure of the step's memory traffic beside its matmuls (the cost model's "other" time).
+  // so a measure of the step's memory traffic beside its matmuls (the cost model's "other" time). The dispatcher's
+  // own shape inference (stand-ins on a decision-cache miss) is not counted, so the number is the same in every run.
   int64_t allocated_bytes = 0;
+  // DTensor operator calls of the step (forward, backward, optimizer): each goes through the sharding decision and
+  // its wrappers on top of the local kernel (the cost model's per-op overhead).
+  int64_t dtensor_ops = 0;
   int64_t num_params = 0;         // elements of this rank's parameters
   double matmul_flops = 0;        // forward + backward
 

@@ -47,7 +47,6 @@ models::ParallelDims parallelize(llama::LlamaForCausalLM& model, const TrainOpti
 
 TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Corpus& corpus,
                 const models::ParallelDims& dims, const TrainHooks& hooks) {
-  const dtensor::DeviceMesh& mesh = dims.world_mesh();
   const int64_t dp = dims.dp;
   const int64_t dp_rank = dims.data_rank();
   DTENSOR_CHECK(o.batch % dp == 0, "dtensor: llama_train: batch ", o.batch, " is not divisible by dp ", dp);

@@ -104,6 +104,12 @@ std::chrono::milliseconds resolve_timeout(std::chrono::milliseconds requested) {
 
 // ---------------------------------------------------------------------------------------------------- World
 
+namespace {
+std::atomic<int64_t> real_worlds{0};
+}  // namespace
+
+int64_t detail::real_worlds_created() { return real_worlds.load(); }
+
 struct World::Groups {
   std::mutex mutex;
   std::map<std::vector<int>, std::shared_ptr<ProcessGroup>> by_ranks;
@@ -120,6 +126,7 @@ World::World(c10::intrusive_ptr<c10d::Store> store, int rank, int size, InitOpti
   // Also on Gloo: a failed collective's error reports the members by it (describe_members). A world of
   // peerless groups (make_backend: a plan dry run) has no members to describe.
   if (options_.make_backend) return;
+  ++real_worlds;
   try {
     detail::publish_host_identity(*store_, rank_);  // one store op: bounded by the store's timeout
   } catch (const std::exception& e) {

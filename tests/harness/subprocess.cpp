@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -17,8 +18,15 @@
 
 namespace dtensor::testing {
 
+namespace {
+std::atomic<int64_t> started{0};
+}  // namespace
+
+int64_t processes_started() { return started.load(); }
+
 int start_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
                   const std::string& output_file) {
+  ++started;
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {

@@ -23,6 +23,9 @@ int start_process(const std::vector<std::string>& argv, const std::map<std::stri
                   const std::string& output_file);
 ProcessResult wait_process(int pid, const std::string& output_file, double timeout_seconds);
 
+// Processes start_process (and run_process) started so far in this process.
+int64_t processes_started();
+
 std::string bin_path(const std::string& program);  // build/bin/<program>
 int free_port();                                   // a port free on 127.0.0.1 right now
 

@@ -12,6 +12,7 @@
 #include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -31,6 +32,9 @@ namespace dtensor {
 class ProcessGroup;
 namespace detail {
 struct GroupHealth;
+// Worlds made so far in this process with real backends (not a dry run's peerless ones): the tests' record of which
+// suites use a process group (tests/harness/gtest_main.cpp).
+int64_t real_worlds_created();
 }
 
 // A handle on a collective in flight. wait() blocks at most the group's timeout and rethrows the peer's

@@ -123,8 +123,7 @@ RankReport simulate_rank(int rank, const std::function<std::shared_ptr<torch::nn
 
   CommRecorder recorder(mesh, options.mesh_dim_names, report.comms);
   int64_t allocated_before = 0;
-  const auto dispatched = [] { return dispatch_stats().cache_hits + dispatch_stats().cache_misses; };
-  const int64_t ops_before = dispatched();
+  const int64_t ops_before = dispatch_stats().calls();
   {
     detail::MatmulFlopCounter flops;
     memory.reset_peak();
@@ -149,7 +148,7 @@ RankReport simulate_rank(int rank, const std::function<std::shared_ptr<torch::nn
   }
   report.peak_bytes = memory.peak_bytes();
   report.allocated_bytes = memory.allocated_bytes() - allocated_before;
-  report.dtensor_ops = dispatched() - ops_before;
+  report.dtensor_ops = dispatch_stats().calls() - ops_before;
   return report;
 }
 

@@ -2,10 +2,10 @@
 
 #include <c10/core/Allocator.h>
 
-#include "ops/output_meta.h"
-
 #include <mutex>
 #include <utility>
+
+#include "ops/output_meta.h"
 
 namespace dtensor::detail {
 namespace {

@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     std::set<std::string> suites;
     for (std::string line; std::getline(in, line);) {
       const auto tab = line.find('\t');
-      if (tab != std::string::npos && line.compare(0, tab, key) == 0 && tab == key.size()) suites.insert(line.substr(tab + 1));
+      if (tab != std::string::npos && line.substr(0, tab) == key) suites.insert(line.substr(tab + 1));
     }
     std::string filter;
     for (const auto& s : suites) filter += (filter.empty() ? "" : ":") + s + ".*";

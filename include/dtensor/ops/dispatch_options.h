@@ -31,6 +31,7 @@ void manual_seed(uint64_t seed);
 struct DispatchStats {
   int64_t cache_hits = 0;    // decisions reused
   int64_t cache_misses = 0;  // strategy searches (and meta shape runs)
+  int64_t calls() const { return cache_hits + cache_misses; }  // DTensor operator calls decided
 };
 DispatchStats& dispatch_stats();
 

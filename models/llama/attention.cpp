@@ -106,9 +106,10 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c)
       k_proj(register_module("k_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim(), c.q_bias()))),
       v_proj(register_module("v_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim(), c.q_bias()))),
       o_proj(register_module("o_proj", linear(c.num_attention_heads * c.head_dim(), c.hidden_size, c.attention_bias))) {
-  if (c.qk_norm) {
-    q_norm = register_module("q_norm", Norm(c.norm, c.head_dim(), c.rms_norm_eps));
-    k_norm = register_module("k_norm", Norm(c.norm, c.head_dim(), c.rms_norm_eps));
+  if (c.qk_norm) {  // over head_dim; Cohere's weight a row per head
+    const bool rows = c.qk_norm_per_head_weight;
+    q_norm = register_module("q_norm", Norm(c.norm, c.head_dim(), c.rms_norm_eps, false, false, rows ? c.num_attention_heads : 0));
+    k_norm = register_module("k_norm", Norm(c.norm, c.head_dim(), c.rms_norm_eps, false, false, rows ? c.num_key_value_heads : 0));
   } else if (c.qk_norm_full_width) {  // over the heads' whole width, which TP shards: written out (norm.h)
     q_norm = register_module("q_norm", Norm(c.norm, c.num_attention_heads * c.head_dim(), c.rms_norm_eps, false, true));
     k_norm = register_module("k_norm", Norm(c.norm, c.num_key_value_heads * c.head_dim(), c.rms_norm_eps, false, true));

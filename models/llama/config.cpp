@@ -32,6 +32,7 @@ void LlamaConfig::validate() const {
                 "dtensor: llama config: hidden_act '", hidden_act, "' is not supported (silu, gelu_pytorch_tanh, gelu)");
   DTENSOR_CHECK(!norm_bias || norm == NormKind::layer_norm, "dtensor: llama config: a norm bias needs NormKind::layer_norm");
   DTENSOR_CHECK(!(qk_norm && qk_norm_full_width), "dtensor: llama config: qk_norm is per head or full width, not both");
+  DTENSOR_CHECK(!qk_norm_per_head_weight || qk_norm, "dtensor: llama config: qk_norm_per_head_weight needs qk_norm");
   DTENSOR_CHECK(!rope_on_sliding_only || sliding_window > 0,
                 "dtensor: llama config: rotary on sliding layers only needs a sliding window");
   if (moe.num_experts > 0) {
@@ -61,7 +62,7 @@ std::string LlamaConfig::to_string() const {
   if (attention_bias) s << " attention_bias";
   if (qkv_bias) s << " qkv_bias";
   if (mlp_bias) s << " mlp_bias";
-  if (qk_norm) s << " qk_norm";
+  if (qk_norm) s << (qk_norm_per_head_weight ? " qk_norm_per_head_weight" : " qk_norm");
   if (qk_norm_full_width) s << " qk_norm_full_width";
   if (partial_rotary_factor != 1.0) s << " partial_rotary=" << partial_rotary_factor;
   if (rope_interleaved) s << " rope_interleaved";

@@ -23,6 +23,7 @@ struct RopeScaling {
   std::optional<double> mscale, mscale_all_dim;  // yarn
   bool truncate = true;                          // yarn
   std::vector<double> short_factor, long_factor; // longrope: head_dim / 2 each
+  bool operator==(const RopeScaling&) const = default;
 };
 
 // The norm every norm of the decoder takes (llama/norm.h).
@@ -58,6 +59,7 @@ struct MoeConfig {
   std::vector<int64_t> mlp_only_layers;  // ... and l is not listed here (dense layers use intermediate_size)
   double router_aux_loss_coef = 0.001;   // the load-balancing loss's weight in the training loss
   bool mixtral_names = false;  // the checkpoint's names: block_sparse_moe.{gate, experts.e.w1/w3/w2}
+  bool operator==(const MoeConfig&) const = default;
 };
 
 struct LlamaConfig {
@@ -80,6 +82,7 @@ struct LlamaConfig {
   bool qkv_bias = false;             // q/k/v biases only (Qwen2)
   bool mlp_bias = false;             // gate/up/down biases
   bool qk_norm = false;              // Qwen3, Gemma 3: the norm over head_dim of each query and key head, before rotary
+  bool qk_norm_per_head_weight = false;  // Cohere's use_qk_norm: that norm's weight is [heads, head_dim], a row a head
   int64_t sliding_window = 0;        // > 0: a query sees the last sliding_window keys (itself included)
   std::vector<bool> sliding_layers;  // which layers slide (empty: all, when sliding_window > 0)
   NormKind norm = NormKind::rms;
@@ -124,6 +127,8 @@ struct LlamaConfig {
   bool layer_slides(int64_t layer) const {
     return sliding_window > 0 && (sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer)));
   }
+  // Every field equal (an export read back gives the same config: llama/hf_config.h).
+  bool operator==(const LlamaConfig&) const = default;
   // Throws dtensor::Error naming the first inconsistent field.
   void validate() const;
   std::string to_string() const;

@@ -21,20 +21,15 @@ double ms_since(Clock::time_point start) {
 void check_prompts(const LlamaConfig& config, const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens) {
   DTENSOR_CHECK(!prompts.empty(), "llama generate: no prompts");
   DTENSOR_CHECK(max_new_tokens > 0, "llama generate: max_new_tokens must be positive, got ", max_new_tokens);
-  size_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     DTENSOR_CHECK(!prompts[i].empty(), "llama generate: prompt ", i, " is empty");
     for (int64_t id : prompts[i]) {
       DTENSOR_CHECK(id >= 0 && id < config.vocab_size, "llama generate: prompt ", i, " has token id ", id,
                     ", outside the vocabulary [0, ", config.vocab_size, ")");
     }
-    longest = std::max(longest, prompts[i].size());
   }
-  // Dynamic NTK scaling exists to run past max_position_embeddings (rope.h); the other kinds stop there.
-  DTENSOR_CHECK(config.rope_scaling.rope_type == "dynamic" ||
-                    static_cast<int64_t>(longest) + max_new_tokens <= config.max_position_embeddings,
-                "llama generate: prompt (", longest, ") + max_new_tokens (", max_new_tokens,
-                ") exceeds max_position_embeddings ", config.max_position_embeddings);
+  // No limit at max_position_embeddings: as transformers' generate, positions past it take the rotary
+  // embedding's frequencies for them (rope.h), whatever the rope kind.
 }
 
 }  // namespace

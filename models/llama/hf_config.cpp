@@ -59,18 +59,25 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
       p.fail("rope_type '" + type + "' is not supported (default, linear, dynamic, yarn, longrope, llama3)");
     }
     s.rope_type = type;
+    // transformers reads factor (yarn, longrope), attention_factor, mscale, mscale_all_dim, beta_fast and
+    // beta_slow with .get(): null is derived or the default, as absence is; truncate's null is falsy (no
+    // truncation); the others' null fails in transformers and is refused here.
     double factor = 0;
-    if (p.read("factor", factor)) s.factor = factor;
+    if (type == "yarn" || type == "longrope" ? p.read_null_as_absent("factor", factor) : p.read("factor", factor)) {
+      s.factor = factor;
+    }
     p.read("low_freq_factor", s.low_freq_factor);
     p.read("high_freq_factor", s.high_freq_factor);
+    // Absent for llama3 / yarn / longrope: max_position_embeddings (transformers' standardize_rope_params).
+    if (type == "llama3" || type == "yarn" || type == "longrope") s.original_max_position_embeddings = c.max_position_embeddings;
     p.read("original_max_position_embeddings", s.original_max_position_embeddings);
     double v = 0;
-    if (p.read("attention_factor", v)) s.attention_factor = v;
-    if (p.read("mscale", v)) s.mscale = v;
-    if (p.read("mscale_all_dim", v)) s.mscale_all_dim = v;
-    p.read("beta_fast", s.beta_fast);
-    p.read("beta_slow", s.beta_slow);
-    p.read("truncate", s.truncate);
+    if (p.read_null_as_absent("attention_factor", v)) s.attention_factor = v;
+    if (p.read_null_as_absent("mscale", v)) s.mscale = v;
+    if (p.read_null_as_absent("mscale_all_dim", v)) s.mscale_all_dim = v;
+    p.read_null_as_absent("beta_fast", s.beta_fast);
+    p.read_null_as_absent("beta_slow", s.beta_slow);
+    p.read_or("truncate", s.truncate, false);
     p.read("short_factor", s.short_factor);
     p.read("long_factor", s.long_factor);
     p.read("partial_rotary_factor", c.partial_rotary_factor);
@@ -127,6 +134,7 @@ std::string supported() {
 HfConfigReader::HfConfigReader(nlohmann::json json, std::string path) : json_(std::move(json)), path_(std::move(path)) {}
 
 bool HfConfigReader::has(const std::string& key) const { return json_.contains(key) && !json_.at(key).is_null(); }
+bool HfConfigReader::is_null(const std::string& key) const { return json_.contains(key) && json_.at(key).is_null(); }
 
 void HfConfigReader::fail(const std::string& what) const {
   throw DTENSOR_ERROR("dtensor: config '", path_, "': ", what);
@@ -180,29 +188,42 @@ LlamaConfig config_from_hf_json_text(const std::string& text, const std::string&
   }
   LlamaConfig c;
   c.model_type = model_type;
+  const ClassDefaults& d = fam->defaults;
+  c.rope_theta = d.rope_theta;
+  c.rms_norm_eps = d.rms_norm_eps;
+  c.max_position_embeddings = d.max_position_embeddings;
+  c.tie_word_embeddings = d.tie_word_embeddings;
+  c.hidden_act = d.hidden_act;
+  if (d.pad_token_id >= 0) c.pad_token_id = d.pad_token_id;
   r.read("vocab_size", c.vocab_size);
   r.read("hidden_size", c.hidden_size);
   r.read("num_hidden_layers", c.num_hidden_layers);
   r.read("num_attention_heads", c.num_attention_heads);
-  c.num_key_value_heads = c.num_attention_heads;  // HF's default when the key is absent
-  r.read("num_key_value_heads", c.num_key_value_heads);
+  // Absent: the class's default (most: the query heads); null: the query heads.
+  c.num_key_value_heads = d.num_key_value_heads > 0 ? d.num_key_value_heads : c.num_attention_heads;
+  r.read_or("num_key_value_heads", c.num_key_value_heads, c.num_attention_heads);
   r.read("intermediate_size", c.intermediate_size);
   r.read("max_position_embeddings", c.max_position_embeddings);
   r.read("rms_norm_eps", c.rms_norm_eps);
   r.read("tie_word_embeddings", c.tie_word_embeddings);
   int64_t pad = 0;
-  if (r.read("pad_token_id", pad)) c.pad_token_id = pad;
+  if (r.is_null("pad_token_id")) c.pad_token_id.reset();  // null: none
+  if (r.read_null_as_absent("pad_token_id", pad)) c.pad_token_id = pad;
   read_rope(r, c);
   r.read("hidden_act", c.hidden_act);
   if (c.hidden_act != "silu" && c.hidden_act != "gelu_pytorch_tanh" && c.hidden_act != "gelu") {
     r.fail("hidden_act '" + c.hidden_act + "' is not supported (silu, gelu_pytorch_tanh, gelu)");
   }
-  double dropout = 0.0;
-  if (r.read("attention_dropout", dropout) && dropout != 0.0) {
+  double dropout = 0.0;  // null: none (transformers' eval runs no dropout)
+  if (r.read_null_as_absent("attention_dropout", dropout) && dropout != 0.0) {
     r.fail("attention_dropout " + std::to_string(dropout) + " is not supported (0.0: no dropout)");
   }
   for (const char* key : kIgnored) r.ignore(key);
   fam->read(r, c);
+  // One spelling of a head_dim equal to hidden / heads (our export writes it), so that an export reads back equal.
+  if (c.explicit_head_dim > 0 && c.num_attention_heads > 0 && c.explicit_head_dim * c.num_attention_heads == c.hidden_size) {
+    c.explicit_head_dim = 0;
+  }
   const auto unread = r.unread();
   if (!unread.empty()) {
     r.fail("field '" + unread.front() + "' is not one dtensor knows for model_type '" + model_type +
@@ -234,7 +255,7 @@ std::string config_to_hf_json(const LlamaConfig& c, const std::string& dtype) {
                               {"rms_norm_eps", c.rms_norm_eps},
                               {"attention_dropout", 0.0},
                               {"tie_word_embeddings", c.tie_word_embeddings}};
-  if (c.pad_token_id) j["pad_token_id"] = *c.pad_token_id;
+  j["pad_token_id"] = c.pad_token_id ? nlohmann::ordered_json(*c.pad_token_id) : nullptr;  // absent: the class's default
   write_rope(c, j);
   fam.write(c, j);
   j["dtype"] = dtype;        // transformers >= 5

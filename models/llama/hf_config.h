@@ -16,13 +16,32 @@
 namespace llama {
 
 // config.json's fields, each read at most once; what no one read is reported by unread().
+//
+// Null and absence are read as transformers reads them. An absent key leaves the field at the config class's
+// default (the family sets it before reading). An explicit null is what the config class's __init__ makes of
+// None: transformers >= 5 refuses None for most fields (strict dataclass validation), so read() refuses it,
+// naming the key; a field whose class takes None says what None means with read_or() ("off", "derived",
+// "none") or read_null_as_absent() (the class or the modeling code replaces None by its default).
 class HfConfigReader {
  public:
   HfConfigReader(nlohmann::json json, std::string path);
-  bool has(const std::string& key) const;  // present and not null
-  // Sets `field` from the key when present and not null (a wrong JSON type is an error naming the key).
+  bool has(const std::string& key) const;      // present and not null
+  bool is_null(const std::string& key) const;  // present and null
+  // Sets `field` from the key when present and not null (a wrong JSON type is an error naming the key); an
+  // explicit null is an error naming the key (transformers refuses it for this field).
   template <class T>
   bool read(const std::string& key, T& field) {
+    if (is_null(key)) {
+      seen_.insert(key);
+      fail("field '" + key + "' is null; transformers' config class takes no null for it (leave it out for the "
+           "default, or give a value)");
+    }
+    return read_null_as_absent(key, field);
+  }
+  // As read(), but null leaves `field` as absence does (the config class or the model replaces None by the
+  // default).
+  template <class T>
+  bool read_null_as_absent(const std::string& key, T& field) {
     seen_.insert(key);
     if (!has(key)) return false;
     try {
@@ -31,6 +50,16 @@ class HfConfigReader {
       fail("field '" + key + "' has the wrong type: " + e.what());
     }
     return true;
+  }
+  // As read(), but null sets `field` to `if_null` (what None means to the config class and the model code).
+  template <class T, class U>
+  bool read_or(const std::string& key, T& field, const U& if_null) {
+    if (is_null(key)) {
+      seen_.insert(key);
+      field = if_null;
+      return true;
+    }
+    return read_null_as_absent(key, field);
   }
   void ignore(const std::string& key) { seen_.insert(key); }  // known not to change the numerics
   const nlohmann::json& json() const { return json_; }
@@ -44,12 +73,24 @@ class HfConfigReader {
   std::set<std::string> seen_;
 };
 
+// The config class's defaults for the fields every family shares: what a key absent from config.json means.
+struct ClassDefaults {
+  double rope_theta = 10000.0;
+  double rms_norm_eps = 1e-6;  // (the family's own key: norm_epsilon, layer_norm_eps)
+  int64_t max_position_embeddings = 2048;
+  int64_t num_key_value_heads = 0;  // 0: as many as the query heads
+  bool tie_word_embeddings = false;
+  const char* hidden_act = "silu";
+  int64_t pad_token_id = -1;  // -1: none
+};
+
 // One model family: what transformers' modular_<family>.py changes relative to Llama.
 struct Family {
   std::string model_type;    // "mistral"
   std::string architecture;  // "MistralForCausalLM"
   void (*read)(HfConfigReader&, LlamaConfig&);                // the family's own fields
   void (*write)(const LlamaConfig&, nlohmann::ordered_json&);  // the same fields, as transformers saves them
+  ClassDefaults defaults = {};
 };
 const std::vector<Family>& all_families();  // llama/families/*.cpp
 const Family* find_family(const std::string& model_type);  // null when no family has it

@@ -188,7 +188,10 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model) {
       state[piece.name] = at::empty(piece_shape(params, a, piece), at::TensorOptions().dtype(params[a.param].scalar_type()));
     }
   }
-  dtensor::checkpoint::load(dir, state, {.allow_unused = model->config.tie_word_embeddings, .allow_dtype_cast = true});
+  // Every tensor of the file is read: tied embeddings leave exactly lm_head.weight unread (a file may store it).
+  std::vector<std::string> unused_ok;
+  if (model->config.tie_word_embeddings) unused_ok.push_back("lm_head.weight");
+  dtensor::checkpoint::load(dir, state, {.allow_unused_names = unused_ok, .allow_dtype_cast = true});
   at::NoGradGuard no_grad;
   for (const auto& p : packed) {
     int64_t row = 0;

@@ -20,11 +20,14 @@ namespace llama {
 
 struct NormImpl : torch::nn::Module, dtensor::nn::ParameterMembers {
   // written_out: RMSNorm as its separate ops even in fp32 (for a normalized dim that may be sharded).
-  NormImpl(NormKind kind, int64_t dim, double eps, bool bias = false, bool written_out = false);
+  // rows > 0: the weight is [rows, dim], row h scaling the h-th of the input's rows (its dim -2), as Cohere's
+  // per-head q/k norms (kinds layer_norm_weight_only). An input with k times as many rows (key/value heads each
+  // replicated k times under TP: tp/head_replicated_colwise.h) meets each weight row k times.
+  NormImpl(NormKind kind, int64_t dim, double eps, bool bias = false, bool written_out = false, int64_t rows = 0);
   at::Tensor forward(const at::Tensor& x);
   at::Tensor* parameter_member(const std::string& name) override;
   NormKind kind;
-  int64_t dim;
+  int64_t dim, rows;
   double eps;
   bool written_out;
   at::Tensor weight, bias;  // undefined where the kind has none

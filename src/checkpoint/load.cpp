@@ -48,12 +48,18 @@ Plan make_plan(const std::string& dir, const StateDict& state, const LoadOptions
   for (const auto& [name, _] : state) {
     if (!entries.count(name)) missing.push_back(name);
   }
+  auto allowed = [&](const std::string& name) {
+    for (const std::string& a : options.allow_unused_names) {
+      if (!a.empty() && a.back() == '*' ? name.compare(0, a.size() - 1, a, 0, a.size() - 1) == 0 : name == a) return true;
+    }
+    return false;
+  };
   for (const auto& [name, _] : entries) {
-    if (!state.count(name)) unused.push_back(name);
+    if (!state.count(name) && !allowed(name)) unused.push_back(name);
   }
   DTENSOR_CHECK(missing.empty(), where, "not in the checkpoint: ", name_list(missing));
   DTENSOR_CHECK(unused.empty() || options.allow_unused, where, "in the checkpoint but not in the state: ",
-                name_list(unused), " (LoadOptions::allow_unused ignores them)");
+                name_list(unused), " (LoadOptions::allow_unused_names ignores the ones it names)");
 
   for (const auto& [name, t] : state) {
     const detail::SavedEntry& e = entries.at(name);

@@ -12,8 +12,13 @@
 //   - config.json checks: unknown families, unknown fields, a wrong architecture are one clear error.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <set>
+#include <nlohmann/json.hpp>
 
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/debug/comm_debug_mode.h"
@@ -42,7 +47,7 @@ const std::vector<std::string> kCases = {"llama",       "llama_tied",  "llama_bi
                                          "gemma",       "gemma2",      "gemma3",       "granite",        "starcoder2",
                                          "olmo",        "olmo2",       "cohere",       "cohere2",        "phi3",
                                          "phi3_longrope", "glm",       "gemma2_bf16",  "phi3_bf16",      "mixtral",
-                                         "qwen2_moe",   "qwen3_moe"};
+                                         "qwen2_moe",   "qwen3_moe",   "cohere_qk_norm"};
 
 class HfFamily : public ::testing::TestWithParam<std::string> {};
 
@@ -203,8 +208,6 @@ TEST(HfConfig, UnknownFamiliesFieldsAndArchitecturesAreOneClearError) {
   EXPECT_NE(config_error(R"({"model_type": "llama", "hidden_act": "relu2", )" + sizes + "}").find("hidden_act 'relu2'"),
             std::string::npos);
   // The families' own refusals: what we do not implement is named, never run differently.
-  EXPECT_NE(config_error(R"({"model_type": "cohere", "use_qk_norm": true, )" + sizes + "}").find("'use_qk_norm'"),
-            std::string::npos);
   EXPECT_NE(config_error(R"({"model_type": "gemma2", "use_bidirectional_attention": true, )" + sizes + "}")
                 .find("'use_bidirectional_attention'"),
             std::string::npos);
@@ -228,6 +231,77 @@ TEST(HfConfig, UnknownFamiliesFieldsAndArchitecturesAreOneClearError) {
           "torch_dtype": "bfloat16", "rope_scaling": {"type": "linear", "factor": 2.0}, "rope_theta": 5e5, )" + sizes + "}");
   EXPECT_EQ(ok.rope_scaling.rope_type, "linear");
   EXPECT_EQ(ok.rope_theta, 5e5);
+}
+
+llama::LlamaConfig read_config(const std::string& json) { return llama::config_from_hf_json_text(json, "test/config.json"); }
+
+// Explicit nulls and absent keys read as transformers reads them (config_fuzz_vs_hf draws every field of every
+// family; these are the cases that once loaded and answered differently).
+TEST(HfConfig, NullsAndAbsentKeysReadAsTransformersReadsThem) {
+  const std::string sizes = R"("vocab_size": 64, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                               "intermediate_size": 48)";
+  // Gemma 2: a null soft-cap is off, an absent one the class default; our export of a cap-less model reads back
+  // cap-less.
+  const auto capless = read_config(R"({"model_type": "gemma2", "attn_logit_softcapping": null,
+                                       "final_logit_softcapping": null, )" + sizes + "}");
+  EXPECT_EQ(capless.attn_logit_softcapping, 0.0);
+  EXPECT_EQ(capless.final_logit_softcapping, 0.0);
+  const auto defaults = read_config(R"({"model_type": "gemma2", )" + sizes + "}");
+  EXPECT_EQ(defaults.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(defaults.final_logit_softcapping, 30.0);
+  EXPECT_TRUE(read_config(llama::config_to_hf_json(capless)) == capless);
+  // null num_key_value_heads: the query heads; null head_dim (Llama): hidden / heads.
+  const auto nulls = read_config(R"({"model_type": "llama", "num_key_value_heads": null, "head_dim": null, )" + sizes + "}");
+  EXPECT_EQ(nulls.num_key_value_heads, 4);
+  EXPECT_EQ(nulls.head_dim(), 8);
+  // A field transformers' strict config refuses as null is refused, naming it.
+  const std::string strict = config_error(R"({"model_type": "llama", "rms_norm_eps": null, )" + sizes + "}");
+  EXPECT_NE(strict.find("'rms_norm_eps' is null"), std::string::npos) << strict;
+  // Qwen2: use_sliding_window with sliding_window absent is a window of 4096 from max_window_layers on.
+  const auto qwen = read_config(R"({"model_type": "qwen2", "use_sliding_window": true, "max_window_layers": 1, )" + sizes + "}");
+  EXPECT_EQ(qwen.sliding_window, 4096);
+  EXPECT_FALSE(qwen.layer_slides(0));
+  EXPECT_TRUE(qwen.layer_slides(1));
+  // StarCoder2: use_bias covers the linear layers; the LayerNorms keep their bias.
+  const auto coder = read_config(R"({"model_type": "starcoder2", "use_bias": false, )" + sizes + "}");
+  EXPECT_FALSE(coder.attention_bias);
+  EXPECT_TRUE(coder.norm_bias);
+  // llama3 / yarn / longrope without original_max_position_embeddings: max_position_embeddings.
+  const auto yarn = read_config(R"({"model_type": "llama", "max_position_embeddings": 256,
+                                    "rope_parameters": {"rope_type": "yarn", "factor": 4.0}, )" + sizes + "}");
+  EXPECT_EQ(yarn.rope_scaling.original_max_position_embeddings, 256);
+}
+
+// Our export read back gives the same config, family by family (every field: LlamaConfig::operator==).
+TEST(HfConfig, ExportThenImportGivesTheSameConfigForEveryFamily) {
+  for (const llama::Family& f : llama::all_families()) {
+    std::string json = R"({"model_type": ")" + f.model_type + R"(", "vocab_size": 64, "hidden_size": 32,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48)";
+    static const std::set<std::string> kHeadDim = {"llama", "mistral", "qwen3", "gemma", "gemma2", "gemma3_text",
+                                                   "cohere2", "glm", "mixtral", "qwen3_moe"};  // classes with head_dim
+    if (kHeadDim.count(f.model_type)) json += R"(, "head_dim": 8)";
+    const llama::LlamaConfig c = read_config(json + "}");
+    const llama::LlamaConfig back = read_config(llama::config_to_hf_json(c));
+    EXPECT_TRUE(back == c) << f.model_type << ": " << c.to_string() << " came back as " << back.to_string();
+  }
+}
+
+// Tied embeddings allow exactly lm_head.weight to stay unread: any other tensor of the file that the config
+// does not use (here StarCoder2's linear biases under use_bias false) is an error naming it.
+TEST(HfFamilies, TheLoaderIgnoresNoCheckpointTensor) {
+  const std::string dir = (fs::temp_directory_path() / ("dtensor_unused_" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  fs::copy(root() + "/starcoder2", dir, fs::copy_options::recursive);
+  std::ifstream in(dir + "/config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  in.close();
+  ASSERT_TRUE(config.value("tie_word_embeddings", true));
+  config["use_bias"] = false;
+  std::ofstream(dir + "/config.json") << config.dump();
+  const std::string err = dtensor::testing::error_of([&] { llama::from_pretrained(dir, nullptr); });
+  EXPECT_NE(err.find("in the checkpoint but not in the state"), std::string::npos) << err;
+  EXPECT_NE(err.find(".bias'"), std::string::npos) << err;  // the linear layers' biases, named
+  fs::remove_all(dir);
 }
 
 TEST(HfConfig, HeadsThatCannotBeSplitNameTheDegreesThatWork) {

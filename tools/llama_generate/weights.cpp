@@ -77,7 +77,7 @@ llama::LlamaForCausalLM load_model(const GenerateCliOptions& options, const llam
     } else {
       // Model entries only: a training checkpoint also holds AdamW state and the data position.
       dtensor::checkpoint::StateDict state = dtensor::checkpoint::module_state_dict(*model);
-      dtensor::checkpoint::load(checkpoint_to_load(options.checkpoint), state, {.allow_unused = true});
+      dtensor::checkpoint::load(checkpoint_to_load(options.checkpoint), state, {.allow_unused_names = {"state.*", "train.*"}});
     }
   } catch (const UsageError&) {
     throw;

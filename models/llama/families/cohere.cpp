@@ -13,7 +13,6 @@ void read_cohere_common(HfConfigReader& r, LlamaConfig& c) {
   c.logit_scale = 0.0625;  // CohereConfig's default
   r.read("logit_scale", c.logit_scale);
   r.read("attention_bias", c.attention_bias);
-  if (!r.has("tie_word_embeddings")) c.tie_word_embeddings = true;
 }
 
 void write_cohere_common(const LlamaConfig& c, nlohmann::ordered_json& j) {
@@ -27,13 +26,14 @@ Family cohere() {
   return {"cohere", "CohereForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
             read_cohere_common(r, c);
-            refuse_unless(r, "use_qk_norm", [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); },
-                          "Command-R+'s per-head q/k LayerNorms");
+            r.read_or("use_qk_norm", c.qk_norm_per_head_weight, false);  // Command-R+; null: off
+            c.qk_norm = c.qk_norm_per_head_weight;
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
             write_cohere_common(c, j);
-            j["use_qk_norm"] = false;
-          }};
+            j["use_qk_norm"] = c.qk_norm_per_head_weight;
+          },
+          {.rope_theta = 500000.0, .rms_norm_eps = 1e-5, .max_position_embeddings = 8192, .tie_word_embeddings = true, .pad_token_id = 0}};
 }
 
 Family cohere2() {
@@ -42,16 +42,18 @@ Family cohere2() {
             read_cohere_common(r, c);
             c.rope_on_sliding_only = true;
             c.sliding_window = 4096;
-            // Cohere2Config sets head_dim = hidden / heads whatever config.json says (and saves it).
-            int64_t head_dim = 0;
-            r.read("head_dim", head_dim);
-            r.ignore("sliding_window_pattern");
-            read_layer_types(r, c, /*pattern=*/4);
+            r.read("head_dim", c.explicit_head_dim);  // absent: hidden / heads
+            // The older files' pattern: with no layer_types, every pattern-th layer is full.
+            int64_t pattern = 4;
+            r.read("sliding_window_pattern", pattern);
+            read_layer_types(r, c, pattern);
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
             write_cohere_common(c, j);
+            j["head_dim"] = c.head_dim();
             write_layer_types(c, j);
-          }};
+          },
+          {.rms_norm_eps = 1e-5, .max_position_embeddings = 8192, .tie_word_embeddings = true, .pad_token_id = 0}};
 }
 
 }  // namespace llama::families

@@ -28,8 +28,11 @@ Family mixtral();    // MixtralForCausalLM: Mistral with a sparse MLP on every l
 Family qwen2_moe();  // Qwen2MoeForCausalLM: Qwen2 with sparse layers and a gated shared expert
 Family qwen3_moe();  // Qwen3MoeForCausalLM: Qwen3's attention (head_dim hidden / heads) with sparse layers
 
+// Mistral's fields, which Mixtral shares (with another default window: none).
+void read_mistral_common(HfConfigReader& r, LlamaConfig& c);
 // Shared by Qwen2 and Qwen3 (Qwen3's modular file inherits Qwen2's attention masks).
-void read_qwen2_sliding(HfConfigReader& r, LlamaConfig& c);
+enum class QwenSliding { qwen2, qwen2_moe };  // how layer_types is derived when absent
+void read_qwen2_sliding(HfConfigReader& r, LlamaConfig& c, QwenSliding kind);
 void write_qwen2_sliding(const LlamaConfig& c, nlohmann::ordered_json& j);
 // Gemma's fields (act_key: "hidden_act" in Gemma, "hidden_activation" in Gemma 2 / 3), and Gemma 2's, which
 // Gemma 3 inherits.

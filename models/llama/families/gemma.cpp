@@ -16,7 +16,6 @@ void read_gemma_common(HfConfigReader& r, LlamaConfig& c, const char* act_key) {
   }
   c.explicit_head_dim = 256;  // GemmaConfig's default
   r.read("head_dim", c.explicit_head_dim);
-  if (!r.has("tie_word_embeddings")) c.tie_word_embeddings = true;  // the default save_pretrained leaves out
   r.read("attention_bias", c.attention_bias);
   refuse_unless(r, "use_bidirectional_attention", [](const nlohmann::json& v) { return v.is_boolean() && !v.get<bool>(); },
                 "bidirectional attention");
@@ -31,7 +30,8 @@ void write_gemma_common(const LlamaConfig& c, nlohmann::ordered_json& j, const c
 
 Family gemma() {
   return {"gemma", "GemmaForCausalLM", [](HfConfigReader& r, LlamaConfig& c) { read_gemma_common(r, c, "hidden_act"); },
-          [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_gemma_common(c, j, "hidden_act"); }};
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_gemma_common(c, j, "hidden_act"); },
+          {.max_position_embeddings = 8192, .num_key_value_heads = 16, .tie_word_embeddings = true, .hidden_act = "gelu_pytorch_tanh", .pad_token_id = 0}};
 }
 
 }  // namespace llama::families

@@ -12,8 +12,8 @@ void read_gemma2_common(HfConfigReader& r, LlamaConfig& c) {
   double scalar = 256;  // Gemma2Config's default
   r.read("query_pre_attn_scalar", scalar);
   c.attention_scale = std::pow(scalar, -0.5);  // as transformers computes it
-  r.read("attn_logit_softcapping", c.attn_logit_softcapping);
-  r.read("final_logit_softcapping", c.final_logit_softcapping);
+  r.read_or("attn_logit_softcapping", c.attn_logit_softcapping, 0.0);  // null: off (absent: the class default)
+  r.read_or("final_logit_softcapping", c.final_logit_softcapping, 0.0);
 }
 
 void write_gemma2_common(const LlamaConfig& c, nlohmann::ordered_json& j) {
@@ -33,7 +33,8 @@ Family gemma2() {
             read_gemma2_common(r, c);
             read_layer_types(r, c, /*pattern=*/2);
           },
-          [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_gemma2_common(c, j); }};
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_gemma2_common(c, j); },
+          {.max_position_embeddings = 8192, .num_key_value_heads = 4, .tie_word_embeddings = true, .hidden_act = "gelu_pytorch_tanh", .pad_token_id = 0}};
 }
 
 }  // namespace llama::families

@@ -20,7 +20,8 @@ Family gemma3() {
             r.ignore("sliding_window_pattern");
             read_layer_types(r, c, /*pattern=*/6);
           },
-          [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_gemma2_common(c, j); }};
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_gemma2_common(c, j); },
+          {.rope_theta = 1000000.0, .max_position_embeddings = 131072, .num_key_value_heads = 4, .tie_word_embeddings = true, .hidden_act = "gelu_pytorch_tanh", .pad_token_id = 0}};
 }
 
 }  // namespace llama::families

@@ -15,6 +15,8 @@ Family glm() {
             }
             c.explicit_head_dim = 128;
             r.read("head_dim", c.explicit_head_dim);
+            // GlmConfig keeps a null num_key_value_heads, which its attention cannot run with.
+            if (r.is_null("num_key_value_heads")) r.fail("field 'num_key_value_heads' is null (GLM's attention needs it)");
             bool bias = true;  // GlmConfig's attention_bias: on q, k, v only
             r.read("attention_bias", bias);
             c.qkv_bias = bias;
@@ -24,7 +26,8 @@ Family glm() {
             j["attention_bias"] = c.qkv_bias;
             nlohmann::ordered_json& rope = j["rope_parameters"];
             rope["partial_rotary_factor"] = c.partial_rotary_factor;
-          }};
+          },
+          {.rms_norm_eps = 1.5625e-07, .max_position_embeddings = 131072, .num_key_value_heads = 2, .pad_token_id = 151329}};
 }
 
 }  // namespace llama::families

@@ -23,7 +23,8 @@ Family granite() {
             j["residual_multiplier"] = c.residual_multiplier;
             j["logits_scaling"] = c.logits_scaling;
             j["attention_multiplier"] = c.attention_scale;
-          }};
+          },
+          {}};
 }
 
 }  // namespace llama::families

@@ -7,7 +7,7 @@ namespace llama::families {
 void read_layer_types(HfConfigReader& r, LlamaConfig& c, int64_t pattern) {
   r.read("sliding_window", c.sliding_window);
   std::vector<std::string> types;
-  r.read("layer_types", types);
+  r.read_null_as_absent("layer_types", types);  // null: derived, as absent
   if (types.empty()) {
     for (int64_t i = 0; i < c.num_hidden_layers; ++i) types.push_back((i + 1) % pattern ? "sliding_attention" : "full_attention");
   }

@@ -8,7 +8,7 @@ namespace llama::families {
 Family llama() {
   return {"llama", "LlamaForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            r.read("head_dim", c.explicit_head_dim);
+            r.read_or("head_dim", c.explicit_head_dim, 0);  // null: hidden / heads
             r.read("attention_bias", c.attention_bias);
             r.read("mlp_bias", c.mlp_bias);
             r.ignore("pretraining_tp");
@@ -17,7 +17,8 @@ Family llama() {
             j["head_dim"] = c.head_dim();
             j["attention_bias"] = c.attention_bias;
             j["mlp_bias"] = c.mlp_bias;
-          }};
+          },
+          {}};
 }
 
 }  // namespace llama::families

@@ -25,7 +25,7 @@ void read_qwen_moe(HfConfigReader& r, LlamaConfig& c) {
   r.read("moe_intermediate_size", c.moe.intermediate_size);
   r.read("norm_topk_prob", c.moe.norm_topk_prob);
   r.read("decoder_sparse_step", c.moe.decoder_sparse_step);
-  r.read("mlp_only_layers", c.moe.mlp_only_layers);
+  r.read_or("mlp_only_layers", c.moe.mlp_only_layers, std::vector<int64_t>{});  // null: none
 }
 
 void write_qwen_moe(const LlamaConfig& c, nlohmann::ordered_json& j) {
@@ -40,7 +40,8 @@ void write_qwen_moe(const LlamaConfig& c, nlohmann::ordered_json& j) {
 Family mixtral() {
   return {"mixtral", "MixtralForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            mistral().read(r, c);
+            read_mistral_common(r, c);  // (head_dim null: hidden / heads; sliding_window null: full attention)
+            c.moe.num_experts = 8, c.moe.top_k = 2;  // MixtralConfig's defaults
             read_router(r, c, "num_local_experts");
             c.moe.intermediate_size = c.intermediate_size;  // every layer is sparse; experts take intermediate_size
             c.moe.norm_topk_prob = true;
@@ -55,7 +56,8 @@ Family mixtral() {
             mistral().write(c, j);
             write_router(c, j, "num_local_experts");
             j["router_jitter_noise"] = 0.0;
-          }};
+          },
+          {.rope_theta = 1000000.0, .rms_norm_eps = 1e-5, .max_position_embeddings = 131072, .num_key_value_heads = 8}};
 }
 
 Family qwen2_moe() {
@@ -63,12 +65,12 @@ Family qwen2_moe() {
           [](HfConfigReader& r, LlamaConfig& c) {
             c.qkv_bias = true;  // Qwen2MoeConfig's default
             r.read("qkv_bias", c.qkv_bias);
-            if (r.has("use_sliding_window") && !r.has("layer_types")) {
-              bool sliding = false;
-              r.read("use_sliding_window", sliding);
-              if (sliding) r.fail("use_sliding_window without layer_types (Qwen2-MoE derives another pattern than Qwen2)");
-            }
-            read_qwen2_sliding(r, c);
+            // Qwen2MoeConfig keeps a null num_key_value_heads, which its attention cannot run with.
+            if (r.is_null("num_key_value_heads")) r.fail("field 'num_key_value_heads' is null (Qwen2-MoE's attention needs it)");
+            read_qwen2_sliding(r, c, QwenSliding::qwen2_moe);
+            // Qwen2MoeConfig's defaults
+            c.moe.num_experts = 60, c.moe.top_k = 4, c.moe.norm_topk_prob = false, c.moe.intermediate_size = 1408;
+            c.moe.shared_expert_intermediate_size = 5632;
             read_router(r, c, "num_experts");
             read_qwen_moe(r, c);
             r.read("shared_expert_intermediate_size", c.moe.shared_expert_intermediate_size);
@@ -79,7 +81,8 @@ Family qwen2_moe() {
             write_router(c, j, "num_experts");
             write_qwen_moe(c, j);
             j["shared_expert_intermediate_size"] = c.moe.shared_expert_intermediate_size;
-          }};
+          },
+          {.max_position_embeddings = 32768, .num_key_value_heads = 16}};
 }
 
 Family qwen3_moe() {
@@ -88,14 +91,17 @@ Family qwen3_moe() {
             c.qk_norm = true;
             r.read("head_dim", c.explicit_head_dim);  // absent: hidden / heads (not Qwen3's 128)
             r.read("attention_bias", c.attention_bias);
+            // Qwen3MoeConfig: sliding_window (4096 when absent; null: none) if use_sliding_window, and then every
+            // layer slides.
             bool use_sliding_window = false;
-            int64_t window = 0;
+            int64_t window = 4096;
             r.read("use_sliding_window", use_sliding_window);
-            r.read("sliding_window", window);
-            r.ignore("max_window_layers");  // unused by Qwen3-MoE: with use_sliding_window every layer slides
+            r.read_or("sliding_window", window, 0);
+            r.ignore("max_window_layers");  // unused by Qwen3-MoE
             c.sliding_window = use_sliding_window ? window : 0;
-            // transformers 5 saves num_local_experts; the Hub's files say num_experts.
-            read_router(r, c, r.has("num_local_experts") ? "num_local_experts" : "num_experts");
+            // Qwen3MoeConfig's defaults; transformers 5 saves num_local_experts, the Hub's files say num_experts.
+            c.moe.num_experts = 128, c.moe.top_k = 8, c.moe.norm_topk_prob = false, c.moe.intermediate_size = 768;
+            read_router(r, c, r.json().contains("num_local_experts") ? "num_local_experts" : "num_experts");
             read_qwen_moe(r, c);
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
@@ -105,7 +111,8 @@ Family qwen3_moe() {
             j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
             write_router(c, j, "num_experts");
             write_qwen_moe(c, j);
-          }};
+          },
+          {.max_position_embeddings = 32768, .num_key_value_heads = 4}};
 }
 
 }  // namespace llama::families

@@ -11,13 +11,14 @@ Family olmo() {
             c.norm = NormKind::layer_norm_no_affine;
             c.rms_norm_eps = 1e-5;  // OlmoLayerNorm's fixed eps
             r.read("attention_bias", c.attention_bias);
-            r.read("clip_qkv", c.clip_qkv);
+            r.read_or("clip_qkv", c.clip_qkv, 0.0);  // null: no clipping
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
             j.erase("rms_norm_eps");
             j["attention_bias"] = c.attention_bias;
             j["clip_qkv"] = c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr;
-          }};
+          },
+          {.rms_norm_eps = 1e-5, .pad_token_id = 1}};
 }
 
 Family olmo2() {
@@ -27,7 +28,8 @@ Family olmo2() {
             c.qk_norm_full_width = true;
             r.read("attention_bias", c.attention_bias);
           },
-          [](const LlamaConfig& c, nlohmann::ordered_json& j) { j["attention_bias"] = c.attention_bias; }};
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) { j["attention_bias"] = c.attention_bias; },
+          {.rms_norm_eps = 1e-5, .pad_token_id = 1}};
 }
 
 }  // namespace llama::families

@@ -11,17 +11,19 @@ Family phi3() {
   return {"phi3", "Phi3ForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
             c.packed_qkv = c.packed_gate_up = true;
-            int64_t original = 0;
-            if (r.read("original_max_position_embeddings", original) && c.rope_scaling.rope_type == "longrope") {
-              c.rope_scaling.original_max_position_embeddings = original;
-            }
+            // Phi3Config's original_max_position_embeddings (4096 when absent) replaces the rope's for llama3 / yarn /
+            // longrope (transformers' standardize_rope_params), and generate's cache reset happens past it.
+            int64_t original = 4096;
+            r.read("original_max_position_embeddings", original);
+            const std::string& type = c.rope_scaling.rope_type;
+            if (type == "longrope" || type == "yarn" || type == "llama3") c.rope_scaling.original_max_position_embeddings = original;
             c.recompute_original_max = original;
             double partial = 0;
             if (r.read("partial_rotary_factor", partial) && partial != c.partial_rotary_factor) {
               if (c.partial_rotary_factor != 1.0) r.fail("partial_rotary_factor differs from rope_parameters'");
               c.partial_rotary_factor = partial;
             }
-            r.read("sliding_window", c.sliding_window);
+            r.read_or("sliding_window", c.sliding_window, 0);  // null: full attention
             for (const char* dropout : {"resid_pdrop", "embd_pdrop"}) {
               refuse_unless(r, dropout, [](const nlohmann::json& v) { return v.is_number() && v.get<double>() == 0.0; },
                             "dropout");
@@ -30,7 +32,8 @@ Family phi3() {
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
             if (c.recompute_original_max > 0) j["original_max_position_embeddings"] = c.recompute_original_max;
             j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
-          }};
+          },
+          {.rms_norm_eps = 1e-5, .max_position_embeddings = 4096, .pad_token_id = 32000}};
 }
 
 }  // namespace llama::families

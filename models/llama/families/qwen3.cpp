@@ -12,13 +12,14 @@ Family qwen3() {
             c.explicit_head_dim = 128;  // Qwen3Config's default
             r.read("head_dim", c.explicit_head_dim);
             r.read("attention_bias", c.attention_bias);
-            read_qwen2_sliding(r, c);
+            read_qwen2_sliding(r, c, QwenSliding::qwen2);
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
             j["head_dim"] = c.head_dim();
             j["attention_bias"] = c.attention_bias;
             write_qwen2_sliding(c, j);
-          }};
+          },
+          {.max_position_embeddings = 32768, .num_key_value_heads = 32}};
 }
 
 }  // namespace llama::families

@@ -1,6 +1,6 @@
-// StarCoder2 (modeling_starcoder2.py): LayerNorms with bias (norm_epsilon), a plain GELU MLP (c_fc, c_proj),
-// biases on q/k/v/o and the MLP (use_bias), a sliding window on every layer when set, tied embeddings by
-// default.
+// StarCoder2 (modeling_starcoder2.py): LayerNorms with bias (norm_epsilon; always, whatever use_bias says), a
+// plain GELU MLP (c_fc, c_proj), biases on q/k/v/o and the MLP (use_bias), a sliding window on every layer when
+// set, tied embeddings by default.
 #include "llama/families/families.h"
 
 namespace llama::families {
@@ -12,10 +12,10 @@ Family starcoder2() {
             c.mlp = MlpKind::plain;
             r.read("norm_epsilon", c.rms_norm_eps);
             bool bias = true;
-            r.read("use_bias", bias);
-            c.attention_bias = c.mlp_bias = c.norm_bias = bias;
-            r.read("sliding_window", c.sliding_window);
-            if (!r.has("tie_word_embeddings")) c.tie_word_embeddings = true;
+            r.read("use_bias", bias);  // the linear layers'; the LayerNorms always have a bias
+            c.attention_bias = c.mlp_bias = bias;
+            c.norm_bias = true;
+            r.read_or("sliding_window", c.sliding_window, 0);  // null: full attention
             for (const char* dropout : {"residual_dropout", "embedding_dropout"}) {
               refuse_unless(r, dropout, [](const nlohmann::json& v) { return v.is_number() && v.get<double>() == 0.0; },
                             "dropout");
@@ -26,7 +26,8 @@ Family starcoder2() {
             j["norm_epsilon"] = c.rms_norm_eps;
             j["use_bias"] = c.attention_bias;
             j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
-          }};
+          },
+          {.rms_norm_eps = 1e-5, .max_position_embeddings = 4096, .num_key_value_heads = 2, .tie_word_embeddings = true, .hidden_act = "gelu_pytorch_tanh"}};
 }
 
 }  // namespace llama::families

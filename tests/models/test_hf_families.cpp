@@ -258,7 +258,8 @@ TEST(HfConfig, NullsAndAbsentKeysReadAsTransformersReadsThem) {
   const std::string strict = config_error(R"({"model_type": "llama", "rms_norm_eps": null, )" + sizes + "}");
   EXPECT_NE(strict.find("'rms_norm_eps' is null"), std::string::npos) << strict;
   // Qwen2: use_sliding_window with sliding_window absent is a window of 4096 from max_window_layers on.
-  const auto qwen = read_config(R"({"model_type": "qwen2", "use_sliding_window": true, "max_window_layers": 1, )" + sizes + "}");
+  const auto qwen = read_config(R"({"model_type": "qwen2", "use_sliding_window": true, "max_window_layers": 1,
+                                    "num_key_value_heads": 2, )" + sizes + "}");
   EXPECT_EQ(qwen.sliding_window, 4096);
   EXPECT_FALSE(qwen.layer_slides(0));
   EXPECT_TRUE(qwen.layer_slides(1));

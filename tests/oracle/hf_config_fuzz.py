@@ -124,7 +124,7 @@ LAYER_TYPES = [["sliding_attention", "full_attention"], ["full_attention", "slid
 QWEN_SLIDING = {"use_sliding_window": [True, False, NULL, ABSENT], "sliding_window": [5, NULL, ABSENT],
                 "max_window_layers": [0, 1, 2, ABSENT], "layer_types": LAYER_TYPES}
 GEMMA2 = {"hidden_activation": ["gelu_pytorch_tanh", "gelu", "silu", NULL, ABSENT], "head_dim": HEAD_DIM,
-          "sliding_window": SLIDING, "layer_types": LAYER_TYPES, "query_pre_attn_scalar": [16, 24, NULL, ABSENT],
+          "sliding_window": SLIDING, "layer_types": LAYER_TYPES, "query_pre_attn_scalar": [16, 24, 1, NULL, ABSENT],
           "attn_logit_softcapping": [2.0, NULL, ABSENT], "final_logit_softcapping": [5.0, NULL, ABSENT]}
 MOE_QWEN = {"num_experts": [4], "moe_intermediate_size": [24], "num_experts_per_tok": [1, 2, ABSENT],
             "norm_topk_prob": [True, False, NULL, ABSENT], "decoder_sparse_step": [1, 2, ABSENT],

@@ -136,7 +136,9 @@ OpCall::OpCall(const c10::OperatorHandle& op_, torch::jit::Stack* stack_)
     if (!t.spec && t.tensor.dim() != 0 && !ImplicitReplicationGuard::active() &&
         !replicated_when_plain(op, static_cast<size_t>(t.arg)) && !autograd_zeros(op, t.tensor)) {
       fail("got mixed plain at::Tensor and DTensor arguments; convert the plain tensor with distribute_tensor or "
-           "DTensor::from_local first (or allow it with dtensor::ImplicitReplicationGuard)");
+           "DTensor::from_local first (or allow it with dtensor::ImplicitReplicationGuard). A stock torch::nn model "
+           "parallelized by a plan is called with plain tensors through dtensor::Parallelized "
+           "(dtensor/tp/parallelized.h), which converts its inputs and outputs");
     }
   }
 }

@@ -80,7 +80,8 @@ void fill_(const c10::OperatorHandle& op, Stack* stack) {
 void require_scalar_if_plain(const c10::OperatorHandle& op, const Stack& stack, const at::Tensor& t) {
   if (!is_dtensor(t) && t.dim() != 0) {
     fail(op, stack, "got mixed plain at::Tensor and DTensor arguments; convert the plain tensor with "
-                    "distribute_tensor or DTensor::from_local first");
+                    "distribute_tensor or DTensor::from_local first (a stock torch::nn model parallelized by a plan is "
+                    "called with plain tensors through dtensor::Parallelized, dtensor/tp/parallelized.h)");
   }
 }
 

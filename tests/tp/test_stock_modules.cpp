@@ -306,6 +306,12 @@ TEST(StockModules, BadPlansAreClearErrorsAndChangeNothing) {
     for (const auto& p : six_heads->parameters()) EXPECT_FALSE(is_dtensor(p));
     for (const auto& p : one_linear->parameters()) EXPECT_FALSE(is_dtensor(p));
     EXPECT_NE(error_of([&] { Parallelized p(one_linear); }).find("has no DTensor parameters"), std::string::npos);
+    // A parallelized stock module called directly with a plain tensor: the error names the way to call it.
+    torch::nn::Linear linear(8, 12);
+    parallelize_module(*linear, mesh, ColwiseParallel());
+    const std::string mixed = error_of([&] { linear(at::ones({2, 8})); });
+    EXPECT_NE(mixed.find("mixed plain at::Tensor and DTensor"), std::string::npos) << mixed;
+    EXPECT_NE(mixed.find("dtensor::Parallelized"), std::string::npos) << mixed;
   });
 }
 

@@ -88,7 +88,7 @@ class SafetensorsWriter {
   uint32_t crc_ = 0;
 };
 
-// zlib-compatible CRC-32, continued from `crc` (0 to start).
+// zlib's CRC-32 (crc32_z), continued from `crc` (0 to start): Python's zlib.crc32 gives the same value.
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);
 
 }  // namespace dtensor::checkpoint

@@ -250,6 +250,21 @@ def materialize(config):
     return None if config is NULL else config
 
 
+def legacy_rope(file, rng):
+    """Every other draw writes the rope as transformers 4.x files do: rope_theta at the top level, the scaling (if
+    any) as rope_scaling, its kind under "type" or "rope_type"."""
+    rope = file.get("rope_parameters")
+    if not isinstance(rope, dict) or "full_attention" in rope or rng.random() < 0.5:
+        return
+    rope = dict(file.pop("rope_parameters"))
+    if "rope_theta" in rope:
+        file["rope_theta"] = rope.pop("rope_theta")
+    if rope.get("rope_type", "default") != "default":
+        if rng.random() < 0.5:
+            rope["type"] = rope.pop("rope_type")
+        file["rope_scaling"] = rope
+
+
 def show(config):
     """The drawn fields, compact (FIXED left out)."""
     return json.dumps({k: materialize(v) if v is not ABSENT else "<absent>" for k, v in config.items()
@@ -267,9 +282,11 @@ def make_case(root, family, seed, index, fields, null_key=None):
     path = os.path.join(root, name)
     os.makedirs(path, exist_ok=True)
     file = {"architectures": [model_class.__name__], "model_type": config_class.model_type, **materialize(config)}
+    legacy_rope(file, random.Random(f"{seed}:{family}:{index}:format"))
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(file, f, indent=2)
-    case = {"name": name, "family": family, "seed": seed, "index": index, "dir": path, "drawn": show(config)}
+    case = {"name": name, "family": family, "seed": seed, "index": index, "dir": path,
+            "drawn": show(config) + (" (rope as rope_theta + rope_scaling)" if "rope_parameters" not in file else "")}
     g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
     prompt = torch.randint(1, VOCAB, (1, 8), generator=g)
     case["prompt"] = prompt[0].tolist()
@@ -352,17 +369,19 @@ def roundtrip_check(case):
             "eos_token_id", "use_cache", "initializer_range", "output_router_logits", "router_jitter_noise",
             "pretraining_tp", "attention_dropout", "residual_dropout", "embedding_dropout", "resid_pdrop", "embd_pdrop",
             "use_bidirectional_attention", "max_window_layers", "use_sliding_window", "_sliding_window_pattern"}
-    def rope(r):  # a None rope field means what its absence means (transformers reads them with .get())
+    def rope(r, max_pos):  # a None rope field means what its absence means (transformers reads them with .get())
         if not isinstance(r, dict):
             return r
         if "full_attention" in r or "sliding_attention" in r:
-            return {k: rope(v) for k, v in r.items()}
-        r = {k: v for k, v in r.items() if v is not None}
+            return {k: rope(v, max_pos) for k, v in r.items()}
+        r = {k: v for k, v in r.items() if v is not None and k != "type"}  # "type": the legacy name of rope_type
         if r.get("rope_type") == "yarn":
             r = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True, **r}
+        if r.get("rope_type") in ("llama3", "yarn", "longrope"):  # absent: max_position_embeddings
+            r.setdefault("original_max_position_embeddings", max_pos)
         return r
     for d in (a, b):
-        d["rope_parameters"] = rope(d.get("rope_parameters"))
+        d["rope_parameters"] = rope(d.get("rope_parameters"), d.get("max_position_embeddings"))
         if d.get("head_dim") is None:  # derived
             d["head_dim"] = d["hidden_size"] // d["num_attention_heads"]
         if "use_qk_norm" in d:  # None is off

@@ -30,6 +30,7 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
     if (!r.has(key)) continue;
     nlohmann::json rope = r.json().at(key);
     if (!rope.is_object()) r.fail(std::string(key) + " must be an object");
+    bool nested = false;
     if (rope.contains("full_attention") || rope.contains("sliding_attention")) {
       // Per layer type (Gemma 3): the full layers' rope is the model's; the sliding layers' must be default,
       // their own base read as rope_local_theta.
@@ -47,6 +48,7 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
         }
       }
       rope = rope.value("full_attention", nlohmann::json::object());
+      nested = true;
     }
     HfConfigReader p(rope, r.path() + ": " + key);
     RopeScaling& s = c.rope_scaling;
@@ -78,6 +80,9 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
     p.read_null_as_absent("beta_fast", s.beta_fast);
     p.read_null_as_absent("beta_slow", s.beta_slow);
     p.read_or("truncate", s.truncate, false);
+    // transformers reads truncate from config.rope_parameters itself, which for a per-layer-type rope is the outer
+    // dict: it is always true there, whatever the full layers' dict says.
+    if (nested) s.truncate = true;
     p.read("short_factor", s.short_factor);
     p.read("long_factor", s.long_factor);
     p.read("partial_rotary_factor", c.partial_rotary_factor);

@@ -47,6 +47,7 @@ void check_config(const std::string& dir, const LlamaConfig& file, const LlamaCo
   check("q/k/v bias", file.q_bias(), model.q_bias());
   check("mlp_bias", file.mlp_bias, model.mlp_bias);
   check("q/k norm", file.qk_norm, model.qk_norm);
+  check("use_qk_norm", file.qk_norm_per_head_weight, model.qk_norm_per_head_weight);
   check("rms_norm_eps", file.rms_norm_eps, model.rms_norm_eps);
   check("rope_theta", file.rope_theta, model.rope_theta);
   check("rope_type", file.rope_scaling.rope_type, model.rope_scaling.rope_type);

@@ -137,7 +137,7 @@ FAMILY_FIELDS = {
     "gemma": {"head_dim": HEAD_DIM, "hidden_act": ["gelu_pytorch_tanh", "gelu", "silu", ABSENT],
               "hidden_activation": ["gelu_pytorch_tanh", "silu", NULL, ABSENT]},
     "gemma2": GEMMA2,
-    "gemma3_text": {**GEMMA2, "rope_parameters": "rope_gemma3", "rope_local_base_freq": [ABSENT]},
+    "gemma3_text": {**GEMMA2, "rope_parameters": "rope_gemma3", "sliding_window_pattern": [2, 3, ABSENT]},
     "granite": {"embedding_multiplier": [2.0, 1.0, NULL, ABSENT], "attention_multiplier": [0.15, 1.0, NULL, ABSENT],
                 "residual_multiplier": [0.5, 1.0, NULL, ABSENT], "logits_scaling": [0.5, 1.0, NULL, ABSENT]},
     "starcoder2": {"norm_epsilon": [1e-5, 0.05, NULL, ABSENT], "use_bias": [True, False, NULL, ABSENT],
@@ -148,7 +148,7 @@ FAMILY_FIELDS = {
     "cohere": {"layer_norm_eps": [1e-5, 0.05, NULL, ABSENT], "logit_scale": [2.0, 0.0625, NULL, ABSENT],
                "use_qk_norm": [True, False, NULL, ABSENT]},
     "cohere2": {"layer_norm_eps": [1e-5, 0.05, NULL, ABSENT], "logit_scale": [2.0, NULL, ABSENT], "head_dim": HEAD_DIM,
-                "sliding_window": SLIDING, "layer_types": LAYER_TYPES},
+                "sliding_window": SLIDING, "layer_types": LAYER_TYPES, "sliding_window_pattern": [2, ABSENT]},
     "phi3": {"sliding_window": SLIDING, "original_max_position_embeddings": [16, 64, NULL, ABSENT],
              "partial_rotary_factor": [0.75, 1.0, ABSENT], "resid_pdrop": [0.0, NULL, ABSENT],
              "embd_pdrop": [0.0, NULL, ABSENT], "pad_token_id": [0, NULL]},  # absent: 32000, past the vocab
@@ -160,6 +160,7 @@ FAMILY_FIELDS = {
                   "qkv_bias": [True, False, NULL, ABSENT], "intermediate_size": [64]},
     "qwen3_moe": {**QWEN_SLIDING, **MOE_QWEN, "num_local_experts": [4], "head_dim": HEAD_DIM},
 }
+LEGACY_KWARGS = {"sliding_window_pattern"}  # Gemma 3, Cohere 2: the pattern when layer_types is absent
 # The families' own names for the norm eps and fields their classes lack.
 EPS_KEY = {"starcoder2": None, "cohere": None, "cohere2": None, "olmo": None}
 
@@ -184,7 +185,8 @@ def space(family):
         out.pop("hidden_act", None)
     if defaults.get("num_key_value_heads", 0) > FIXED["num_attention_heads"]:  # absent: more kv heads than heads
         out["num_key_value_heads"] = [c for c in out["num_key_value_heads"] if c is not ABSENT]
-    out.update({k: v for k, v in FAMILY_FIELDS[family].items() if k in defaults})
+    # Fields of the class, and the older files' keys its __post_init__ still reads from kwargs.
+    out.update({k: v for k, v in FAMILY_FIELDS[family].items() if k in defaults or k in LEGACY_KWARGS})
     # A field whose dataclass refuses None (transformers >= 5 validates strictly) takes no null in the draws;
     # strict_null_case writes one such null per family and seed, which both sides must refuse.
     strict = []
@@ -254,7 +256,16 @@ def legacy_rope(file, rng):
     """Every other draw writes the rope as transformers 4.x files do: rope_theta at the top level, the scaling (if
     any) as rope_scaling, its kind under "type" or "rope_type"."""
     rope = file.get("rope_parameters")
-    if not isinstance(rope, dict) or "full_attention" in rope or rng.random() < 0.5:
+    if not isinstance(rope, dict) or rng.random() < 0.5:
+        return
+    if "full_attention" in rope:  # Gemma 3's older keys: rope_theta, rope_local_base_freq, rope_scaling (full layers)
+        full, local = dict(rope["full_attention"]), rope["sliding_attention"]
+        if "rope_theta" not in full or "rope_theta" not in local:
+            return
+        del file["rope_parameters"]
+        file["rope_theta"], file["rope_local_base_freq"] = full.pop("rope_theta"), local["rope_theta"]
+        if full.get("rope_type", "default") != "default":
+            file["rope_scaling"] = full
         return
     rope = dict(file.pop("rope_parameters"))
     if "rope_theta" in rope:
@@ -368,12 +379,14 @@ def roundtrip_check(case):
     skip = {"transformers_version", "architectures", "dtype", "torch_dtype", "_name_or_path", "bos_token_id",
             "eos_token_id", "use_cache", "initializer_range", "output_router_logits", "router_jitter_noise",
             "pretraining_tp", "attention_dropout", "residual_dropout", "embedding_dropout", "resid_pdrop", "embd_pdrop",
-            "use_bidirectional_attention", "max_window_layers", "use_sliding_window", "_sliding_window_pattern"}
+            "use_bidirectional_attention", "max_window_layers", "use_sliding_window", "_sliding_window_pattern",
+            "sliding_window_pattern"}  # (what derived layer_types, which both sides write)
     def rope(r, max_pos):  # a None rope field means what its absence means (transformers reads them with .get())
         if not isinstance(r, dict):
             return r
-        if "full_attention" in r or "sliding_attention" in r:
-            return {k: rope(v, max_pos) for k, v in r.items()}
+        if "full_attention" in r or "sliding_attention" in r:  # (truncate: transformers reads it from the outer dict)
+            return {k: {x: y for x, y in rope(v, max_pos).items() if x != "truncate"} if isinstance(v, dict) else v
+                    for k, v in r.items()}
         r = {k: v for k, v in r.items() if v is not None and k != "type"}  # "type": the legacy name of rope_type
         if r.get("rope_type") == "yarn":
             r = {"beta_fast": 32.0, "beta_slow": 1.0, "truncate": True, **r}

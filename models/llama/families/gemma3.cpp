@@ -16,9 +16,12 @@ Family gemma3() {
             if (r.read("rope_local_base_freq", local)) c.rope_local_theta = local;
             read_gemma2_common(r, c);
             c.attn_logit_softcapping = 0;  // Gemma 3's attention never applies it (only the final cap)
-            r.ignore("_sliding_window_pattern");  // what derived layer_types, which config.json also has
-            r.ignore("sliding_window_pattern");
-            read_layer_types(r, c, /*pattern=*/6);
+            // The older files' pattern (every pattern-th layer full) when there is no layer_types; the saved
+            // _sliding_window_pattern is not read back by transformers (its __post_init__ takes only this key).
+            int64_t pattern = 6;
+            r.read("sliding_window_pattern", pattern);
+            r.ignore("_sliding_window_pattern");
+            read_layer_types(r, c, pattern);
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_gemma2_common(c, j); },
           {.rope_theta = 1000000.0, .max_position_embeddings = 131072, .num_key_value_heads = 4, .tie_word_embeddings = true, .hidden_act = "gelu_pytorch_tanh", .pad_token_id = 0}};

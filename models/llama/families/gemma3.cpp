@@ -16,6 +16,9 @@ Family gemma3() {
             if (r.read("rope_local_base_freq", local)) c.rope_local_theta = local;
             read_gemma2_common(r, c);
             c.attn_logit_softcapping = 0;  // Gemma 3's attention never applies it (only the final cap)
+            // Its rope is per layer type in transformers whatever form the file has (older files are converted), and
+            // yarn's truncate is read from that outer dict: always true.
+            c.rope_scaling.truncate = true;
             // The older files' pattern (every pattern-th layer full) when there is no layer_types; the saved
             // _sliding_window_pattern is not read back by transformers (its __post_init__ takes only this key).
             int64_t pattern = 6;

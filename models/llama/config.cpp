@@ -35,12 +35,8 @@ void LlamaConfig::validate() const {
   DTENSOR_CHECK(!qk_norm_per_head_weight || qk_norm, "dtensor: llama config: qk_norm_per_head_weight needs qk_norm");
   DTENSOR_CHECK(!rope_on_sliding_only || sliding_window > 0,
                 "dtensor: llama config: rotary on sliding layers only needs a sliding window");
-  if (moe.num_experts > 0) positive("decoder_sparse_step", moe.decoder_sparse_step);  // (layer_is_moe divides by it)
-  // The experts' checks where a layer is sparse: one whose layers are all dense (decoder_sparse_step,
-  // mlp_only_layers) routes nothing, as in transformers.
-  bool any_sparse = false;
-  for (int64_t l = 0; l < num_hidden_layers; ++l) any_sparse = any_sparse || layer_is_moe(l);
-  if (any_sparse) {
+  if (moe.num_experts > 0) positive("decoder_sparse_step", moe.decoder_sparse_step);
+  if (has_sparse_layers()) {  // the experts' checks
     positive("num_experts", moe.num_experts);
     positive("moe_intermediate_size", moe.intermediate_size);
     DTENSOR_CHECK(moe.top_k > 0 && moe.top_k <= moe.num_experts, "dtensor: llama config: num_experts_per_tok ", moe.top_k,
@@ -80,9 +76,7 @@ std::string LlamaConfig::to_string() const {
   if (attn_logit_softcapping > 0) s << " attn_softcap=" << attn_logit_softcapping;
   if (final_logit_softcapping > 0) s << " logit_softcap=" << final_logit_softcapping;
   if (sliding_window > 0) s << " sliding_window=" << sliding_window;
-  bool any_sparse = false;  // (a config whose layers are all dense, by decoder_sparse_step / mlp_only_layers, routes nothing)
-  for (int64_t l = 0; l < num_hidden_layers; ++l) any_sparse = any_sparse || layer_is_moe(l);
-  if (any_sparse) {
+  if (has_sparse_layers()) {
     s << " experts=" << moe.num_experts << " top_k=" << moe.top_k << " expert_ffn=" << moe.intermediate_size;
     if (moe.shared_expert_intermediate_size > 0) s << " shared_expert=" << moe.shared_expert_intermediate_size;
   }

@@ -23,6 +23,8 @@ struct RopeScaling {
   std::optional<double> mscale, mscale_all_dim;  // yarn
   bool truncate = true;                          // yarn
   std::vector<double> short_factor, long_factor; // longrope: head_dim / 2 each
+  // The kinds scaled against original_max_position_embeddings (max_position_embeddings when absent).
+  bool has_original_max() const { return rope_type == "llama3" || rope_type == "yarn" || rope_type == "longrope"; }
   bool operator==(const RopeScaling&) const = default;
 };
 
@@ -122,7 +124,15 @@ struct LlamaConfig {
     for (int64_t l : moe.mlp_only_layers) {
       if (l == layer) return false;
     }
-    return moe.num_experts > 0 && (layer + 1) % moe.decoder_sparse_step == 0;
+    return moe.num_experts > 0 && moe.decoder_sparse_step > 0 && (layer + 1) % moe.decoder_sparse_step == 0;
+  }
+  // Whether any layer is sparse: one whose layers are all dense (decoder_sparse_step, mlp_only_layers) routes
+  // nothing, as in transformers.
+  bool has_sparse_layers() const {
+    for (int64_t l = 0; l < num_hidden_layers; ++l) {
+      if (layer_is_moe(l)) return true;
+    }
+    return false;
   }
   bool layer_slides(int64_t layer) const {
     return sliding_window > 0 && (sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer)));

@@ -71,7 +71,7 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
     p.read("low_freq_factor", s.low_freq_factor);
     p.read("high_freq_factor", s.high_freq_factor);
     // Absent for llama3 / yarn / longrope: max_position_embeddings (transformers' standardize_rope_params).
-    if (type == "llama3" || type == "yarn" || type == "longrope") s.original_max_position_embeddings = c.max_position_embeddings;
+    if (s.has_original_max()) s.original_max_position_embeddings = c.max_position_embeddings;
     p.read("original_max_position_embeddings", s.original_max_position_embeddings);
     double v = 0;
     if (p.read_null_as_absent("attention_factor", v)) s.attention_factor = v;
@@ -91,7 +91,7 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
       if (!ok) p.fail("rope_type '" + type + "' needs '" + field + "'");
     };
     if (type == "linear" || type == "dynamic" || type == "llama3") need(s.factor.has_value(), "factor");
-    if (type == "llama3" || type == "yarn" || type == "longrope") {
+    if (s.has_original_max()) {
       need(s.original_max_position_embeddings > 0, "original_max_position_embeddings");
     }
     if (type == "longrope") need(!s.short_factor.empty() && !s.long_factor.empty(), "short_factor and long_factor");

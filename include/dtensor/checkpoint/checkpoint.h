@@ -47,7 +47,7 @@ struct LoadOptions {
   // Checkpoint entries absent from `state` are an error naming them, as are entries of `state` absent from the
   // checkpoint (always), unless they are named here: exact names, or prefixes written with a trailing '*'
   // ("state.*": a model-only load from a training checkpoint; "lm_head.weight": a tied head stored anyway).
-  std::vector<std::string> allow_unused_names;
+  std::vector<std::string> allow_unused_names = {};
   // Every checkpoint entry absent from `state` is ignored (prefer allow_unused_names: it ignores only what it names).
   bool allow_unused = false;
   // The stored dtype may differ from the state's: values are converted (HF bf16 weights into an fp32 model).

@@ -15,8 +15,7 @@ Family phi3() {
             // longrope (transformers' standardize_rope_params), and generate's cache reset happens past it.
             int64_t original = 4096;
             r.read("original_max_position_embeddings", original);
-            const std::string& type = c.rope_scaling.rope_type;
-            if (type == "longrope" || type == "yarn" || type == "llama3") c.rope_scaling.original_max_position_embeddings = original;
+            if (c.rope_scaling.has_original_max()) c.rope_scaling.original_max_position_embeddings = original;
             c.recompute_original_max = original;
             double partial = 0;
             if (r.read("partial_rotary_factor", partial) && partial != c.partial_rotary_factor) {

@@ -5,7 +5,10 @@
 #     ("dtensor/<layer>/x.h" public, "<layer>/x.h" internal), or the umbrella "dtensor/dtensor.h";
 #   - a folder of src/ or include/dtensor/ that is not in the table;
 #   - model code including library headers other than dtensor/core and dtensor/nn: every file of
-#     models/<family>/ except the family's plans (parallelize.*) and its weight loader (hf_weights.*).
+#     models/<family>/ except the family's plans (parallelize.*) and its weight loader (hf_weights.*);
+#   - above src/ (the table's `tree` lines): a file of tokenizer/, models/, train/, inference/ or tools/ including a
+#     header of a folder not listed for it (the library counts as one folder, "dtensor"), a top-level folder with
+#     sources that is not in the table, and an add_library in CMakeLists.txt built from tools/ (tools/ holds mains).
 # The build enforces the same table for src/ (cmake/Layers.cmake); this also covers headers no .cpp includes
 # and model code. Usage: scripts/check_layers.sh [ROOT] (default: this checkout). Ends with a `summary` line;
 # exit 1 on any violation.
@@ -14,8 +17,12 @@ ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 TABLE="$ROOT/cmake/layers.txt"
 [ -f "$TABLE" ] || { echo "check_layers: no $TABLE" >&2; exit 2; }
 
-declare -A allowed=()
+declare -A allowed=() tree_allowed=()
 while IFS= read -r line; do
+  if [[ "$line" =~ ^tree\ ([a-z_]+):(.*)$ ]]; then
+    tree_allowed[${BASH_REMATCH[1]}]=" ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} "
+    continue
+  fi
   [[ "$line" =~ ^([a-z]+):(.*)$ ]] || continue
   allowed[${BASH_REMATCH[1]}]=" ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} "
 done < "$TABLE"
@@ -72,5 +79,54 @@ for family in "$ROOT"/models/*/; do
   done < <(find "$family" \( -name '*.h' -o -name '*.cpp' \))
 done
 
-echo "summary layers=${#allowed[@]} files=$files includes=$includes violations=$violations"
+# Above src/. The folder an include of a file in `dir` names, in REPLY (no subshell: this runs per include):
+# "dtensor" for the library's headers, else the top-level folder the header resolves to (beside the file, from the
+# repository root, or from models/), "" when it is not ours.
+folder_of() {
+  local dir=$1 inc=$2 base path
+  REPLY=""
+  if [[ "$inc" == dtensor/* ]]; then REPLY=dtensor; return; fi
+  for base in "$dir" "$ROOT" "$ROOT/models"; do
+    [[ -e "$base/$inc" ]] || continue
+    path="$base/$inc"
+    while [[ "$path" == */../* ]]; do path=$(sed -E 's#/[^/]+/\.\./#/#' <<<"$path"); done
+    path=${path//\/.\//\/}
+    [[ "$path" == "$ROOT"/* ]] || return
+    path=${path#$ROOT/}
+    REPLY=${path%%/*}
+    return
+  done
+}
+for dir in "$ROOT"/*/; do
+  name=$(basename "$dir")
+  case "$name" in src | include | tests | examples | docs | scripts | cmake | build* | shared) continue ;; esac
+  if [[ -z "${tree_allowed[$name]:-}" ]] && [[ -n "$(find "$dir" \( -name '*.h' -o -name '*.cpp' \) -print -quit)" ]]; then
+    report "$name/ holds sources but is not in cmake/layers.txt's tree"
+  fi
+done
+tree_folders=0
+for folder in "${!tree_allowed[@]}"; do
+  [[ -d "$ROOT/$folder" ]] || continue
+  tree_folders=$((tree_folders + 1))
+  while IFS= read -r file; do
+    files=$((files + 1))
+    while IFS=: read -r lineno inc; do
+      includes=$((includes + 1))
+      folder_of "${file%/*}" "$inc"
+      target=$REPLY
+      [[ -z "$target" ]] && continue
+      [[ "$target" == src ]] && target=dtensor
+      [[ "${tree_allowed[$folder]}" == *" $target "* ]] ||
+        report "${file#$ROOT/}:$lineno: '$folder' includes \"$inc\" of '$target', which is not below it"
+    done < <(includes_of "$file")
+  done < <(find "$ROOT/$folder" \( -name '*.h' -o -name '*.cpp' \))
+done
+# tools/ holds mains: no library target takes a source from it.
+if [[ -f "$ROOT/CMakeLists.txt" ]]; then
+  while IFS= read -r hit; do
+    report "CMakeLists.txt: $hit (a library from tools/: libraries live in their layer; tools/ holds mains)"
+  done < <(awk '/add_library\(/ { lib = 1; text = "" } lib { text = text $0 } lib && /\)/ { if (text ~ /tools\//) { sub(/^[ \t]+/, "", text); print substr(text, 1, 80) } lib = 0 }' "$ROOT/CMakeLists.txt")
+fi
+
+echo "summary layers=${#allowed[@]} tree_folders=$tree_folders files=$files includes=$includes violations=$violations"
 [ "$violations" -eq 0 ]

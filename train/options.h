@@ -1,8 +1,7 @@
-// The training job's options (torchtitan's JobConfig) and llama_train's command line for them: long options
-// with built-in defaults (`--help` lists them).
+// The training job's options (torchtitan's JobConfig): a plain config with built-in defaults, and the checks that
+// tie its fields together. llama_train's command line binds them (tools/llama_train/options.h); the messages name
+// the flags, which are the fields' names.
 #pragma once
-
-#include "tools/common/cli.h"  // the command-line grammar of our programs
 
 #include <cstdint>
 #include <stdexcept>
@@ -38,7 +37,7 @@ struct TrainOptions {
   bool sequence_parallel = true;
   bool loss_parallel = true;
   bool async_tp = false;  // SP's all-gathers and reduce-scatters fused with their matmuls (needs SP, plan torchtitan)
-  // --plan auto: llama_train searches the plan (tools/llama_plan/search.h) and sets plan, sequence_parallel,
+  // --plan auto: llama_train searches the plan (train/plan_search.h) and sets plan, sequence_parallel,
   // loss_parallel, async_tp and data_parallel from the winner; memory_budget_mb bounds its peak per rank.
   bool plan_auto = false;
   int64_t memory_budget_mb = 0;
@@ -56,18 +55,22 @@ struct TrainOptions {
   int64_t stop_after = 0;        // 0: run to `steps`; else stop after this step (the schedule still spans `steps`)
 };
 
-// A bad command line: main prints "error: <what>" on rank 0 and exits 2 on every rank.
-using UsageError = tools_cli::UsageError;  // bad flags: one `error:` line, exit 2
+// Options that do not fit together (or a checkpoint config that does not load): llama_train prints "error: <what>"
+// on rank 0 and exits 2 on every rank, as for a bad flag.
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
-// Parses argv (without argv[0]). Sets `help` when --help is given. Throws UsageError.
-TrainOptions parse_options(const std::vector<std::string>& args, bool& help);
-std::string help_text();
+// After the fields are set: checks that they fit together (async TP needs SP and the torchtitan plan, --ep divides
+// --dp and the experts, ...), turns SP and loss parallel off under the hf plan, takes --hf-dir's config.json as
+// the model and its tokenizer.json as the tokenizer when none is named, and validates the model. Throws ConfigError.
+void resolve_options(TrainOptions& options);
 // Checks the values that need the world size (dp * tp == world, heads / seq_len by tp, batch by dp).
-// Throws UsageError.
+// Throws ConfigError.
 void check_options(const TrainOptions& options, int64_t world_size);
 // Fits the model to the corpus: a .bin corpus sets the vocabulary (its largest id + 1, rounded up to a
 // multiple of 128 so that TP degrees divide it); a byte corpus must fit the vocabulary and every corpus must
-// hold a sequence. Throws UsageError.
+// hold a sequence. Throws ConfigError.
 void fit_to_corpus(TrainOptions& options, const Corpus& corpus);
 // The TP degree: options.tp, or world / dp when 0.
 int64_t tp_degree(const TrainOptions& options, int64_t world_size);

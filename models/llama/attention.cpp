@@ -30,7 +30,7 @@ void fill_masks(const LlamaConfig& config, const at::Tensor& visible, const at::
         .unsqueeze(1);
   };
   in.mask = additive(visible);
-  if (config.sliding_window > 0) in.sliding_mask = additive(visible & (key_pos > query_pos - config.sliding_window).unsqueeze(0));
+  if (config.attention.sliding_window > 0) in.sliding_mask = additive(visible & (key_pos > query_pos - config.attention.sliding_window).unsqueeze(0));
 }
 
 // The naive attention (HF's eager_attention_forward), for what scaled_dot_product_attention cannot do:
@@ -66,7 +66,7 @@ AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& at
     sin = sin_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
   };
   gather(config, in.cos, in.sin);
-  if (config.rope_local_theta > 0) gather(local_rope_config(config), in.local_cos, in.local_sin);
+  if (config.rotary.local_theta > 0) gather(local_rope_config(config), in.local_cos, in.local_sin);
   const auto longs = attention_mask.options().dtype(at::kLong);
   at::Tensor query_pos = at::arange(past, t, longs).view({s, 1});
   at::Tensor key_pos = at::arange(t, longs).view({1, t});
@@ -75,8 +75,8 @@ AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& at
   return in;
 }
 
-AttentionInputs paged_attention_inputs(const LlamaConfig& config, const PagedStep& step) {
-  DTENSOR_CHECK(!rope_depends_on_length(config), "llama: rope_type '", config.rope_scaling.rope_type,
+AttentionInputs paged_attention_inputs(const LlamaConfig& config, const models::PagedStep& step) {
+  DTENSOR_CHECK(!rope_depends_on_length(config), "llama: rope_type '", config.rotary.rope_scaling.rope_type,
                 "' is not supported with continuous batching (its frequencies follow each sequence's length)");
   const int64_t t = step.tokens.numel();
   const int64_t table_len = step.positions.numel() ? step.positions.max().item<int64_t>() + 1 : 1;
@@ -87,7 +87,7 @@ AttentionInputs paged_attention_inputs(const LlamaConfig& config, const PagedSte
     sin = sin_table.index_select(0, step.positions).view({1, 1, t, -1});
   };
   gather(config, in.cos, in.sin);
-  if (config.rope_local_theta > 0) gather(local_rope_config(config), in.local_cos, in.local_sin);
+  if (config.rotary.local_theta > 0) gather(local_rope_config(config), in.local_cos, in.local_sin);
   at::Tensor query_pos = step.positions.view({t, 1}), key_pos = step.key_pos.view({1, -1});
   at::Tensor visible = ((step.key_seq.view({1, -1}) == step.query_seq.view({t, 1})) & (key_pos <= query_pos)).unsqueeze(0);
   fill_masks(config, visible, query_pos, key_pos, in);
@@ -96,23 +96,23 @@ AttentionInputs paged_attention_inputs(const LlamaConfig& config, const PagedSte
 
 AttentionImpl::AttentionImpl(const LlamaConfig& c)
     : head_dim(c.head_dim()),
-      scale(c.attention_scale > 0 ? c.attention_scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim()))),
-      explicit_scale(c.attention_scale > 0),
-      softcap(c.attn_logit_softcapping),
-      clip_qkv(c.clip_qkv),
-      interleaved(c.rope_interleaved),
-      full_width_qk_norm(c.qk_norm_full_width),
+      scale(c.attention.scale > 0 ? c.attention.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim()))),
+      explicit_scale(c.attention.scale > 0),
+      softcap(c.attention.attn_logit_softcapping),
+      clip_qkv(c.attention.clip_qkv),
+      interleaved(c.rotary.interleaved),
+      full_width_qk_norm(c.attention.qk_norm_full_width),
       q_proj(register_module("q_proj", linear(c.hidden_size, c.num_attention_heads * c.head_dim(), c.q_bias()))),
       k_proj(register_module("k_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim(), c.q_bias()))),
       v_proj(register_module("v_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim(), c.q_bias()))),
-      o_proj(register_module("o_proj", linear(c.num_attention_heads * c.head_dim(), c.hidden_size, c.attention_bias))) {
-  if (c.qk_norm) {  // over head_dim; Cohere's weight a row per head
-    const bool rows = c.qk_norm_per_head_weight;
-    q_norm = register_module("q_norm", Norm(c.norm, c.head_dim(), c.rms_norm_eps, false, false, rows ? c.num_attention_heads : 0));
-    k_norm = register_module("k_norm", Norm(c.norm, c.head_dim(), c.rms_norm_eps, false, false, rows ? c.num_key_value_heads : 0));
-  } else if (c.qk_norm_full_width) {  // over the heads' whole width, which TP shards: written out (norm.h)
-    q_norm = register_module("q_norm", Norm(c.norm, c.num_attention_heads * c.head_dim(), c.rms_norm_eps, false, true));
-    k_norm = register_module("k_norm", Norm(c.norm, c.num_key_value_heads * c.head_dim(), c.rms_norm_eps, false, true));
+      o_proj(register_module("o_proj", linear(c.num_attention_heads * c.head_dim(), c.hidden_size, c.attention.attention_bias))) {
+  if (c.attention.qk_norm) {  // over head_dim; Cohere's weight a row per head
+    const bool rows = c.attention.qk_norm_per_head_weight;
+    q_norm = register_module("q_norm", Norm(c.norm.kind, c.head_dim(), c.norm.rms_norm_eps, false, false, rows ? c.num_attention_heads : 0));
+    k_norm = register_module("k_norm", Norm(c.norm.kind, c.head_dim(), c.norm.rms_norm_eps, false, false, rows ? c.num_key_value_heads : 0));
+  } else if (c.attention.qk_norm_full_width) {  // over the heads' whole width, which TP shards: written out (norm.h)
+    q_norm = register_module("q_norm", Norm(c.norm.kind, c.num_attention_heads * c.head_dim(), c.norm.rms_norm_eps, false, true));
+    k_norm = register_module("k_norm", Norm(c.norm.kind, c.num_key_value_heads * c.head_dim(), c.norm.rms_norm_eps, false, true));
   }
 }
 
@@ -128,8 +128,8 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   if (q_norm && !full_width_qk_norm) q = q_norm(q), k = k_norm(k);  // per head, before rotary
   q = q.transpose(1, 2), k = k.transpose(1, 2);  // [b, heads, s, head_dim]
   if (cos.defined()) q = apply_rotary(q, cos, sin, interleaved), k = apply_rotary(k, cos, sin, interleaved);
-  if (cache) std::tie(k, v) = cache->update(k, v);  // [b, kv_heads, past + s, head_dim]
-  if (paged_cache) std::tie(k, v) = paged_cache->update(layer_index, k, v);  // [1, kv_heads, K, head_dim]
+  // Dense: [b, kv_heads, past + s, head_dim]; paged: [1, kv_heads, K, head_dim].
+  if (cache) std::tie(k, v) = cache->update(k, v);
   const int64_t n_rep = q.size(1) / k.size(1);  // query heads per key/value head
   at::Tensor out;
   if (softcap > 0) {

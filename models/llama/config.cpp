@@ -16,24 +16,24 @@ void LlamaConfig::validate() const {
   positive("num_attention_heads", num_attention_heads);
   positive("num_key_value_heads", num_key_value_heads);
   positive("intermediate_size", intermediate_size);
-  DTENSOR_CHECK(explicit_head_dim > 0 || hidden_size % num_attention_heads == 0, "dtensor: llama config: hidden_size ",
+  DTENSOR_CHECK(attention.head_dim > 0 || hidden_size % num_attention_heads == 0, "dtensor: llama config: hidden_size ",
                 hidden_size, " is not divisible by num_attention_heads ", num_attention_heads, " (and no head_dim is given)");
-  DTENSOR_CHECK(partial_rotary_factor > 0 && partial_rotary_factor <= 1, "dtensor: llama config: partial_rotary_factor ",
-                partial_rotary_factor, " must be in (0, 1]");
+  DTENSOR_CHECK(rotary.partial_rotary_factor > 0 && rotary.partial_rotary_factor <= 1, "dtensor: llama config: partial_rotary_factor ",
+                rotary.partial_rotary_factor, " must be in (0, 1]");
   DTENSOR_CHECK(rotary_dim() % 2 == 0, "dtensor: llama config: the rotary dims (head_dim ", head_dim(),
-                " * partial_rotary_factor ", partial_rotary_factor, " = ", rotary_dim(), ") must be even");
+                " * partial_rotary_factor ", rotary.partial_rotary_factor, " = ", rotary_dim(), ") must be even");
   DTENSOR_CHECK(num_attention_heads % num_key_value_heads == 0, "dtensor: llama config: num_attention_heads ",
                 num_attention_heads, " is not divisible by num_key_value_heads ", num_key_value_heads);
-  DTENSOR_CHECK(sliding_window >= 0, "dtensor: llama config: sliding_window must be positive, got ", sliding_window);
-  DTENSOR_CHECK(sliding_layers.empty() || static_cast<int64_t>(sliding_layers.size()) == num_hidden_layers,
-                "dtensor: llama config: layer_types has ", sliding_layers.size(), " entries for ", num_hidden_layers,
+  DTENSOR_CHECK(attention.sliding_window >= 0, "dtensor: llama config: sliding_window must be positive, got ", attention.sliding_window);
+  DTENSOR_CHECK(attention.sliding_layers.empty() || static_cast<int64_t>(attention.sliding_layers.size()) == num_hidden_layers,
+                "dtensor: llama config: layer_types has ", attention.sliding_layers.size(), " entries for ", num_hidden_layers,
                 " layers");
-  DTENSOR_CHECK(hidden_act == "silu" || hidden_act == "gelu_pytorch_tanh" || hidden_act == "gelu",
-                "dtensor: llama config: hidden_act '", hidden_act, "' is not supported (silu, gelu_pytorch_tanh, gelu)");
-  DTENSOR_CHECK(!norm_bias || norm == NormKind::layer_norm, "dtensor: llama config: a norm bias needs NormKind::layer_norm");
-  DTENSOR_CHECK(!(qk_norm && qk_norm_full_width), "dtensor: llama config: qk_norm is per head or full width, not both");
-  DTENSOR_CHECK(!qk_norm_per_head_weight || qk_norm, "dtensor: llama config: qk_norm_per_head_weight needs qk_norm");
-  DTENSOR_CHECK(!rope_on_sliding_only || sliding_window > 0,
+  DTENSOR_CHECK(mlp.hidden_act == "silu" || mlp.hidden_act == "gelu_pytorch_tanh" || mlp.hidden_act == "gelu",
+                "dtensor: llama config: hidden_act '", mlp.hidden_act, "' is not supported (silu, gelu_pytorch_tanh, gelu)");
+  DTENSOR_CHECK(!norm.bias || norm.kind == NormKind::layer_norm, "dtensor: llama config: a norm bias needs NormKind::layer_norm");
+  DTENSOR_CHECK(!(attention.qk_norm && attention.qk_norm_full_width), "dtensor: llama config: qk_norm is per head or full width, not both");
+  DTENSOR_CHECK(!attention.qk_norm_per_head_weight || attention.qk_norm, "dtensor: llama config: qk_norm_per_head_weight needs qk_norm");
+  DTENSOR_CHECK(!rotary.on_sliding_only || attention.sliding_window > 0,
                 "dtensor: llama config: rotary on sliding layers only needs a sliding window");
   if (moe.num_experts > 0) positive("decoder_sparse_step", moe.decoder_sparse_step);
   if (has_sparse_layers()) {  // the experts' checks
@@ -41,10 +41,10 @@ void LlamaConfig::validate() const {
     positive("moe_intermediate_size", moe.intermediate_size);
     DTENSOR_CHECK(moe.top_k > 0 && moe.top_k <= moe.num_experts, "dtensor: llama config: num_experts_per_tok ", moe.top_k,
                   " must be in [1, num_experts = ", moe.num_experts, "]");
-    DTENSOR_CHECK(mlp == MlpKind::gated, "dtensor: llama config: experts are gated MLPs");
-    DTENSOR_CHECK(!packed_gate_up && !mlp_bias, "dtensor: llama config: experts have no packed gate_up and no biases");
+    DTENSOR_CHECK(mlp.kind == MlpKind::gated, "dtensor: llama config: experts are gated MLPs");
+    DTENSOR_CHECK(!mlp.mlp_bias, "dtensor: llama config: experts have no biases");
   }
-  const RopeScaling& r = rope_scaling;
+  const RopeScaling& r = rotary.rope_scaling;
   if (r.rope_type == "longrope") {
     const size_t half = static_cast<size_t>(rotary_dim() / 2);
     DTENSOR_CHECK(r.short_factor.size() == half && r.long_factor.size() == half, "dtensor: llama config: longrope's ",
@@ -57,25 +57,23 @@ std::string LlamaConfig::to_string() const {
   std::ostringstream s;
   s << model_type << " vocab=" << vocab_size << " dim=" << hidden_size << " layers=" << num_hidden_layers
     << " heads=" << num_attention_heads << " kv_heads=" << num_key_value_heads << " head_dim=" << head_dim()
-    << " ffn=" << intermediate_size << " rope_theta=" << rope_theta;
-  if (rope_scaling.rope_type != "default") s << " rope=" << rope_scaling.rope_type;
-  if (attention_bias) s << " attention_bias";
-  if (qkv_bias) s << " qkv_bias";
-  if (mlp_bias) s << " mlp_bias";
-  if (qk_norm) s << (qk_norm_per_head_weight ? " qk_norm_per_head_weight" : " qk_norm");
-  if (qk_norm_full_width) s << " qk_norm_full_width";
-  if (partial_rotary_factor != 1.0) s << " partial_rotary=" << partial_rotary_factor;
-  if (rope_interleaved) s << " rope_interleaved";
-  if (packed_qkv) s << " packed_qkv";
-  if (packed_gate_up) s << " packed_gate_up";
-  if (hidden_act != "silu") s << " act=" << hidden_act;
-  if (layer == LayerKind::sandwich) s << " sandwich_norms";
-  if (layer == LayerKind::post_norm) s << " post_norms";
-  if (layer == LayerKind::parallel) s << " parallel_block";
-  if (mlp == MlpKind::plain) s << " plain_mlp";
-  if (attn_logit_softcapping > 0) s << " attn_softcap=" << attn_logit_softcapping;
-  if (final_logit_softcapping > 0) s << " logit_softcap=" << final_logit_softcapping;
-  if (sliding_window > 0) s << " sliding_window=" << sliding_window;
+    << " ffn=" << intermediate_size << " rope_theta=" << rotary.rope_theta;
+  if (rotary.rope_scaling.rope_type != "default") s << " rope=" << rotary.rope_scaling.rope_type;
+  if (attention.attention_bias) s << " attention_bias";
+  if (attention.qkv_bias) s << " qkv_bias";
+  if (mlp.mlp_bias) s << " mlp_bias";
+  if (attention.qk_norm) s << (attention.qk_norm_per_head_weight ? " qk_norm_per_head_weight" : " qk_norm");
+  if (attention.qk_norm_full_width) s << " qk_norm_full_width";
+  if (rotary.partial_rotary_factor != 1.0) s << " partial_rotary=" << rotary.partial_rotary_factor;
+  if (rotary.interleaved) s << " rope_interleaved";
+  if (mlp.hidden_act != "silu") s << " act=" << mlp.hidden_act;
+  if (norm.placement == LayerKind::sandwich) s << " sandwich_norms";
+  if (norm.placement == LayerKind::post_norm) s << " post_norms";
+  if (norm.placement == LayerKind::parallel) s << " parallel_block";
+  if (mlp.kind == MlpKind::plain) s << " plain_mlp";
+  if (attention.attn_logit_softcapping > 0) s << " attn_softcap=" << attention.attn_logit_softcapping;
+  if (scaling.final_logit_softcapping > 0) s << " logit_softcap=" << scaling.final_logit_softcapping;
+  if (attention.sliding_window > 0) s << " sliding_window=" << attention.sliding_window;
   if (has_sparse_layers()) {
     s << " experts=" << moe.num_experts << " top_k=" << moe.top_k << " expert_ffn=" << moe.intermediate_size;
     if (moe.shared_expert_intermediate_size > 0) s << " shared_expert=" << moe.shared_expert_intermediate_size;

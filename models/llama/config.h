@@ -1,5 +1,7 @@
-// The decoder's configuration: HF's LlamaConfig fields, plus the parts other families choose (each family's
-// differences are a short file in llama/families/; HF config.json in and out is llama/hf_config.h).
+// The decoder's configuration: HF's LlamaConfig fields, plus the parts other families choose, grouped by where they
+// act (attention, norm, MLP, rotary, scaling, experts). Each family's differences are a short file in
+// llama/families/ (HF config.json in and out: llama/hf_config.h); how a family's checkpoint names its weights is the
+// family's, not the model's (llama/hf_config.h's Family::weights).
 // torchtitan's names in comments.
 #pragma once
 
@@ -60,8 +62,65 @@ struct MoeConfig {
   int64_t decoder_sparse_step = 1;       // Qwen: layer l is sparse when (l + 1) % step == 0 ...
   std::vector<int64_t> mlp_only_layers;  // ... and l is not listed here (dense layers use intermediate_size)
   double router_aux_loss_coef = 0.001;   // the load-balancing loss's weight in the training loss
-  bool mixtral_names = false;  // the checkpoint's names: block_sparse_moe.{gate, experts.e.w1/w3/w2}
   bool operator==(const MoeConfig&) const = default;
+};
+
+// The parts a family chooses, grouped by where they act (all off: Llama 3.0). Each family's file sets them
+// (llama/families/); transformers' names where the field is a config.json key.
+struct AttentionConfig {
+  int64_t head_dim = 0;              // HF's head_dim when config.json gives one (0: hidden / heads)
+  bool attention_bias = false;       // q/k/v/o biases (Llama's attention_bias, Qwen3's)
+  bool qkv_bias = false;             // q/k/v biases only (Qwen2)
+  bool qk_norm = false;              // Qwen3, Gemma 3: the norm over head_dim of each query and key head, before rotary
+  bool qk_norm_per_head_weight = false;  // Cohere's use_qk_norm: that norm's weight is [heads, head_dim], a row a head
+  bool qk_norm_full_width = false;   // OLMo2: q_norm / k_norm over all heads' q / k (before the head split)
+  int64_t sliding_window = 0;        // > 0: a query sees the last sliding_window keys (itself included)
+  std::vector<bool> sliding_layers;  // which layers slide (empty: all, when sliding_window > 0)
+  double scale = 0.0;                // the softmax scale (0: head_dim^-1/2): Granite's attention_multiplier,
+                                     // Gemma's query_pre_attn_scalar^-1/2
+  double attn_logit_softcapping = 0.0;  // Gemma 2: scores = cap * tanh(scores / cap) (0: off)
+  double clip_qkv = 0.0;             // OLMo: q, k, v clamped to [-c, c] (0: off)
+  bool operator==(const AttentionConfig&) const = default;
+};
+
+struct NormConfig {
+  NormKind kind = NormKind::rms;
+  double rms_norm_eps = 1e-5;        // every norm's epsilon (the family's own key: norm_epsilon, layer_norm_eps)
+  bool bias = false;                 // NormKind::layer_norm: with bias
+  LayerKind placement = LayerKind::pre_norm;  // where a layer's norms sit around attention and the MLP
+  bool operator==(const NormConfig&) const = default;
+};
+
+struct MlpConfig {
+  MlpKind kind = MlpKind::gated;
+  std::string hidden_act = "silu";   // silu, gelu_pytorch_tanh, gelu
+  bool mlp_bias = false;             // gate/up/down biases
+  bool operator==(const MlpConfig&) const = default;
+};
+
+struct RotaryConfig {
+  double rope_theta = 500000.0;      // Llama-3's
+  RopeScaling rope_scaling;
+  double local_theta = 0.0;          // Gemma 3: sliding layers' rotary base (default rope; 0: as the others)
+  bool interleaved = false;          // Cohere: rotary pairs (2i, 2i+1) instead of (i, i + d/2)
+  bool on_sliding_only = false;      // Cohere 2: full-attention layers have no rotary embedding
+  double partial_rotary_factor = 1.0;  // Phi-4-mini, GLM: rotary on the first head_dim * f dims of each head
+  // Phi-3's original_max_position_embeddings (0: none). inference/generate.h: once a sequence's width reaches it + 1
+  // while the cache holds no more than that, the cache is dropped and the whole sequence recomputed (longrope's
+  // long factors).
+  int64_t recompute_original_max = 0;
+  bool operator==(const RotaryConfig&) const = default;
+};
+
+// The multipliers and caps on the residual stream's ends (Gemma, Granite, Cohere).
+struct ScalingConfig {
+  bool embedding_scale_sqrt_hidden = false;  // Gemma: embeddings * sqrt(hidden), in the activations' dtype
+  double embedding_multiplier = 1.0;  // Granite: embeddings * m
+  double residual_multiplier = 1.0;   // Granite: h += m * block(h)
+  double final_logit_softcapping = 0.0;  // Gemma 2: logits = cap * tanh(logits / cap) (0: off)
+  double logits_scaling = 1.0;        // Granite: logits / s
+  double logit_scale = 1.0;           // Cohere: logits * s
+  bool operator==(const ScalingConfig&) const = default;
 };
 
 struct LlamaConfig {
@@ -73,53 +132,18 @@ struct LlamaConfig {
   int64_t num_key_value_heads = 4;   // n_kv_heads (GQA when < num_attention_heads)
   int64_t intermediate_size = 768;   // the SwiGLU hidden size (torchtitan derives it from ffn_dim_multiplier)
   int64_t max_position_embeddings = 2048;
-  double rope_theta = 500000.0;      // Llama-3's
-  RopeScaling rope_scaling;
-  double rms_norm_eps = 1e-5;
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
   std::optional<int64_t> pad_token_id;  // config.json's, kept for the export (HF's embedding padding_idx)
-  // The parts a family chooses (all off: Llama 3.0).
-  int64_t explicit_head_dim = 0;     // HF's head_dim when config.json gives one (0: hidden / heads)
-  bool attention_bias = false;       // q/k/v/o biases (Llama's attention_bias, Qwen3's)
-  bool qkv_bias = false;             // q/k/v biases only (Qwen2)
-  bool mlp_bias = false;             // gate/up/down biases
-  bool qk_norm = false;              // Qwen3, Gemma 3: the norm over head_dim of each query and key head, before rotary
-  bool qk_norm_per_head_weight = false;  // Cohere's use_qk_norm: that norm's weight is [heads, head_dim], a row a head
-  int64_t sliding_window = 0;        // > 0: a query sees the last sliding_window keys (itself included)
-  std::vector<bool> sliding_layers;  // which layers slide (empty: all, when sliding_window > 0)
-  NormKind norm = NormKind::rms;
-  LayerKind layer = LayerKind::pre_norm;
-  MlpKind mlp = MlpKind::gated;
-  std::string hidden_act = "silu";    // silu, gelu_pytorch_tanh, gelu
-  bool norm_bias = false;             // NormKind::layer_norm: with bias
-  bool embedding_scale_sqrt_hidden = false;  // Gemma: embeddings * sqrt(hidden), in the activations' dtype
-  double embedding_multiplier = 1.0;  // Granite: embeddings * m
-  double residual_multiplier = 1.0;   // Granite: h += m * block(h)
-  double attention_scale = 0.0;       // the softmax scale (0: head_dim^-1/2): Granite's attention_multiplier,
-                                      // Gemma's query_pre_attn_scalar^-1/2
-  double attn_logit_softcapping = 0.0;   // Gemma 2: scores = cap * tanh(scores / cap) (0: off)
-  double final_logit_softcapping = 0.0;  // Gemma 2: logits = cap * tanh(logits / cap) (0: off)
-  double logits_scaling = 1.0;        // Granite: logits / s
-  double logit_scale = 1.0;           // Cohere: logits * s
-  double clip_qkv = 0.0;              // OLMo: q, k, v clamped to [-c, c] (0: off)
-  bool qk_norm_full_width = false;    // OLMo2: q_norm / k_norm over all heads' q / k (before the head split)
-  double rope_local_theta = 0.0;      // Gemma 3: sliding layers' rotary base (default rope; 0: as the others)
-  bool rope_interleaved = false;      // Cohere: rotary pairs (2i, 2i+1) instead of (i, i + d/2)
-  bool rope_on_sliding_only = false;  // Cohere 2: full-attention layers have no rotary embedding
-  double partial_rotary_factor = 1.0; // Phi-4-mini, GLM: rotary on the first head_dim * f dims of each head
-  // The checkpoint packs q/k/v into one self_attn.qkv_proj, gate/up into one mlp.gate_up_proj (Phi-3, GLM).
-  // The model keeps them apart: llama/hf_weights.h splits them on load and packs them on export.
-  bool packed_qkv = false;
-  bool packed_gate_up = false;
-  // Phi-3's original_max_position_embeddings (0: none). generate(): once a sequence's width reaches it + 1
-  // while the cache holds no more than that, the cache is dropped and the whole sequence recomputed
-  // (longrope's long factors).
-  int64_t recompute_original_max = 0;
+  AttentionConfig attention;
+  NormConfig norm;
+  MlpConfig mlp;
+  RotaryConfig rotary;
+  ScalingConfig scaling;
   MoeConfig moe;
 
-  int64_t head_dim() const { return explicit_head_dim > 0 ? explicit_head_dim : hidden_size / num_attention_heads; }
-  int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor); }
-  bool q_bias() const { return attention_bias || qkv_bias; }  // q, k, v
+  int64_t head_dim() const { return attention.head_dim > 0 ? attention.head_dim : hidden_size / num_attention_heads; }
+  int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary.partial_rotary_factor); }
+  bool q_bias() const { return attention.attention_bias || attention.qkv_bias; }  // q, k, v
   bool layer_is_moe(int64_t layer) const {
     for (int64_t l : moe.mlp_only_layers) {
       if (l == layer) return false;
@@ -135,7 +159,8 @@ struct LlamaConfig {
     return false;
   }
   bool layer_slides(int64_t layer) const {
-    return sliding_window > 0 && (sliding_layers.empty() || sliding_layers.at(static_cast<size_t>(layer)));
+    return attention.sliding_window > 0 &&
+           (attention.sliding_layers.empty() || attention.sliding_layers.at(static_cast<size_t>(layer)));
   }
   // Every field equal (an export read back gives the same config: llama/hf_config.h).
   bool operator==(const LlamaConfig&) const = default;

@@ -15,16 +15,16 @@ at::Tensor activation(const std::string& act, const at::Tensor& x) {
   return at::gelu(x);  // "gelu": exact (validated in config.cpp)
 }
 
-FeedForwardImpl::FeedForwardImpl(const LlamaConfig& c, int64_t intermediate) : act(c.hidden_act) {
+FeedForwardImpl::FeedForwardImpl(const LlamaConfig& c, int64_t intermediate) : act(c.mlp.hidden_act) {
   const int64_t inner = intermediate > 0 ? intermediate : c.intermediate_size;
-  if (c.mlp == MlpKind::plain) {
-    c_fc = register_module("c_fc", linear(c.hidden_size, inner, c.mlp_bias));
-    c_proj = register_module("c_proj", linear(inner, c.hidden_size, c.mlp_bias));
+  if (c.mlp.kind == MlpKind::plain) {
+    c_fc = register_module("c_fc", linear(c.hidden_size, inner, c.mlp.mlp_bias));
+    c_proj = register_module("c_proj", linear(inner, c.hidden_size, c.mlp.mlp_bias));
     return;
   }
-  gate_proj = register_module("gate_proj", linear(c.hidden_size, inner, c.mlp_bias));
-  up_proj = register_module("up_proj", linear(c.hidden_size, inner, c.mlp_bias));
-  down_proj = register_module("down_proj", linear(inner, c.hidden_size, c.mlp_bias));
+  gate_proj = register_module("gate_proj", linear(c.hidden_size, inner, c.mlp.mlp_bias));
+  up_proj = register_module("up_proj", linear(c.hidden_size, inner, c.mlp.mlp_bias));
+  down_proj = register_module("down_proj", linear(inner, c.hidden_size, c.mlp.mlp_bias));
 }
 
 at::Tensor FeedForwardImpl::forward(const at::Tensor& x) {

@@ -24,7 +24,7 @@ const char* const kIgnored[] = {
 
 // rope_parameters (transformers >= 5) or rope_scaling (before, with rope_theta at the top level).
 void read_rope(HfConfigReader& r, LlamaConfig& c) {
-  r.read("rope_theta", c.rope_theta);
+  r.read("rope_theta", c.rotary.rope_theta);
   for (const char* key : {"rope_parameters", "rope_scaling"}) {
     r.ignore(key);
     if (!r.has(key)) continue;
@@ -39,7 +39,7 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
         std::string type = "default";
         local.read("rope_type", type);
         if (type != "default") local.fail("rope_type '" + type + "' is not supported for sliding layers (default)");
-        local.read("rope_theta", c.rope_local_theta);
+        local.read("rope_theta", c.rotary.local_theta);
         for (const auto& k : local.unread()) local.fail("field '" + k + "' is not known; it may change the rotary embedding");
       }
       for (const auto& item : rope.items()) {
@@ -51,8 +51,8 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
       nested = true;
     }
     HfConfigReader p(rope, r.path() + ": " + key);
-    RopeScaling& s = c.rope_scaling;
-    p.read("rope_theta", c.rope_theta);
+    RopeScaling& s = c.rotary.rope_scaling;
+    p.read("rope_theta", c.rotary.rope_theta);
     std::string type = "default";
     if (!p.read("rope_type", type)) p.read("type", type);
     p.ignore("type");
@@ -85,7 +85,7 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
     if (nested) s.truncate = true;
     p.read("short_factor", s.short_factor);
     p.read("long_factor", s.long_factor);
-    p.read("partial_rotary_factor", c.partial_rotary_factor);
+    p.read("partial_rotary_factor", c.rotary.partial_rotary_factor);
     for (const auto& k : p.unread()) p.fail("field '" + k + "' is not known; it may change the rotary embedding");
     auto need = [&](bool ok, const char* field) {
       if (!ok) p.fail("rope_type '" + type + "' needs '" + field + "'");
@@ -99,8 +99,8 @@ void read_rope(HfConfigReader& r, LlamaConfig& c) {
 }
 
 void write_rope(const LlamaConfig& c, nlohmann::ordered_json& j) {
-  const RopeScaling& s = c.rope_scaling;
-  nlohmann::ordered_json rope = {{"rope_theta", c.rope_theta}, {"rope_type", s.rope_type}};
+  const RopeScaling& s = c.rotary.rope_scaling;
+  nlohmann::ordered_json rope = {{"rope_theta", c.rotary.rope_theta}, {"rope_type", s.rope_type}};
   if (s.factor) rope["factor"] = *s.factor;
   if (s.rope_type == "llama3") {
     rope["low_freq_factor"] = s.low_freq_factor;
@@ -119,10 +119,10 @@ void write_rope(const LlamaConfig& c, nlohmann::ordered_json& j) {
     rope["short_factor"] = s.short_factor;
     rope["long_factor"] = s.long_factor;
   }
-  if (c.partial_rotary_factor != 1.0) rope["partial_rotary_factor"] = c.partial_rotary_factor;
-  if (c.rope_local_theta > 0) {  // per layer type (Gemma 3)
+  if (c.rotary.partial_rotary_factor != 1.0) rope["partial_rotary_factor"] = c.rotary.partial_rotary_factor;
+  if (c.rotary.local_theta > 0) {  // per layer type (Gemma 3)
     j["rope_parameters"] = {{"full_attention", rope},
-                            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_local_theta}}}};
+                            {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rotary.local_theta}}}};
     return;
   }
   j["rope_parameters"] = rope;
@@ -194,11 +194,11 @@ LlamaConfig config_from_hf_json_text(const std::string& text, const std::string&
   LlamaConfig c;
   c.model_type = model_type;
   const ClassDefaults& d = fam->defaults;
-  c.rope_theta = d.rope_theta;
-  c.rms_norm_eps = d.rms_norm_eps;
+  c.rotary.rope_theta = d.rope_theta;
+  c.norm.rms_norm_eps = d.rms_norm_eps;
   c.max_position_embeddings = d.max_position_embeddings;
   c.tie_word_embeddings = d.tie_word_embeddings;
-  c.hidden_act = d.hidden_act;
+  c.mlp.hidden_act = d.hidden_act;
   if (d.pad_token_id >= 0) c.pad_token_id = d.pad_token_id;
   r.read("vocab_size", c.vocab_size);
   r.read("hidden_size", c.hidden_size);
@@ -209,15 +209,15 @@ LlamaConfig config_from_hf_json_text(const std::string& text, const std::string&
   r.read_or("num_key_value_heads", c.num_key_value_heads, c.num_attention_heads);
   r.read("intermediate_size", c.intermediate_size);
   r.read("max_position_embeddings", c.max_position_embeddings);
-  r.read("rms_norm_eps", c.rms_norm_eps);
+  r.read("rms_norm_eps", c.norm.rms_norm_eps);
   r.read("tie_word_embeddings", c.tie_word_embeddings);
   int64_t pad = 0;
   if (r.is_null("pad_token_id")) c.pad_token_id.reset();  // null: none
   if (r.read_null_as_absent("pad_token_id", pad)) c.pad_token_id = pad;
   read_rope(r, c);
-  r.read("hidden_act", c.hidden_act);
-  if (c.hidden_act != "silu" && c.hidden_act != "gelu_pytorch_tanh" && c.hidden_act != "gelu") {
-    r.fail("hidden_act '" + c.hidden_act + "' is not supported (silu, gelu_pytorch_tanh, gelu)");
+  r.read("hidden_act", c.mlp.hidden_act);
+  if (c.mlp.hidden_act != "silu" && c.mlp.hidden_act != "gelu_pytorch_tanh" && c.mlp.hidden_act != "gelu") {
+    r.fail("hidden_act '" + c.mlp.hidden_act + "' is not supported (silu, gelu_pytorch_tanh, gelu)");
   }
   double dropout = 0.0;  // null: none (transformers' eval runs no dropout)
   if (r.read_null_as_absent("attention_dropout", dropout) && dropout != 0.0) {
@@ -226,8 +226,8 @@ LlamaConfig config_from_hf_json_text(const std::string& text, const std::string&
   for (const char* key : kIgnored) r.ignore(key);
   fam->read(r, c);
   // One spelling of a head_dim equal to hidden / heads (our export writes it), so that an export reads back equal.
-  if (c.explicit_head_dim > 0 && c.num_attention_heads > 0 && c.explicit_head_dim * c.num_attention_heads == c.hidden_size) {
-    c.explicit_head_dim = 0;
+  if (c.attention.head_dim > 0 && c.num_attention_heads > 0 && c.attention.head_dim * c.num_attention_heads == c.hidden_size) {
+    c.attention.head_dim = 0;
   }
   const auto unread = r.unread();
   if (!unread.empty()) {
@@ -255,9 +255,9 @@ std::string config_to_hf_json(const LlamaConfig& c, const std::string& dtype) {
                               {"num_hidden_layers", c.num_hidden_layers},
                               {"num_attention_heads", c.num_attention_heads},
                               {"num_key_value_heads", c.num_key_value_heads},
-                              {"hidden_act", c.hidden_act},
+                              {"hidden_act", c.mlp.hidden_act},
                               {"max_position_embeddings", c.max_position_embeddings},
-                              {"rms_norm_eps", c.rms_norm_eps},
+                              {"rms_norm_eps", c.norm.rms_norm_eps},
                               {"attention_dropout", 0.0},
                               {"tie_word_embeddings", c.tie_word_embeddings}};
   j["pad_token_id"] = c.pad_token_id ? nlohmann::ordered_json(*c.pad_token_id) : nullptr;  // absent: the class's default

@@ -84,15 +84,35 @@ struct ClassDefaults {
   int64_t pad_token_id = -1;  // -1: none
 };
 
-// One model family: what transformers' modular_<family>.py changes relative to Llama.
+// How a family's checkpoint names the weights the model keeps apart (llama/hf_weights.h splits them on load and
+// packs them on export): the checkpoint's layout, not the model's numerics.
+struct WeightNames {
+  bool packed_qkv = false;       // self_attn.qkv_proj = [q_proj; k_proj; v_proj] rows (Phi-3)
+  bool packed_gate_up = false;   // mlp.gate_up_proj = [gate_proj; up_proj] rows (Phi-3, GLM)
+  bool mixtral_experts = false;  // block_sparse_moe.{gate, experts.E.w1 / w3 / w2} (Mixtral); else
+                                 // mlp.{gate, experts.E.gate_proj / up_proj / down_proj} (Qwen-MoE)
+};
+
+// One model family: what transformers' modular_<family>.py changes relative to Llama, declared in one place (its
+// file in llama/families/): the config fields it reads and writes (which select the decoder's parts: config.h's
+// attention, norm, MLP, rotary and scaling groups), the config class's defaults, and its checkpoint's weight names.
+// The plans follow from the parts (llama/parallelize.h), not from the family's name.
 struct Family {
   std::string model_type;    // "mistral"
   std::string architecture;  // "MistralForCausalLM"
   void (*read)(HfConfigReader&, LlamaConfig&);                // the family's own fields
   void (*write)(const LlamaConfig&, nlohmann::ordered_json&);  // the same fields, as transformers saves them
   ClassDefaults defaults = {};
+  WeightNames weights = {};
 };
-const std::vector<Family>& all_families();  // llama/families/*.cpp
+// The registered families, by model_type. Each file of llama/families/ registers its own at load time
+// (DTENSOR_REGISTER_FAMILY), and the build compiles every file there: a new family is its file, with no edit
+// elsewhere.
+const std::vector<Family>& all_families();
+struct FamilyRegistration {
+  explicit FamilyRegistration(Family (*make)());
+};
+#define DTENSOR_REGISTER_FAMILY(make) static const ::llama::FamilyRegistration dtensor_family_##make{&make}
 const Family* find_family(const std::string& model_type);  // null when no family has it
 const Family& family(const std::string& model_type);       // dtensor::Error naming the supported ones
 

@@ -43,15 +43,15 @@ void check_config(const std::string& dir, const LlamaConfig& file, const LlamaCo
   check("head_dim", file.head_dim(), model.head_dim());
   check("intermediate_size", file.intermediate_size, model.intermediate_size);
   check("tie_word_embeddings", file.tie_word_embeddings, model.tie_word_embeddings);
-  check("attention_bias", file.attention_bias, model.attention_bias);
+  check("attention_bias", file.attention.attention_bias, model.attention.attention_bias);
   check("q/k/v bias", file.q_bias(), model.q_bias());
-  check("mlp_bias", file.mlp_bias, model.mlp_bias);
-  check("q/k norm", file.qk_norm, model.qk_norm);
-  check("use_qk_norm", file.qk_norm_per_head_weight, model.qk_norm_per_head_weight);
-  check("rms_norm_eps", file.rms_norm_eps, model.rms_norm_eps);
-  check("rope_theta", file.rope_theta, model.rope_theta);
-  check("rope_type", file.rope_scaling.rope_type, model.rope_scaling.rope_type);
-  check("sliding_window", file.sliding_window, model.sliding_window);
+  check("mlp_bias", file.mlp.mlp_bias, model.mlp.mlp_bias);
+  check("q/k norm", file.attention.qk_norm, model.attention.qk_norm);
+  check("use_qk_norm", file.attention.qk_norm_per_head_weight, model.attention.qk_norm_per_head_weight);
+  check("rms_norm_eps", file.norm.rms_norm_eps, model.norm.rms_norm_eps);
+  check("rope_theta", file.rotary.rope_theta, model.rotary.rope_theta);
+  check("rope_type", file.rotary.rope_scaling.rope_type, model.rotary.rope_scaling.rope_type);
+  check("sliding_window", file.attention.sliding_window, model.attention.sliding_window);
 }
 
 std::string hf_dtype_name(at::ScalarType dtype) {
@@ -73,13 +73,14 @@ struct Packed {
 
 std::vector<Packed> packed_weights(const LlamaConfig& c) {
   std::vector<Packed> out;
+  const WeightNames& names = family(c.model_type).weights;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string layer = "model.layers." + std::to_string(i) + ".";
-    if (c.packed_qkv) {
+    if (names.packed_qkv) {
       out.push_back({layer + "self_attn.qkv_proj.weight",
                      {layer + "self_attn.q_proj.weight", layer + "self_attn.k_proj.weight", layer + "self_attn.v_proj.weight"}});
     }
-    if (c.packed_gate_up) {
+    if (names.packed_gate_up) {
       out.push_back({layer + "mlp.gate_up_proj.weight", {layer + "mlp.gate_proj.weight", layer + "mlp.up_proj.weight"}});
     }
   }
@@ -100,7 +101,7 @@ struct Assembled {
 
 std::vector<Assembled> assembled_weights(const LlamaConfig& c) {
   std::vector<Assembled> out;
-  const bool mixtral = c.moe.mixtral_names;
+  const bool mixtral = family(c.model_type).weights.mixtral_experts;
   const int64_t inter = c.moe.intermediate_size;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     if (!c.layer_is_moe(i)) continue;

@@ -22,13 +22,13 @@ bool ends_with(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-Norm norm_of(const LlamaConfig& c, int64_t dim) { return Norm(c.norm, dim, c.rms_norm_eps, c.norm_bias); }
+Norm norm_of(const LlamaConfig& c, int64_t dim) { return Norm(c.norm.kind, dim, c.norm.rms_norm_eps, c.norm.bias); }
 
 }  // namespace
 
 DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, int64_t layer)
-    : kind(c.layer),
-      residual_multiplier(c.residual_multiplier),
+    : kind(c.norm.placement),
+      residual_multiplier(c.scaling.residual_multiplier),
       self_attn(register_module("self_attn", Attention(c))),
       sliding(c.layer_slides(layer)) {
   if (c.layer_is_moe(layer)) {
@@ -88,52 +88,47 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask) {
   const int64_t b = tokens.size(0), s = tokens.size(1), past = cache_length();
   AttentionInputs in;  // mask undefined: causal over s (the training forward)
-  if (has_cache() || attention_mask.defined() || config.sliding_window > 0) {
+  if (has_cache() || attention_mask.defined() || config.attention.sliding_window > 0) {
     at::Tensor padding =
         attention_mask.defined() ? attention_mask : at::ones({b, past + s}, tokens.options().dtype(at::kLong));
     in = attention_inputs(config, padding, past, s);
   } else {
     std::tie(in.cos, in.sin) = rotary_tables(config, s, tokens.device());
-    if (config.rope_local_theta > 0) std::tie(in.local_cos, in.local_sin) = rotary_tables(local_rope_config(config), s, tokens.device());
+    if (config.rotary.local_theta > 0) std::tie(in.local_cos, in.local_sin) = rotary_tables(local_rope_config(config), s, tokens.device());
   }
   return run(tokens, in, past);
 }
 
-at::Tensor LlamaModelImpl::forward_paged(const PagedStep& step) {
-  DTENSOR_CHECK(paged_cache, "llama: forward_paged needs setup_paged_cache first");
-  paged_cache->set_step(step.write_slots, step.key_slots);
+at::Tensor LlamaModelImpl::forward_paged(const models::PagedStep& step) {
+  const auto& cache = layers->is_empty() ? nullptr : layers->at<DecoderLayerImpl>(0).self_attn->cache;
+  DTENSOR_CHECK(cache && cache->paged(), "llama: forward_paged needs paged caches first (inference/paged_kv_cache.h)");
   return run(step.tokens.view({1, -1}), paged_attention_inputs(config, step), /*past=*/0);
 }
 
-std::shared_ptr<PagedKVCache> LlamaModelImpl::setup_paged_cache(int64_t num_blocks, int64_t block_size) {
-  clear_cache();
-  paged_cache = std::make_shared<PagedKVCache>(static_cast<int64_t>(layers->size()), num_blocks, block_size);
-  int64_t index = 0;
-  for (const auto& layer : *layers) {
-    auto& attn = *layer->as<DecoderLayerImpl>()->self_attn;
-    attn.paged_cache = paged_cache;
-    attn.layer_index = index++;
-  }
-  return paged_cache;
+void LlamaModelImpl::set_kv_caches(const std::vector<std::shared_ptr<models::KVCacheLayer>>& caches) {
+  DTENSOR_CHECK(caches.size() == layers->size(), "llama: set_kv_caches got ", caches.size(), " caches for ",
+                layers->size(), " layers");
+  size_t i = 0;
+  for (const auto& layer : *layers) layer->as<DecoderLayerImpl>()->self_attn->cache = caches.at(i++);
 }
 
 at::Tensor LlamaModelImpl::run(const at::Tensor& tokens, const AttentionInputs& in, int64_t past) {
   at::Tensor h = embed_tokens(tokens);
-  if (config.embedding_scale_sqrt_hidden) {
+  if (config.scaling.embedding_scale_sqrt_hidden) {
     // Gemma: times sqrt(hidden) as a tensor of the activations' dtype (so rounded to it first).
     h = h * at::scalar_tensor(std::sqrt(static_cast<double>(config.hidden_size)), h.options().device(at::kCPU)).item<double>();
   }
-  if (config.embedding_multiplier != 1.0) h = h * config.embedding_multiplier;  // Granite
+  if (config.scaling.embedding_multiplier != 1.0) h = h * config.scaling.embedding_multiplier;  // Granite
   // Through the layer's hooks (module_hooks.h rule 2): fully_shard gathers a layer's parameters there.
   for (const auto& layer : *layers) {
     auto& l = *layer->as<DecoderLayerImpl>();
     at::Tensor mask = l.sliding ? in.sliding_mask : in.mask;
     // A sliding layer's cache keeps the last window - 1 positions: its keys are columns [first, past + s).
-    const int64_t first = l.sliding && l.self_attn->cache ? std::max<int64_t>(0, past - (config.sliding_window - 1)) : 0;
+    const int64_t first = l.sliding && has_cache() ? std::max<int64_t>(0, past - (config.attention.sliding_window - 1)) : 0;
     if (first > 0) mask = mask.narrow(-1, first, mask.size(-1) - first);
     // Rotary: Gemma 3's sliding layers take their own tables; Cohere 2's full layers none.
-    const bool local = l.sliding && config.rope_local_theta > 0;
-    const bool rotary = !config.rope_on_sliding_only || l.sliding;
+    const bool local = l.sliding && config.rotary.local_theta > 0;
+    const bool rotary = !config.rotary.on_sliding_only || l.sliding;
     const at::Tensor cos = !rotary ? at::Tensor() : local ? in.local_cos : in.cos;
     const at::Tensor sin = !rotary ? at::Tensor() : local ? in.local_sin : in.sin;
     h = dtensor::nn::forward_with_hooks(l, h, cos, sin, mask);
@@ -141,25 +136,14 @@ at::Tensor LlamaModelImpl::run(const at::Tensor& tokens, const AttentionInputs& 
   return norm(h);
 }
 
-void LlamaModelImpl::setup_cache(int64_t max_len) {
-  clear_cache();
-  for (const auto& layer : *layers) {
-    auto& l = *layer->as<DecoderLayerImpl>();
-    l.self_attn->cache = std::make_shared<KVCache>(max_len, l.sliding ? config.sliding_window : 0);
-  }
-}
-
 void LlamaModelImpl::clear_cache() {
-  for (const auto& layer : *layers) {
-    auto& attn = *layer->as<DecoderLayerImpl>()->self_attn;
-    attn.cache.reset();
-    attn.paged_cache.reset();
-  }
-  paged_cache.reset();
+  for (const auto& layer : *layers) layer->as<DecoderLayerImpl>()->self_attn->cache.reset();
 }
 
 bool LlamaModelImpl::has_cache() const {
-  return !layers->is_empty() && layers->at<DecoderLayerImpl>(0).self_attn->cache != nullptr;
+  if (layers->is_empty()) return false;
+  const auto& cache = layers->at<DecoderLayerImpl>(0).self_attn->cache;
+  return cache != nullptr && !cache->paged();
 }
 
 int64_t LlamaModelImpl::cache_length() const {
@@ -182,9 +166,9 @@ at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens, const at::Ten
 
 at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& hidden) {
   at::Tensor out = lm_head(hidden);
-  if (config.logits_scaling != 1.0) out = out / config.logits_scaling;  // Granite
-  if (config.logit_scale != 1.0) out = out * config.logit_scale;        // Cohere
-  const double cap = config.final_logit_softcapping;                  // Gemma 2 / 3
+  if (config.scaling.logits_scaling != 1.0) out = out / config.scaling.logits_scaling;  // Granite
+  if (config.scaling.logit_scale != 1.0) out = out * config.scaling.logit_scale;        // Cohere
+  const double cap = config.scaling.final_logit_softcapping;                  // Gemma 2 / 3
   if (cap > 0) out = at::tanh(out / cap) * cap;
   return out;
 }
@@ -206,7 +190,7 @@ void LlamaForCausalLMImpl::init_weights(uint64_t seed) {
     const std::string& name = item.key();
     at::Tensor& p = item.value();
     if (ends_with(name, "norm.weight") || ends_with(name, "norm.bias")) {
-      p.fill_(ends_with(name, "weight") && config.norm != NormKind::rms_one_plus ? 1.0 : 0.0);  // the identity
+      p.fill_(ends_with(name, "weight") && config.norm.kind != NormKind::rms_one_plus ? 1.0 : 0.0);  // the identity
       continue;
     }
     double std = 0.02;

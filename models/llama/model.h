@@ -9,8 +9,9 @@
 // Shapes are read from tensors (`view({b, s, -1, head_dim})`, n_rep = q heads / k heads), so the same code
 // runs on global-shaped DTensors (torchtitan's plan) and on local shards (HF's plan).
 //
-// Incremental decoding (generate.h): setup_cache(max_len) gives every attention layer a KVCache
-// (kv_cache.h); each forward then appends its tokens' keys and values and attends to all cached positions.
+// Incremental decoding (inference/generate.h): set_kv_caches gives every attention layer a cache
+// (common/kv_cache_layer.h; inference/kv_cache.h makes them); each forward then appends its tokens' keys and values
+// and attends to all cached positions.
 // An attention_mask [b, past + s] (HF's: 1 a token, 0 left padding) gives each sequence its own positions
 // (count of tokens before it) and hides its padding. Without cache and mask the forward is the training one
 // (causal over s, positions 0..s-1).
@@ -36,9 +37,8 @@
 #include "dtensor/nn/hooked_module.h"
 #include "dtensor/nn/layers.h"
 #include "llama/config.h"
-#include "llama/kv_cache.h"
+#include "common/kv_cache_layer.h"
 #include "llama/moe.h"
-#include "llama/paged_kv_cache.h"
 #include "llama/norm.h"
 #include "llama/rope.h"
 
@@ -49,17 +49,17 @@ namespace llama {
 // (HF's position_ids: tokens before it), and an additive mask [b, 1, s, past + s] (0 or -inf): a query sees
 // the tokens at or before it, and itself (so a padding row stays finite; it is never read). With a sliding
 // window, sliding_mask also hides the keys at or before query index - window.
-// local_cos, local_sin: Gemma 3's sliding layers' own rotary tables (config.rope_local_theta > 0).
+// local_cos, local_sin: Gemma 3's sliding layers' own rotary tables (config.rotary.local_theta > 0).
 
 struct AttentionInputs {
   at::Tensor cos, sin, mask, sliding_mask, local_cos, local_sin;
 };
 AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s);
-// The same for a packed step of continuous batching (paged_kv_cache.h): cos, sin [1, 1, T, head_dim] at each
+// The same for a packed step of continuous batching (common/kv_cache_layer.h): cos, sin [1, 1, T, head_dim] at each
 // token's position, and a block-diagonal causal mask [1, 1, T, K]: a query sees the keys of its own sequence at
 // or before its position (and, on sliding layers, after position - window). Throws dtensor::Error for a rotary
 // kind whose frequencies depend on the sequence's length (dynamic, longrope): sequences of a step differ in it.
-AttentionInputs paged_attention_inputs(const LlamaConfig& config, const PagedStep& step);
+AttentionInputs paged_attention_inputs(const LlamaConfig& config, const models::PagedStep& step);
 
 struct AttentionImpl : torch::nn::Module {
   explicit AttentionImpl(const LlamaConfig& config);
@@ -75,15 +75,12 @@ struct AttentionImpl : torch::nn::Module {
   bool interleaved;     // rotary pairs (2i, 2i+1)
   bool full_width_qk_norm;
   dtensor::nn::Linear q_proj, k_proj, v_proj, o_proj;
-  Norm q_norm{nullptr}, k_norm{nullptr};  // config.qk_norm (per head) or qk_norm_full_width (all heads)
-  std::shared_ptr<KVCache> cache;  // null: no cache
-  // Continuous batching's cache (paged_kv_cache.h), shared by all layers; this layer's index in it.
-  std::shared_ptr<PagedKVCache> paged_cache;
-  int64_t layer_index = 0;
+  Norm q_norm{nullptr}, k_norm{nullptr};  // config.attention.qk_norm (per head) or qk_norm_full_width (all heads)
+  std::shared_ptr<models::KVCacheLayer> cache;  // null: no cache (dense or paged: common/kv_cache_layer.h)
 };
 DTENSOR_MODULE(Attention);
 
-// The norms present depend on config.layer (config.h's LayerKind): input_layernorm (all but post-norm),
+// The norms present depend on config.norm.placement (config.h's LayerKind): input_layernorm (all but post-norm),
 // post_attention_layernorm (all but parallel), pre_feedforward_layernorm (sandwich) and
 // post_feedforward_layernorm (sandwich, post-norm).
 struct DecoderLayerImpl : torch::nn::Module {
@@ -107,20 +104,19 @@ TORCH_MODULE(DecoderLayer);
 struct LlamaModelImpl : torch::nn::Module {
   explicit LlamaModelImpl(const LlamaConfig& config);
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {});
-  // A fresh KVCache of max_len positions in every layer (buffers allocated at the first forward).
-  void setup_cache(int64_t max_len);
-  void clear_cache();              // back to the uncached forward (drops a paged cache too)
-  // Continuous batching: a PagedKVCache of num_blocks blocks of block_size positions for every layer, then
-  // forward_paged per step: hidden states [1, T, hidden] of the step's packed tokens.
-  std::shared_ptr<PagedKVCache> setup_paged_cache(int64_t num_blocks, int64_t block_size);
-  at::Tensor forward_paged(const PagedStep& step);
-  int64_t cache_length() const;    // positions cached (0 without a cache)
-  bool has_cache() const;
+  // One cache per layer, in order (inference/kv_cache.h's make_kv_caches, inference/paged_kv_cache.h's
+  // PagedKVCache::layers); throws dtensor::Error for a count other than the layers'.
+  void set_kv_caches(const std::vector<std::shared_ptr<models::KVCacheLayer>>& caches);
+  void clear_cache();              // back to the uncached forward
+  // Continuous batching (the layers' caches paged): hidden states [1, T, hidden] of the step's packed tokens.
+  // The caller has told the cache the step's slots (inference/paged_kv_cache.h's PagedKVCache::set_step).
+  at::Tensor forward_paged(const models::PagedStep& step);
+  int64_t cache_length() const;    // positions cached (0 without a dense cache)
+  bool has_cache() const;          // a dense cache (the paged one is read through forward_paged)
   LlamaConfig config;
   dtensor::nn::Embedding embed_tokens;
   torch::nn::ModuleList layers;
   Norm norm;
-  std::shared_ptr<PagedKVCache> paged_cache;
 
  private:
   // Embeddings, the layers (each with its mask and rotary tables from `in`), the final norm.

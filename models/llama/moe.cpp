@@ -76,7 +76,7 @@ SparseMoeBlockImpl::SparseMoeBlockImpl(const LlamaConfig& c)
       norm_topk_prob(c.moe.norm_topk_prob),
       router_weights_fp32(c.moe.router_weights_fp32),
       gate(register_module("gate", linear(c.hidden_size, c.moe.num_experts))),
-      experts(register_module("experts", MoeExperts(c.moe.num_experts, c.hidden_size, c.moe.intermediate_size, c.hidden_act))) {
+      experts(register_module("experts", MoeExperts(c.moe.num_experts, c.hidden_size, c.moe.intermediate_size, c.mlp.hidden_act))) {
   if (c.moe.shared_expert_intermediate_size > 0) {
     shared_expert = register_module("shared_expert", FeedForward(c, c.moe.shared_expert_intermediate_size));
     shared_expert_gate = register_module("shared_expert_gate", linear(c.hidden_size, 1));

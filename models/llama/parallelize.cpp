@@ -56,7 +56,7 @@ bool heads_fit_unreplicated(const LlamaConfig& c, int64_t tp) {
 void check_sizes(const LlamaConfig& c, int64_t tp, bool allow_replicated_kv) {
   // OLMo2's k_norm spans all key/value heads: a rank holding a replicated head would see a part of them
   // that is no shard of the whole.
-  DTENSOR_CHECK(!c.qk_norm_full_width || c.num_key_value_heads % tp == 0, "dtensor: llama TP plan: ",
+  DTENSOR_CHECK(!c.attention.qk_norm_full_width || c.num_key_value_heads % tp == 0, "dtensor: llama TP plan: ",
                 "'model.layers.*.self_attn.k_norm' normalizes over all ", c.num_key_value_heads,
                 " key/value heads, which the TP degree ", tp, " does not divide (they cannot be replicated under "
                 "it); TP degrees that work: ", degrees_that_work(c, heads_fit_unreplicated));
@@ -84,7 +84,7 @@ void check_sizes(const LlamaConfig& c, int64_t tp, bool allow_replicated_kv) {
 // slice locally. Either way the weight gradient is a sum over the ranks' heads, Partial -> Replicate: one
 // all-reduce (HF's "replicated_with_grad_allreduce").
 void add_qk_norms(const LlamaConfig& c, ParallelizePlan& plan) {
-  if (!c.qk_norm && !c.qk_norm_full_width) return;
+  if (!c.attention.qk_norm && !c.attention.qk_norm_full_width) return;
   for (const char* norm : {"model.layers.*.self_attn.q_norm", "model.layers.*.self_attn.k_norm"}) plan.emplace_back(norm, ReplicateParallel());
 }
 
@@ -104,7 +104,7 @@ std::vector<std::string> mlp_in(const LlamaConfig& c) {
   std::vector<std::string> out;
   for (const auto& l : layers_where(c, false)) {
     const std::string mlp = "model.layers." + l + ".mlp.";
-    if (c.mlp == MlpKind::plain) {
+    if (c.mlp.kind == MlpKind::plain) {
       out.push_back(mlp + "c_fc");
     } else {
       out.push_back(mlp + "gate_proj");
@@ -115,7 +115,7 @@ std::vector<std::string> mlp_in(const LlamaConfig& c) {
 }
 std::vector<std::string> mlp_out(const LlamaConfig& c) {
   std::vector<std::string> out;
-  for (const auto& l : layers_where(c, false)) out.push_back("model.layers." + l + (c.mlp == MlpKind::plain ? ".mlp.c_proj" : ".mlp.down_proj"));
+  for (const auto& l : layers_where(c, false)) out.push_back("model.layers." + l + (c.mlp.kind == MlpKind::plain ? ".mlp.c_proj" : ".mlp.down_proj"));
   return out;
 }
 
@@ -139,10 +139,10 @@ void add_sparse_mlps(const LlamaConfig& c, const std::optional<Placement>& act, 
 // shards of the residual stream or of a block's output, both Shard(1).
 std::vector<std::string> norms(const LlamaConfig& c) {
   std::vector<std::string> out = {"model.norm"};
-  if (c.layer != LayerKind::post_norm) out.push_back("model.layers.*.input_layernorm");
-  if (c.layer != LayerKind::parallel) out.push_back("model.layers.*.post_attention_layernorm");
-  if (c.layer == LayerKind::sandwich) out.push_back("model.layers.*.pre_feedforward_layernorm");
-  if (c.layer == LayerKind::sandwich || c.layer == LayerKind::post_norm) out.push_back("model.layers.*.post_feedforward_layernorm");
+  if (c.norm.placement != LayerKind::post_norm) out.push_back("model.layers.*.input_layernorm");
+  if (c.norm.placement != LayerKind::parallel) out.push_back("model.layers.*.post_attention_layernorm");
+  if (c.norm.placement == LayerKind::sandwich) out.push_back("model.layers.*.pre_feedforward_layernorm");
+  if (c.norm.placement == LayerKind::sandwich || c.norm.placement == LayerKind::post_norm) out.push_back("model.layers.*.post_feedforward_layernorm");
   return out;
 }
 
@@ -220,7 +220,7 @@ ParallelizePlan torchtitan_plan(const LlamaConfig& c, int64_t tp, const TPOption
     // A norm whose output joins the residual stream (Gemma's and OLMo2's post-norms) hands over its local
     // Shard(1) part, as o_proj and down_proj do; the others feed a block's PrepareModuleInput.
     for (const auto& norm : norms(c)) {
-      const bool post = norm.find(".post_") != std::string::npos && c.layer != LayerKind::pre_norm;
+      const bool post = norm.find(".post_") != std::string::npos && c.norm.placement != LayerKind::pre_norm;
       plan.emplace_back(norm, SequenceParallel({.use_local_output = post}));
     }
   }
@@ -257,7 +257,7 @@ ParallelizePlan inference_plan(const LlamaConfig& c, int64_t tp) {
 ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
   check_sizes(c, tp, /*allow_replicated_kv=*/false);
   // OLMo2's q/k norms span all heads: transformers gathers q/k/v whole and splits o_proj's input again.
-  const bool gather = c.qk_norm_full_width;
+  const bool gather = c.attention.qk_norm_full_width;
   std::vector<std::pair<std::string, std::string>> strings = {
       {"model.layers.*.self_attn.q_proj", gather ? "colwise_gather_output" : "colwise"},
       {"model.layers.*.self_attn.k_proj", gather ? "colwise_gather_output" : "colwise"},
@@ -269,7 +269,7 @@ ParallelizePlan hf_plan(const LlamaConfig& c, int64_t tp) {
   for (const auto& l : layers_where(c, true)) strings.emplace_back("model.layers." + l + ".mlp.experts", "moe_tp_experts");
   for (const auto& in : mlp_in(c)) strings.emplace_back(in, "colwise");
   ParallelizePlan plan = plan_from_strings(strings);
-  if (c.qk_norm) {
+  if (c.attention.qk_norm) {
     // Qwen3's "replicated_with_grad_allreduce": q/k arrive as this rank's local heads, the local part of
     // Shard(2) of [b, s, heads, head_dim]; weight Replicate, output back to local heads.
     for (const char* norm : {"model.layers.*.self_attn.q_norm", "model.layers.*.self_attn.k_norm"}) {

@@ -30,8 +30,8 @@ at::Tensor llama3(const RopeScaling& s, at::Tensor inv_freq) {
 double yarn_mscale(double scale, double mscale = 1.0) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 RopeFrequencies yarn(const LlamaConfig& c, int64_t dim, const at::TensorOptions& on) {
-  const RopeScaling& s = c.rope_scaling;
-  const double base = c.rope_theta, original = static_cast<double>(s.original_max_position_embeddings);
+  const RopeScaling& s = c.rotary.rope_scaling;
+  const double base = c.rotary.rope_theta, original = static_cast<double>(s.original_max_position_embeddings);
   const double factor = s.factor ? *s.factor : static_cast<double>(c.max_position_embeddings) / original;
   double attention = 0;
   if (s.attention_factor) {
@@ -57,7 +57,7 @@ RopeFrequencies yarn(const LlamaConfig& c, int64_t dim, const at::TensorOptions&
 }
 
 RopeFrequencies longrope(const LlamaConfig& c, int64_t dim, int64_t seq_len, const at::TensorOptions& on) {
-  const RopeScaling& s = c.rope_scaling;
+  const RopeScaling& s = c.rotary.rope_scaling;
   const double original = static_cast<double>(s.original_max_position_embeddings);
   const double factor = s.factor ? *s.factor : static_cast<double>(c.max_position_embeddings) / original;
   double attention = 1.0;
@@ -68,23 +68,23 @@ RopeFrequencies longrope(const LlamaConfig& c, int64_t dim, int64_t seq_len, con
   }
   const auto& ext = seq_len > s.original_max_position_embeddings ? s.long_factor : s.short_factor;
   at::Tensor ext_factors = at::tensor(std::vector<float>(ext.begin(), ext.end()), on.dtype(at::kFloat));
-  return {1.0 / (ext_factors * pos_freqs(c.rope_theta, dim, on)), attention};
+  return {1.0 / (ext_factors * pos_freqs(c.rotary.rope_theta, dim, on)), attention};
 }
 
 }  // namespace
 
 bool rope_depends_on_length(const LlamaConfig& c) {
-  return c.rope_scaling.rope_type == "dynamic" || c.rope_scaling.rope_type == "longrope";
+  return c.rotary.rope_scaling.rope_type == "dynamic" || c.rotary.rope_scaling.rope_type == "longrope";
 }
 
 RopeFrequencies rope_frequencies(const LlamaConfig& c, int64_t seq_len, c10::Device device) {
   const int64_t dim = c.rotary_dim();  // HF's int(head_dim * partial_rotary_factor)
   const auto on = at::TensorOptions().device(device);
-  const RopeScaling& s = c.rope_scaling;
+  const RopeScaling& s = c.rotary.rope_scaling;
   const std::string& type = s.rope_type;
-  if (type == "default") return {1.0 / pos_freqs(c.rope_theta, dim, on)};
-  if (type == "linear") return {1.0 / pos_freqs(c.rope_theta, dim, on) / *s.factor};
-  if (type == "llama3") return {llama3(s, 1.0 / pos_freqs(c.rope_theta, dim, on))};
+  if (type == "default") return {1.0 / pos_freqs(c.rotary.rope_theta, dim, on)};
+  if (type == "linear") return {1.0 / pos_freqs(c.rotary.rope_theta, dim, on) / *s.factor};
+  if (type == "llama3") return {llama3(s, 1.0 / pos_freqs(c.rotary.rope_theta, dim, on))};
   if (type == "yarn") return yarn(c, dim, on);
   if (type == "longrope") return longrope(c, dim, seq_len, on);
   if (type == "dynamic") {
@@ -93,7 +93,7 @@ RopeFrequencies rope_frequencies(const LlamaConfig& c, int64_t seq_len, c10::Dev
     const double factor = *s.factor;
     const int64_t len = std::max(seq_len, c.max_position_embeddings);
     at::Tensor ratio = at::scalar_tensor(len, on.dtype(at::kLong)) * factor / static_cast<double>(c.max_position_embeddings);
-    at::Tensor base = c.rope_theta * (ratio - (factor - 1)).pow(static_cast<double>(dim) / static_cast<double>(dim - 2));
+    at::Tensor base = c.rotary.rope_theta * (ratio - (factor - 1)).pow(static_cast<double>(dim) / static_cast<double>(dim - 2));
     return {1.0 / at::pow(base, at::arange(0, dim, 2, on.dtype(at::kLong)).to(at::kFloat) / static_cast<double>(dim))};
   }
   throw DTENSOR_ERROR("dtensor: rope_type '", type, "' is not supported");
@@ -104,7 +104,7 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64
   const RopeFrequencies f = rope_frequencies(config, freq_len < 0 ? table_len : freq_len, device);
   at::Tensor freqs = at::outer(at::arange(table_len, f.inv_freq.options()), f.inv_freq);  // [t, d/2]
   // [t, d]: frequency i at (i, i + d/2), or at (2i, 2i + 1) for interleaved pairs
-  at::Tensor angles = config.rope_interleaved ? at::repeat_interleave(freqs, 2, -1) : at::cat({freqs, freqs}, -1);
+  at::Tensor angles = config.rotary.interleaved ? at::repeat_interleave(freqs, 2, -1) : at::cat({freqs, freqs}, -1);
   if (f.attention_scaling == 1.0) return {angles.cos(), angles.sin()};
   return {angles.cos() * f.attention_scaling, angles.sin() * f.attention_scaling};
 }
@@ -127,8 +127,8 @@ at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Te
 
 LlamaConfig local_rope_config(const LlamaConfig& c) {
   LlamaConfig local = c;
-  local.rope_theta = c.rope_local_theta;
-  local.rope_scaling = RopeScaling{};
+  local.rotary.rope_theta = c.rotary.local_theta;
+  local.rotary.rope_scaling = RopeScaling{};
   return local;
 }
 

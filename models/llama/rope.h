@@ -34,7 +34,7 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64
 
 // x [b, heads, s, head_dim] rotated by position: x * cos + rotate_half(x) * sin; with tables narrower than
 // head_dim (partial rotary) only the first cos.size(-1) dims (interleaved: Cohere's
-// rotation of pairs (2i, 2i+1), computed in fp32 as Cohere does; its tables come from config.rope_interleaved).
+// rotation of pairs (2i, 2i+1), computed in fp32 as Cohere does; its tables come from config.rotary.interleaved).
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved = false);
 
 // Gemma 3's sliding layers: the config with rope_theta = rope_local_theta and no scaling.

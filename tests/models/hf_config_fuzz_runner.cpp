@@ -14,7 +14,7 @@
 
 #include "dtensor/mesh/device_mesh.h"
 #include "harness/multi_rank.h"
-#include "llama/generate.h"
+#include "inference/generate.h"
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
 
@@ -33,9 +33,9 @@ json greedy(const std::string& dir, const std::vector<int64_t>& prompt, int tp) 
   const std::vector<std::string> errors = dtensor::testing::run_ranks(tp, [&](int rank, int world) {
     auto mesh = dtensor::init_device_mesh("cpu", {world});
     llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, "inference");
-    llama::GenerateOptions generate;
+    inference::GenerateOptions generate;
     generate.max_new_tokens = kNewTokens;
-    const llama::GenerateResult result = llama::generate(model, {prompt}, generate);
+    const inference::GenerateResult result = inference::generate(model, {prompt}, generate);
     if (rank == 0) {
       std::lock_guard<std::mutex> lock(mu);
       tokens = result.new_tokens.at(0);

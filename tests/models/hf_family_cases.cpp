@@ -7,7 +7,7 @@
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "harness/multi_rank.h"
-#include "llama/generate.h"
+#include "inference/generate.h"
 #include "llama/hf_weights.h"
 
 namespace fs = std::filesystem;
@@ -65,9 +65,9 @@ at::Tensor greedy_at(const std::string& dir, int tp, const std::vector<std::vect
   dtensor::testing::run_ranks(tp, [&](int rank, int world) {
     auto mesh = dtensor::init_device_mesh("cpu", {world});
     llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, plan);
-    llama::GenerateOptions options;
+    inference::GenerateOptions options;
     options.max_new_tokens = new_tokens;
-    const llama::GenerateResult result = llama::generate(model, prompts, options);
+    const inference::GenerateResult result = inference::generate(model, prompts, options);
     if (rank == 0) {
       std::lock_guard<std::mutex> lock(mu);
       std::vector<at::Tensor> rows;

@@ -12,11 +12,12 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <stdexcept>
 #include <vector>
 
 #include "dtensor/core/error.h"
 #include "train/loop.h"
-#include "train/options.h"
+#include "tools/llama_train/options.h"
 
 namespace {
 
@@ -37,7 +38,7 @@ void write_dump(llama::LlamaForCausalLM& model, const train::TrainOptions& o, co
   const auto& c = o.model;
   j["config"] = {{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size}, {"num_hidden_layers", c.num_hidden_layers},
                  {"num_attention_heads", c.num_attention_heads}, {"num_key_value_heads", c.num_key_value_heads},
-                 {"intermediate_size", c.intermediate_size}, {"rope_theta", c.rope_theta}, {"rms_norm_eps", c.rms_norm_eps}};
+                 {"intermediate_size", c.intermediate_size}, {"rope_theta", c.rotary.rope_theta}, {"rms_norm_eps", c.norm.rms_norm_eps}};
   j["train"] = {{"seq_len", o.seq_len}, {"batch", o.batch}, {"steps", o.steps}, {"lr", o.lr}, {"warmup", o.warmup},
                 {"max_norm", o.max_norm}, {"weight_decay", 0.1}, {"betas", {0.9, 0.95}}, {"eps", 1e-8}};
   for (const auto& item : model->named_parameters()) j["params"][item.key()] = write(item.value());
@@ -64,9 +65,9 @@ int main(int argc, char** argv) {
   train::TrainOptions options;
   train::Corpus corpus;
   try {
-    if (out.empty()) throw train::UsageError("llama_dump needs --out PATH");
+    if (out.empty()) throw std::invalid_argument("llama_dump needs --out PATH");
     bool help = false;
-    options = train::parse_options(rest, help);
+    options = llama_train::parse_options(rest, help);
     corpus = train::load_corpus(options.data);
     train::fit_to_corpus(options, corpus);
   } catch (const std::exception& e) {

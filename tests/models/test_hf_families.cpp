@@ -26,7 +26,8 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "harness/multi_rank.h"
 #include "harness/subprocess.h"
-#include "llama/generate.h"
+#include "inference/generate.h"
+#include "inference/kv_cache.h"
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
 #include "llama/parallelize.h"
@@ -96,16 +97,16 @@ TEST(HfFamilies, SlidingWindowCacheKeepsTheWindowOnly) {
     at::NoGradGuard no_grad;
     std::vector<at::Tensor> got;
     {
-      llama::Decoder cached(model, prompts, 6, 0, /*use_cache=*/true);
+      inference::Decoder cached(model, prompts, 6, 0, /*use_cache=*/true);
       got.push_back(cached.prefill());
       for (int step = 0; step < 5; ++step) got.push_back(cached.step(got.back().argmax(-1)));
       for (const auto& layer : *model->model->layers) {
-        const auto& cache = *layer->as<llama::DecoderLayerImpl>()->self_attn->cache;
+        const auto& cache = dynamic_cast<const inference::KVCache&>(*layer->as<llama::DecoderLayerImpl>()->self_attn->cache);
         EXPECT_EQ(cache.keys().size(2), 4);  // window - 1
         EXPECT_EQ(cache.length(), ref.batch.size(1) + 5);
       }
     }  // the decoder drops the model's cache
-    llama::Decoder naive(model, prompts, 6, 0, /*use_cache=*/false);
+    inference::Decoder naive(model, prompts, 6, 0, /*use_cache=*/false);
     at::Tensor want = naive.prefill();
     for (int step = 0; step < 5; ++step) {
       EXPECT_LE((got[step] - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>()) << step;
@@ -122,11 +123,11 @@ TEST(HfFamilies, Phi3RecomputesPastOriginalMaxAsTransformers) {
   const Reference ref = reference("phi3_longrope");
   const auto prompts = prompts_of(ref.batch, ref.batch_mask);
   llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/phi3_longrope");
-  ASSERT_EQ(model->config.recompute_original_max, 16);
+  ASSERT_EQ(model->config.rotary.recompute_original_max, 16);
   at::NoGradGuard no_grad;
   auto run = [&](bool use_cache, bool recompute) {
-    model->config.recompute_original_max = recompute ? 16 : 0;
-    llama::Decoder decoder(model, prompts, 12, 0, use_cache);
+    model->config.rotary.recompute_original_max = recompute ? 16 : 0;
+    inference::Decoder decoder(model, prompts, 12, 0, use_cache);
     std::vector<at::Tensor> logits = {decoder.prefill()};
     for (int step = 0; step < 11; ++step) logits.push_back(decoder.step(ref.greedy_batch.select(1, step)));
     return logits;
@@ -229,8 +230,8 @@ TEST(HfConfig, UnknownFamiliesFieldsAndArchitecturesAreOneClearError) {
   const auto ok = llama::config_from_hf_json_text(
       R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "pretraining_tp": 1, "use_cache": true,
           "torch_dtype": "bfloat16", "rope_scaling": {"type": "linear", "factor": 2.0}, "rope_theta": 5e5, )" + sizes + "}");
-  EXPECT_EQ(ok.rope_scaling.rope_type, "linear");
-  EXPECT_EQ(ok.rope_theta, 5e5);
+  EXPECT_EQ(ok.rotary.rope_scaling.rope_type, "linear");
+  EXPECT_EQ(ok.rotary.rope_theta, 5e5);
 }
 
 llama::LlamaConfig read_config(const std::string& json) { return llama::config_from_hf_json_text(json, "test/config.json"); }
@@ -244,11 +245,11 @@ TEST(HfConfig, NullsAndAbsentKeysReadAsTransformersReadsThem) {
   // cap-less.
   const auto capless = read_config(R"({"model_type": "gemma2", "attn_logit_softcapping": null,
                                        "final_logit_softcapping": null, )" + sizes + "}");
-  EXPECT_EQ(capless.attn_logit_softcapping, 0.0);
-  EXPECT_EQ(capless.final_logit_softcapping, 0.0);
+  EXPECT_EQ(capless.attention.attn_logit_softcapping, 0.0);
+  EXPECT_EQ(capless.scaling.final_logit_softcapping, 0.0);
   const auto defaults = read_config(R"({"model_type": "gemma2", )" + sizes + "}");
-  EXPECT_EQ(defaults.attn_logit_softcapping, 50.0);
-  EXPECT_EQ(defaults.final_logit_softcapping, 30.0);
+  EXPECT_EQ(defaults.attention.attn_logit_softcapping, 50.0);
+  EXPECT_EQ(defaults.scaling.final_logit_softcapping, 30.0);
   EXPECT_TRUE(read_config(llama::config_to_hf_json(capless)) == capless);
   // null num_key_value_heads: the query heads; null head_dim (Llama): hidden / heads.
   const auto nulls = read_config(R"({"model_type": "llama", "num_key_value_heads": null, "head_dim": null, )" + sizes + "}");
@@ -260,17 +261,17 @@ TEST(HfConfig, NullsAndAbsentKeysReadAsTransformersReadsThem) {
   // Qwen2: use_sliding_window with sliding_window absent is a window of 4096 from max_window_layers on.
   const auto qwen = read_config(R"({"model_type": "qwen2", "use_sliding_window": true, "max_window_layers": 1,
                                     "num_key_value_heads": 2, )" + sizes + "}");
-  EXPECT_EQ(qwen.sliding_window, 4096);
+  EXPECT_EQ(qwen.attention.sliding_window, 4096);
   EXPECT_FALSE(qwen.layer_slides(0));
   EXPECT_TRUE(qwen.layer_slides(1));
   // StarCoder2: use_bias covers the linear layers; the LayerNorms keep their bias.
   const auto coder = read_config(R"({"model_type": "starcoder2", "use_bias": false, )" + sizes + "}");
-  EXPECT_FALSE(coder.attention_bias);
-  EXPECT_TRUE(coder.norm_bias);
+  EXPECT_FALSE(coder.attention.attention_bias);
+  EXPECT_TRUE(coder.norm.bias);
   // llama3 / yarn / longrope without original_max_position_embeddings: max_position_embeddings.
   const auto yarn = read_config(R"({"model_type": "llama", "max_position_embeddings": 256,
                                     "rope_parameters": {"rope_type": "yarn", "factor": 4.0}, )" + sizes + "}");
-  EXPECT_EQ(yarn.rope_scaling.original_max_position_embeddings, 256);
+  EXPECT_EQ(yarn.rotary.rope_scaling.original_max_position_embeddings, 256);
 }
 
 // Our export read back gives the same config, family by family (every field: LlamaConfig::operator==).

@@ -30,7 +30,7 @@
 #include "llama/hf_weights.h"
 #include "llama/parallelize.h"
 #include "llama_test_util.h"
-#include "plan.h"
+#include "train/plan_dry_run.h"
 
 namespace ckpt = dtensor::checkpoint;
 using namespace hf_cases;
@@ -250,7 +250,7 @@ TEST(Moe, DryRunAllToAllBytesEqualTheRealRun) {
       real_bytes += result.steps.at(0).fwd_bwd_bytes.at("all_to_all");
       if (rank == 0) real_counts = result.steps.at(0).fwd_bwd_counts;
     });
-    llama_plan::PlanOptions p;
+    train::PlanOptions p;
     p.model = o.model;
     p.seq_len = o.seq_len;
     p.batch = o.batch;
@@ -258,7 +258,7 @@ TEST(Moe, DryRunAllToAllBytesEqualTheRealRun) {
     p.ep = 2;
     p.tp = tp;
     for (int r = 0; r < 2 * tp; ++r) p.ranks.push_back(r);
-    const dtensor::DryRunReport dry = llama_plan::dry_run_llama(p);
+    const dtensor::DryRunReport dry = train::dry_run_llama(p);
     int64_t dry_bytes = 0;
     for (const auto& rank : dry.ranks) {
       dry_bytes += rank.bytes(dtensor::StepPhase::FORWARD)["all_to_all"] + rank.bytes(dtensor::StepPhase::BACKWARD)["all_to_all"];

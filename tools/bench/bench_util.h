@@ -1,24 +1,32 @@
-// What the benchmark binaries share: their one option and their two ways of timing.
+// What the benchmark binaries share: their command line and their two ways of timing.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "../common/cli.h"
 #include "dtensor/mesh/process_group.h"
 
 namespace dtensor::bench {
 
-// `--iters N` (the only option), or `fallback`.
-inline int parse_iters(int argc, char** argv, int fallback, const std::string& program) {
+// The benchmarks' command line (CLI11, tools/common/cli.h): `--iters N` (default `fallback`) and the options `more`
+// adds. --help prints the help and exits 0; a bad flag throws tools_cli::UsageError (main: one `error:` line, exit 2).
+inline int parse_iters(int argc, char** argv, int fallback, const std::string& program,
+                       const std::function<void(CLI::App&)>& more = {}) {
   int iters = fallback;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--iters" && i + 1 < argc) iters = std::stoi(argv[++i]);
-    else throw std::invalid_argument(program + ": unknown option " + a + " (options: --iters N)");
+  CLI::App app;
+  tools_cli::configure(app, program);
+  app.add_option("--iters", iters, "timed iterations")->check(tools_cli::positive());
+  if (more) more(app);
+  if (tools_cli::parse(app, std::vector<std::string>(argv + 1, argv + argc))) {
+    std::fputs(app.help().c_str(), stdout);
+    std::exit(0);
   }
   return iters;
 }

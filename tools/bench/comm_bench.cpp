@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/cli.h"
 #include "dtensor/mesh/process_group.h"
 
 using namespace dtensor;
@@ -42,27 +43,21 @@ struct Args {
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    auto value = [&]() -> int64_t {
-      if (i + 1 >= argc) throw std::invalid_argument("comm_bench: " + k + " needs a value");
-      return std::stoll(argv[++i]);
-    };
-    if (k == "--min-bytes") a.min_bytes = value();
-    else if (k == "--max-bytes") a.max_bytes = value();
-    else if (k == "--iters") a.iters = static_cast<int>(value());
-    else if (k == "--warmup") a.warmup = static_cast<int>(value());
-    else if (k == "--backend") {
-      if (i + 1 >= argc) throw std::invalid_argument("comm_bench: --backend needs a value");
-      std::string b = argv[++i];
-      if (b == "both") a.backends = {"fast", "gloo"};
-      else if (b == "fast" || b == "gloo") a.backends = {b};
-      else throw std::invalid_argument("comm_bench: --backend " + b + " (expected fast, gloo or both)");
-    }
-    else throw std::invalid_argument("comm_bench: unknown option " + k +
-                                     " (options: --backend, --min-bytes, --max-bytes, --iters, --warmup)");
+  CLI::App app;
+  tools_cli::configure(app, "comm_bench");
+  app.description("comm_bench: collective latency and bandwidth on the shared-memory backend and Gloo");
+  app.add_option("--min-bytes", a.min_bytes, "smallest message")->check(CLI::Range(int64_t{4}, int64_t{1} << 40));
+  app.add_option("--max-bytes", a.max_bytes, "largest message")->check(tools_cli::positive());
+  app.add_option("--iters", a.iters, "timed iterations (0: adaptive, fewer for big messages)")->check(tools_cli::non_negative());
+  app.add_option("--warmup", a.warmup, "untimed iterations (-1: a tenth of the timed ones, at least 3)");
+  app.add_option_function<std::string>("--backend", [&](const std::string& b) {
+    a.backends = b == "both" ? std::vector<std::string>{"fast", "gloo"} : std::vector<std::string>{b};
+  }, "fast, gloo or both")->check(CLI::IsMember({"fast", "gloo", "both"}))->default_str("both");
+  if (tools_cli::parse(app, std::vector<std::string>(argv + 1, argv + argc))) {
+    std::fputs(app.help().c_str(), stdout);
+    std::exit(0);
   }
-  if (a.min_bytes < 4 || a.max_bytes < a.min_bytes) throw std::invalid_argument("comm_bench: bad byte range");
+  if (a.max_bytes < a.min_bytes) throw std::invalid_argument("comm_bench: --max-bytes is below --min-bytes");
   return a;
 }
 

@@ -21,12 +21,9 @@ using namespace dtensor;
 int main(int argc, char** argv) {
   try {
     std::string device = "cpu";
-    std::vector<char*> rest{argv[0]};
-    for (int i = 1; i < argc; ++i) {
-      if (std::string(argv[i]) == "--device" && i + 1 < argc) device = argv[++i];
-      else rest.push_back(argv[i]);
-    }
-    const int iters = bench::parse_iters(static_cast<int>(rest.size()), rest.data(), 2000, "dispatch_bench");
+    const int iters = bench::parse_iters(argc, argv, 2000, "dispatch_bench", [&](CLI::App& app) {
+      app.add_option("--device", device, "the mesh's device type")->check(CLI::IsMember({"cpu", "cuda"}));
+    });
     auto world = init_process_group();
     const int n = world->size();
     auto mesh = init_device_mesh(device, {n});

@@ -80,14 +80,22 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   Args a;
   try {
-    tools_cli::parse_args(std::vector<std::string>(argv + 1, argv + argc),
-                          {{"dim", [&](const std::string& v) { a.dim = tools_cli::positive("dim", v); }},
-                           {"layers", [&](const std::string& v) { a.layers = tools_cli::positive("layers", v); }},
-                           {"seq-len", [&](const std::string& v) { a.seq_len = tools_cli::positive("seq-len", v); }},
-                           {"batch", [&](const std::string& v) { a.batch = tools_cli::positive("batch", v); }},
-                           {"steps", [&](const std::string& v) { a.steps = tools_cli::positive("steps", v); }},
-                           {"repeats", [&](const std::string& v) { a.repeats = tools_cli::positive("repeats", v); }}},
-                          {});
+    CLI::App app;
+    tools_cli::configure(app, "llama_step_bench");
+    app.description("llama_step_bench: llama_train's step time at TP=1 (2 threads) and TP=2 (1 thread per rank, shm "
+                    "and Gloo), through tprun");
+    app.add_option("--dim", a.dim, "hidden size")->check(tools_cli::positive());
+    app.add_option("--layers", a.layers, "decoder layers")->check(tools_cli::positive());
+    app.add_option("--seq-len", a.seq_len, "tokens per sequence")->check(tools_cli::positive());
+    app.add_option("--batch", a.batch, "sequences per step")->check(tools_cli::positive());
+    app.add_option("--steps", a.steps, "steps per run (at least 5: llama_train skips 3 warm-up steps)")
+        ->check(tools_cli::positive());
+    app.add_option("--repeats", a.repeats, "runs per configuration (the table gives their median)")
+        ->check(tools_cli::positive());
+    if (tools_cli::parse(app, std::vector<std::string>(argv + 1, argv + argc))) {
+      std::fputs(app.help().c_str(), stdout);
+      return 0;
+    }
     if (a.steps < 5) throw tools_cli::UsageError("--steps must be at least 5 (llama_train skips 3 warm-up steps)");
   } catch (const tools_cli::UsageError& e) {
     std::cerr << "error: " << e.what() << std::endl;

@@ -3,7 +3,7 @@
     python tools/bench/serve_bench.py [--bin build/bin] [--clients 8] [--requests 4] [--max-tokens 32]
                                       [--hidden 256] [--layers 4] [--tp 1,2]
 
-A random LlamaForCausalLM saved by transformers with a Qwen2-style tokenizer (tests/serve/serve_fixture.py). Each of
+A random LlamaForCausalLM saved by transformers with a Qwen2-style tokenizer (tests/inference/serve_fixture.py). Each of
 CLIENTS threads sends REQUESTS completions one after another (prompts from the fixture's list, temperature 0,
 ignore_eos, MAX_TOKENS each) to `tprun --nproc-per-node TP serve`. Then transformers serves the same requests
 two ways on the same files: one generate() per request (no batching: what a loop around generate gives), and
@@ -20,7 +20,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "tests", "serve"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "inference"))
 from serve_fixture import WORDS, Server, make_checkpoint  # noqa: E402
 
 

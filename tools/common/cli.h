@@ -1,11 +1,15 @@
-// The command-line grammar of our programs (llama_train through train/options.h, llama_generate, llama_plan,
-// fault_soak): `--name value`, `--name=value` and bare `--flag`; anything else is a UsageError (the tools print it as one `error:` line and exit 2).
+// The command line of our programs, through CLI11 (Debian's libcli11-dev): each tool defines its options once, on a
+// CLI::App, with their help text and their checks; `--help` prints the help CLI11 generates from them. The grammar
+// is `--name value`, `--name=value` and bare `--flag` (a `--no-flag` twin where both exist). Anything else (an
+// unknown option, a missing or malformed value, a stray argument, a failed check) is a UsageError: the tools print
+// it as one `error:` line and exit 2, before any communication.
 #pragma once
 
-#include <charconv>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <memory>
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -16,51 +20,130 @@ struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-using Setter = std::function<void(const std::string&)>;
-using ValuedOptions = std::map<std::string, Setter>;                // --name VALUE / --name=VALUE
-using FlagOptions = std::map<std::string, std::function<void()>>;  // --name
-
-// The number `text` is, whole (no trailing characters), for option --flag.
-template <typename T>
-T parse_number(const std::string& flag, const std::string& text) {
-  T value{};
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end) throw UsageError("--" + flag + ": '" + text + "' is not a valid number");
-  return value;
-}
-
-inline int64_t positive(const std::string& flag, const std::string& text) {
-  auto v = parse_number<int64_t>(flag, text);
-  if (v <= 0) throw UsageError("--" + flag + " must be positive, got " + text);
-  return v;
-}
-
-// Runs the setter of every option in `args` (argv without argv[0]), in order.
-inline void parse_args(const std::vector<std::string>& args, const ValuedOptions& valued, const FlagOptions& flags) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.rfind("--", 0) != 0) throw UsageError("unexpected argument '" + a + "' (options start with --; see --help)");
-    std::string name = a.substr(2), value;
-    bool has_value = false;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_value = true;
+// The help's layout: `  --name VALUE   description (default D)`, descriptions wrapped at 100 columns, the value
+// named by its kind (N, X, DIR, FILE, TEXT) rather than CLI11's type and check names.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  HelpFormatter() { column_width(30); }
+  std::string make_option_name(const CLI::Option* opt, bool) const override {
+    // "--x,--no-x{false}" (a flag and its negation) as "--x / --no-x".
+    std::string name = opt->get_name(false, true), out;
+    bool in_default = false;
+    for (char c : name) {
+      if (c == '{') in_default = true;
+      if (!in_default) out += c == ',' ? std::string(" / ") : std::string(1, c);
+      if (c == '}') in_default = false;
     }
-    if (auto f = flags.find(name); f != flags.end()) {
-      if (has_value) throw UsageError("--" + name + " takes no value");
-      f->second();
-      continue;
-    }
-    auto v = valued.find(name);
-    if (v == valued.end()) throw UsageError("unknown option '" + a + "' (see --help)");
-    if (!has_value) {
-      if (i + 1 >= args.size()) throw UsageError("--" + name + " needs a value");
-      value = args[++i];
-    }
-    v->second(value);
+    return out;
   }
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    if (opt->get_expected_max() == 0) return "";  // a flag
+    const std::string type = opt->get_type_name();
+    if (type.find("DIR") != std::string::npos) return " DIR";
+    if (type.find("FILE") != std::string::npos) return " FILE";
+    if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) return " N";
+    if (type.rfind("FLOAT", 0) == 0) return " X";
+    return " TEXT";
+  }
+  std::string make_option_desc(const CLI::Option* opt) const override {
+    std::string text = opt->get_description();
+    const std::string def = opt->get_default_str();
+    if (!def.empty() && opt->get_expected_max() != 0 && text.find("default") == std::string::npos) {
+      text += " (default " + def + ")";  // (a description that names its default says it better)
+    }
+    // Greedy word wrap to the columns left after the names.
+    const size_t width = 100 - get_column_width();
+    std::string out, line, word;
+    auto flush_word = [&] {
+      if (word.empty()) return;
+      if (!line.empty() && line.size() + 1 + word.size() > width) out += line + "\n", line.clear();
+      line += (line.empty() ? "" : " ") + word;
+      word.clear();
+    };
+    for (char c : text) {
+      if (c == ' ') {
+        flush_word();
+      } else if (c == '\n') {
+        flush_word();
+        out += line + "\n", line.clear();
+      } else {
+        word += c;
+      }
+    }
+    flush_word();
+    return out + line;
+  }
+};
+
+// An App with our conventions: `--help` only (no `-h`), the help layout above showing each option's built-in
+// default, and an option given twice taking its last value (a repeatable option says so itself).
+inline void configure(CLI::App& app, const std::string& program) {
+  app.name(program);
+  app.set_help_flag("--help", "print this help and exit");
+  app.formatter(std::make_shared<HelpFormatter>());
+  app.option_defaults()->always_capture_default();
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+}
+
+// A repeatable option whose callback runs at each occurrence, in command-line order (several --prompt, --chat).
+inline CLI::Option* each(CLI::Option* option) {
+  return option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->trigger_on_parse();
+}
+
+// Parses `args` (argv without argv[0]) into `app`. Returns true when --help was given (the caller prints app.help()
+// and exits 0). A CLI11 parse error, and a UsageError or std::exception that an option's callback throws, become
+// one UsageError whose message names the option.
+inline bool parse(CLI::App& app, const std::vector<std::string>& args) {
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(std::move(reversed));
+  } catch (const CLI::CallForHelp&) {
+    return true;
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    if (!what.empty() && what.back() == '\n') what.pop_back();
+    throw UsageError(what);
+  }
+  return false;
+}
+
+// A check for CLI11's ->check(): the value must be a number > 0 (integers: the option's own type converts).
+inline CLI::Validator positive() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(s, &used);
+          if (used != s.size()) return "'" + s + "' is not a number";
+        } catch (const std::exception&) {
+          return "'" + s + "' is not a number";
+        }
+        return v > 0 ? std::string() : "must be positive, got " + s;
+      },
+      "POSITIVE");
+}
+
+// ... a number >= 0.
+inline CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        double v = 0;
+        try {
+          size_t used = 0;
+          v = std::stod(s, &used);
+          if (used != s.size()) return "'" + s + "' is not a number";
+        } catch (const std::exception&) {
+          return "'" + s + "' is not a number";
+        }
+        return v >= 0 ? std::string() : "must not be negative, got " + s;
+      },
+      "NON-NEGATIVE");
+}
+
+// ... a value that is not empty.
+inline CLI::Validator non_empty() {
+  return CLI::Validator([](std::string& s) { return s.empty() ? std::string("must not be empty") : std::string(); }, "");
 }
 
 }  // namespace tools_cli

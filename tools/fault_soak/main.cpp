@@ -26,27 +26,17 @@ namespace {
 
 using namespace fault_soak;
 
-constexpr const char* kUsage =
-    "usage: fault_soak [options]\n"
-    "  --trials N          trials to run (default 24)\n"
-    "  --jobs J            trials at once (default 2)\n"
-    "  --timeout S         DTENSOR_TIMEOUT_SEC of each job (default 3)\n"
-    "  --slack S           a survivor alive at fault + timeout + slack is a hang (default 5)\n"
-    "  --seed N            random seed (default: from the clock; printed)\n"
-    "  --worlds LIST       world sizes to draw from (default 2,4)\n"
-    "  --launch LIST       hand (the soak starts each rank) and/or tprun (default hand,tprun)\n"
-    "  --backends LIST     shm and/or gloo, as DTENSOR_BACKEND (default shm,gloo)\n"
-    "  --signals LIST      kill (SIGKILL) and/or stop (SIGSTOP) (default kill,stop)\n"
-    "  --aim LIST          phases to aim at, 'random' for any moment, or all (default all)\n"
-    "  --worker PATH       soak_worker (default: beside fault_soak)\n"
-    "  --tprun PATH        tprun (default: beside fault_soak)\n"
-    "  --verbose           print every trial, not only the ones that went wrong\n";
-
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> out;
   std::stringstream in(list);
   std::string item;
   while (std::getline(in, item, ',')) out.push_back(item);
+  return out;
+}
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& i : items) out += (out.empty() ? "" : ",") + i;
   return out;
 }
 
@@ -110,28 +100,35 @@ Options parse(int argc, char** argv) {
   std::vector<std::string> aim_choices = phases();
   aim_choices.push_back("random");
   o.aims = aim_choices;
-  auto seconds = [](const std::string& flag, const std::string& v) {
-    double s = tools_cli::parse_number<double>(flag, v);
-    if (!(s > 0)) throw tools_cli::UsageError("--" + flag + " must be positive, got " + v);
-    return s;
-  };
   bool seeded = false;
-  tools_cli::parse_args(
-      std::vector<std::string>(argv + 1, argv + argc),
-      {{"trials", [&](const std::string& v) { o.trials = tools_cli::positive("trials", v); }},
-       {"jobs", [&](const std::string& v) { o.jobs = tools_cli::positive("jobs", v); }},
-       {"timeout", [&](const std::string& v) { o.timeout_s = seconds("timeout", v); }},
-       {"slack", [&](const std::string& v) { o.slack_s = seconds("slack", v); }},
-       {"seed", [&](const std::string& v) { o.seed = tools_cli::parse_number<uint64_t>("seed", v), seeded = true; }},
-       {"worlds", [&](const std::string& v) { o.worlds = checked_list("worlds", v, {"2", "4"}); }},
-       {"launch", [&](const std::string& v) { o.launch = checked_list("launch", v, {"hand", "tprun"}); }},
-       {"backends", [&](const std::string& v) { o.backends = checked_list("backends", v, {"shm", "gloo"}); }},
-       {"signals", [&](const std::string& v) { o.signals = checked_list("signals", v, {"kill", "stop"}); }},
-       {"aim", [&](const std::string& v) { if (v != "all") o.aims = checked_list("aim", v, aim_choices); }},
-       {"worker", [&](const std::string& v) { o.settings.worker = v; }},
-       {"tprun", [&](const std::string& v) { o.settings.tprun = v; }}},
-      {{"verbose", [&] { o.verbose = true; }},
-       {"help", [] { std::cout << kUsage; std::exit(0); }}});
+  CLI::App app("fault_soak: kills or freezes one rank of a job at a random moment, trial after trial, and fails on "
+               "any hang, crash or unclear error");
+  tools_cli::configure(app, "fault_soak");
+  app.add_option("--trials", o.trials, "trials to run")->check(tools_cli::positive());
+  app.add_option("--jobs", o.jobs, "trials at once")->check(tools_cli::positive());
+  app.add_option("--timeout", o.timeout_s, "DTENSOR_TIMEOUT_SEC of each job")->check(tools_cli::positive());
+  app.add_option("--slack", o.slack_s, "a survivor alive at fault + timeout + slack is a hang")->check(tools_cli::positive());
+  app.add_option_function<uint64_t>("--seed", [&](const uint64_t& v) { o.seed = v, seeded = true; },
+                                    "random seed (default: from the clock; printed)");
+  auto list = [&](const char* name, std::vector<std::string>& field, std::vector<std::string> allowed, const char* help) {
+    app.add_option_function<std::string>(name, [&field, name, allowed](const std::string& v) {
+      field = checked_list(std::string(name).substr(2), v, allowed);
+    }, help)->default_str(join(field));
+  };
+  list("--worlds", o.worlds, {"2", "4"}, "world sizes to draw from");
+  list("--launch", o.launch, {"hand", "tprun"}, "hand (the soak starts each rank) and/or tprun");
+  list("--backends", o.backends, {"shm", "gloo"}, "shm and/or gloo, as DTENSOR_BACKEND");
+  list("--signals", o.signals, {"kill", "stop"}, "kill (SIGKILL) and/or stop (SIGSTOP)");
+  app.add_option_function<std::string>("--aim", [&](const std::string& v) {
+    if (v != "all") o.aims = checked_list("aim", v, aim_choices);
+  }, "phases to aim at, 'random' for any moment, or all")->default_str("all");
+  app.add_option("--worker", o.settings.worker, "soak_worker (default: beside fault_soak)")->default_str("");
+  app.add_option("--tprun", o.settings.tprun, "tprun (default: beside fault_soak)")->default_str("");
+  app.add_flag("--verbose", o.verbose, "print every trial, not only the ones that went wrong");
+  if (tools_cli::parse(app, std::vector<std::string>(argv + 1, argv + argc))) {
+    std::cout << app.help();
+    std::exit(0);
+  }
   for (const auto& path : {o.settings.worker, o.settings.tprun}) {
     if (access(path.c_str(), X_OK) != 0) throw tools_cli::UsageError(path + " is not an executable (see --worker, --tprun)");
   }
@@ -148,7 +145,7 @@ int main(int argc, char** argv) {
   try {
     o = parse(argc, argv);
   } catch (const tools_cli::UsageError& e) {
-    std::cerr << "fault_soak: error: " << e.what() << "\n" << kUsage;
+    std::cerr << "fault_soak: error: " << e.what() << "\n";
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);

@@ -16,9 +16,9 @@
 #include "dtensor/debug/comm_debug_mode.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "tokenizer/streamer.h"
-#include "llama/generate.h"
+#include "inference/generate.h"
 #include "options.h"
-#include "weights.h"
+#include "inference/weights.h"
 
 namespace {
 
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     llama_generate::check_options(options, world_size);
-    config = llama_generate::model_config(options, world_size);
+    config = inference::model_config(options, world_size);
     for (const auto& prompt : options.prompts) {
       for (int64_t id : prompt) {
         if (id >= config.vocab_size) {
@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
     auto tp_mesh = dtensor::init_device_mesh("cpu", {world->size()}, {options.ep > 1 ? "ep" : "tp"});
     llama::LlamaForCausalLM model{nullptr};
     try {
-      model = llama_generate::load_model(options, config, tp_mesh);
-    } catch (const llama_generate::UsageError& e) {
+      model = inference::load_model(options, config, tp_mesh);
+    } catch (const inference::SourceError& e) {
       if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
       return 2;
     }
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
       if (options.stream) std::printf("%s", text_of(options.prompts[0]).c_str());
       std::fflush(stdout);
     }
-    llama::TokenCallback stream;
+    inference::TokenCallback stream;
     std::unique_ptr<tokenizer::TextStreamer> streamer;
     if (tok) {
       streamer = std::make_unique<tokenizer::TextStreamer>(*tok);
@@ -105,7 +105,7 @@ int main(int argc, char** argv) {
       };
     }
     dtensor::CommDebugMode comm;  // this rank's collectives over prefill and decode, for the summary
-    const auto result = llama::generate(model, options.prompts, options.generate, stream);
+    const auto result = inference::generate(model, options.prompts, options.generate, stream);
     int64_t comm_bytes = 0;
     for (const auto& [_, b] : comm.get_comm_bytes()) comm_bytes += b;
     const auto all_bytes = comm.get_comm_bytes();

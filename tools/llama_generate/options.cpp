@@ -3,8 +3,6 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
-#include <functional>
-#include <map>
 #include <sstream>
 
 #include "tokenizer/error.h"
@@ -12,16 +10,16 @@
 namespace llama_generate {
 namespace {
 
-using tools_cli::parse_number;
-using tools_cli::positive;
-
 // "1,2,3" -> {1, 2, 3}
 std::vector<int64_t> parse_ids(const std::string& text) {
   std::vector<int64_t> ids;
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
-    const auto id = parse_number<int64_t>("prompt-ids", item);
+    int64_t id = 0;
+    const char* end = item.data() + item.size();
+    auto [ptr, ec] = std::from_chars(item.data(), end, id);
+    if (item.empty() || ec != std::errc() || ptr != end) throw UsageError("--prompt-ids: '" + item + "' is not a valid number");
     if (id < 0) throw UsageError("--prompt-ids: token id " + item + " is negative");
     ids.push_back(id);
   }
@@ -36,122 +34,128 @@ std::vector<int64_t> bytes_of(const std::string& text) {
   return ids;
 }
 
+// What parsing saw beyond the fields: which kinds of prompt were given.
+struct Seen {
+  bool text = false, ids = false;
+};
+
+// The options, defined once: parse_options reads them, help_text prints them.
+void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
+  tools_cli::configure(app, "llama_generate");
+  app.description(
+      "llama_generate: generates from a Llama model under tensor parallelism (plain TP, KV cache sharded by heads).\n"
+      "  tprun --nproc-per-node 2 llama_generate --random-init --prompt 'Hello' [options]");
+  app.footer(
+      "Rank 0 streams the tokens and ends with: summary prompt_tokens=.. new_tokens=.. prefill_ms=.. ms_per_token=.. "
+      "tokens_per_s=.. comm_bytes=.. all_to_all_bytes=..\n"
+      "(comm_bytes, all_to_all_bytes: rank 0's collectives over prefill and decode)");
+  const std::string weights = "weights (exactly one)", prompts = "prompts (one or more; several make a batch, left-padded)",
+                    generation = "generation", sizes = "model sizes for --random-init";
+  app.add_option("--checkpoint", o.checkpoint, "our checkpoint (llama_train --checkpoint-dir)")
+      ->check(CLI::ExistingDirectory)->group(weights);
+  app.add_option("--hf-dir", o.hf_dir, "HF weights (config.json + model.safetensors)")
+      ->check(CLI::ExistingDirectory)->group(weights);
+  app.add_flag("--random-init", o.random_init, "random weights from --seed, sizes from the model flags below")->group(weights);
+  tools_cli::each(app.add_option_function<std::string>(
+                      "--prompt",
+                      [&](const std::string& v) {
+                        o.prompts.push_back(bytes_of(v));
+                        o.prompt_texts.push_back(v);
+                        seen.text = true;
+                      },
+                      "text: encoded with the tokenizer (--tokenizer, or --hf-dir's tokenizer.json), else bytes as "
+                      "tokens (our byte-level models)"))
+      ->group(prompts);
+  tools_cli::each(app.add_option_function<std::string>(
+                      "--chat",
+                      [&](const std::string& v) {
+                        if (v.empty()) throw UsageError("--chat is empty");
+                        auto chat = nlohmann::ordered_json::array();
+                        chat.push_back(nlohmann::ordered_json::object({{"role", "user"}, {"content", v}}));
+                        o.chats.push_back(std::move(chat));
+                      },
+                      "a user message, rendered with the tokenizer's chat template (and a generation prompt)"))
+      ->group(prompts);
+  app.add_option("--system", o.system_prompt, "a system message before each --chat")->group(prompts);
+  tools_cli::each(app.add_option_function<std::string>(
+                      "--messages",
+                      [&](const std::string& v) {
+                        std::ifstream in(v);
+                        if (!in) throw UsageError("--messages: cannot read '" + v + "'");
+                        const auto j = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
+                        if (!j.is_array() || j.empty()) {
+                          throw UsageError("--messages: '" + v + "' is not a non-empty JSON list of messages");
+                        }
+                        for (const auto& m : j) {
+                          if (!m.is_object() || !m.contains("role")) {
+                            throw UsageError("--messages: '" + v + "': each message needs a \"role\"");
+                          }
+                        }
+                        o.chats.push_back(j);
+                      },
+                      "a conversation: a JSON list of {\"role\", \"content\"}, rendered as --chat"))
+      ->group(prompts);
+  app.add_option("--tokenizer", o.tokenizer_dir,
+                 "a Hugging Face tokenizer (tokenizer.json or tokenizer.model, and its configs) for --prompt, --chat "
+                 "and the output")
+      ->check(CLI::ExistingDirectory)->group(prompts);
+  tools_cli::each(app.add_option_function<std::string>(
+                      "--prompt-ids",
+                      [&](const std::string& v) {
+                        o.prompts.push_back(parse_ids(v));
+                        seen.ids = true;
+                      },
+                      "token ids: 1,2,3"))
+      ->group(prompts);
+  app.add_option("--max-new-tokens", o.generate.max_new_tokens, "per sequence")->check(tools_cli::positive())->group(generation);
+  app.add_option_function<int64_t>("--eos-id", [&](const int64_t& v) { o.generate.eos_token_id = v; },
+                                   "a sequence stops after drawing N (default: none)")
+      ->check(tools_cli::non_negative())->group(generation);
+  app.add_option("--temperature", o.generate.sampling.temperature, "0 = greedy")
+      ->check(tools_cli::non_negative())->group(generation);
+  app.add_option("--top-k", o.generate.sampling.top_k, "0 = off")->check(tools_cli::non_negative())->group(generation);
+  app.add_option("--top-p", o.generate.sampling.top_p, "1 = off")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const double p = std::strtod(v.c_str(), nullptr);
+            return p > 0 && p <= 1 ? std::string() : "must be in (0, 1], got " + v;
+          },
+          "(0, 1]"))
+      ->group(generation);
+  app.add_option("--seed", o.seed, "sampling (and --random-init weights)")->group(generation);
+  app.add_option("--batch", o.batch, "repeat the single prompt N times (default: one sequence per prompt)")
+      ->check(tools_cli::positive())->group(generation);
+  app.add_option("--ep", o.ep,
+                 "expert parallelism (a mixture of experts): the experts split over the N ranks (N = the world size), "
+                 "dense layers whole; instead of TP")
+      ->check(tools_cli::positive())->group(generation);
+  app.add_option("--tp", o.tp, "TP degree (default: the world size)")->check(tools_cli::positive())->group(generation);
+  app.add_flag_callback("--no-stream", [&] { o.stream = false; }, "print the outputs at the end only")->group(generation);
+  app.add_option("--vocab", o.model.vocab_size, "vocabulary")->check(tools_cli::positive())->group(sizes);
+  app.add_option("--dim", o.model.hidden_size, "hidden size")->check(tools_cli::positive())->group(sizes);
+  app.add_option("--layers", o.model.num_hidden_layers, "decoder layers")->check(tools_cli::positive())->group(sizes);
+  app.add_option("--heads", o.model.num_attention_heads, "query heads")->check(tools_cli::positive())->group(sizes);
+  app.add_option("--kv-heads", o.model.num_key_value_heads, "key/value heads")->check(tools_cli::positive())->group(sizes);
+  app.add_option("--ffn-dim", o.model.intermediate_size, "SwiGLU hidden size")->check(tools_cli::positive())->group(sizes);
+}
+
 }  // namespace
 
 std::string help_text() {
   GenerateCliOptions d;
-  std::ostringstream s;
-  s << "llama_generate: generates from a Llama model under tensor parallelism (plain TP, KV cache sharded by heads).\n"
-    << "  tprun --nproc-per-node 2 llama_generate --random-init --prompt 'Hello' [options]\n\n"
-    << "weights (exactly one):\n"
-    << "  --checkpoint DIR          our checkpoint (llama_train --checkpoint-dir)\n"
-    << "  --hf-dir DIR              HF Llama weights (config.json + model.safetensors)\n"
-    << "  --random-init             random weights from --seed, sizes from the model flags below\n"
-    << "prompts (one or more; several make a batch, left-padded):\n"
-    << "  --prompt TEXT             text: encoded with the tokenizer (--tokenizer, or --hf-dir's tokenizer.json),\n"
-    << "                            else bytes as tokens (our byte-level models)\n"
-    << "  --chat TEXT               a user message, rendered with the tokenizer's chat template (and a generation prompt)\n"
-    << "  --system TEXT             a system message before each --chat\n"
-    << "  --messages FILE           a conversation: a JSON list of {\"role\", \"content\"}, rendered as --chat\n"
-    << "  --tokenizer DIR           a Hugging Face tokenizer (tokenizer.json or tokenizer.model, and its configs)\n"
-    << "                            for --prompt, --chat and the output\n"
-    << "  --prompt-ids 1,2,3        token ids\n"
-    << "generation:\n"
-    << "  --max-new-tokens N        per sequence (default " << d.generate.max_new_tokens << ")\n"
-    << "  --eos-id N                a sequence stops after drawing N (default: none)\n"
-    << "  --temperature X           0 = greedy (default " << d.generate.sampling.temperature << ")\n"
-    << "  --top-k N                 0 = off (default " << d.generate.sampling.top_k << ")\n"
-    << "  --top-p X                 1 = off (default " << d.generate.sampling.top_p << ")\n"
-    << "  --seed N                  sampling (and --random-init weights) (default " << d.seed << ")\n"
-    << "  --batch N                 repeat the single prompt N times (default: one sequence per prompt)\n"
-    << "  --ep N                    expert parallelism (a mixture of experts): the experts split over the N\n"
-    << "                            ranks (N = the world size), dense layers whole; instead of TP\n"
-    << "  --tp N                    TP degree (default: the world size)\n"
-    << "  --no-stream               print the outputs at the end only\n"
-    << "model sizes for --random-init:\n"
-    << "  --vocab N (default " << d.model.vocab_size << ")  --dim N (" << d.model.hidden_size << ")  --layers N ("
-    << d.model.num_hidden_layers << ")  --heads N (" << d.model.num_attention_heads << ")  --kv-heads N ("
-    << d.model.num_key_value_heads << ")  --ffn-dim N (" << d.model.intermediate_size << ")\n"
-    << "  --help\n"
-    << "Rank 0 streams the tokens and ends with: summary prompt_tokens=.. new_tokens=.. prefill_ms=.. ms_per_token=.. tokens_per_s=.. comm_bytes=.. all_to_all_bytes=..\n"
-    << "(comm_bytes, all_to_all_bytes: rank 0's collectives over prefill and decode)\n";
-  return s.str();
+  Seen seen;
+  CLI::App app;
+  define(app, d, seen);
+  return app.help();
 }
 
 GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& help) {
   GenerateCliOptions o;
-  help = false;
-  bool has_text = false, has_ids = false;
-  const tools_cli::ValuedOptions valued = {
-      {"checkpoint", [&](const std::string& v) {
-         if (!std::filesystem::is_directory(v)) throw UsageError("--checkpoint: no such directory '" + v + "'");
-         o.checkpoint = v;
-       }},
-      {"hf-dir", [&](const std::string& v) {
-         if (!std::filesystem::is_directory(v)) throw UsageError("--hf-dir: no such directory '" + v + "'");
-         o.hf_dir = v;
-       }},
-      {"prompt", [&](const std::string& v) {
-         o.prompts.push_back(bytes_of(v));
-         o.prompt_texts.push_back(v);
-         has_text = true;
-       }},
-      {"chat", [&](const std::string& v) {
-         if (v.empty()) throw UsageError("--chat is empty");
-         auto chat = nlohmann::ordered_json::array();
-         chat.push_back(nlohmann::ordered_json::object({{"role", "user"}, {"content", v}}));
-         o.chats.push_back(std::move(chat));
-       }},
-      {"system", [&](const std::string& v) { o.system_prompt = v; }},
-      {"messages", [&](const std::string& v) {
-         std::ifstream in(v);
-         if (!in) throw UsageError("--messages: cannot read '" + v + "'");
-         const auto j = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
-         if (!j.is_array() || j.empty()) throw UsageError("--messages: '" + v + "' is not a non-empty JSON list of messages");
-         for (const auto& m : j) {
-           if (!m.is_object() || !m.contains("role")) throw UsageError("--messages: '" + v + "': each message needs a \"role\"");
-         }
-         o.chats.push_back(j);
-       }},
-      {"tokenizer", [&](const std::string& v) {
-         if (!std::filesystem::is_directory(v)) throw UsageError("--tokenizer: no such directory '" + v + "'");
-         o.tokenizer_dir = v;
-       }},
-      {"prompt-ids", [&](const std::string& v) { o.prompts.push_back(parse_ids(v)); has_ids = true; }},
-      {"max-new-tokens", [&](const std::string& v) { o.generate.max_new_tokens = positive("max-new-tokens", v); }},
-      {"eos-id", [&](const std::string& v) {
-         o.generate.eos_token_id = parse_number<int64_t>("eos-id", v);
-         if (*o.generate.eos_token_id < 0) throw UsageError("--eos-id must not be negative, got " + v);
-       }},
-      {"temperature", [&](const std::string& v) {
-         o.generate.sampling.temperature = parse_number<double>("temperature", v);
-         if (o.generate.sampling.temperature < 0) throw UsageError("--temperature must not be negative, got " + v);
-       }},
-      {"top-k", [&](const std::string& v) {
-         o.generate.sampling.top_k = parse_number<int64_t>("top-k", v);
-         if (o.generate.sampling.top_k < 0) throw UsageError("--top-k must not be negative, got " + v);
-       }},
-      {"top-p", [&](const std::string& v) {
-         o.generate.sampling.top_p = parse_number<double>("top-p", v);
-         if (!(o.generate.sampling.top_p > 0 && o.generate.sampling.top_p <= 1)) throw UsageError("--top-p must be in (0, 1], got " + v);
-       }},
-      {"seed", [&](const std::string& v) { o.seed = parse_number<uint64_t>("seed", v); }},
-      {"batch", [&](const std::string& v) { o.batch = positive("batch", v); }},
-      {"tp", [&](const std::string& v) { o.tp = positive("tp", v); }},
-      {"ep", [&](const std::string& v) { o.ep = positive("ep", v); }},
-      {"vocab", [&](const std::string& v) { o.model.vocab_size = positive("vocab", v); }},
-      {"dim", [&](const std::string& v) { o.model.hidden_size = positive("dim", v); }},
-      {"layers", [&](const std::string& v) { o.model.num_hidden_layers = positive("layers", v); }},
-      {"heads", [&](const std::string& v) { o.model.num_attention_heads = positive("heads", v); }},
-      {"kv-heads", [&](const std::string& v) { o.model.num_key_value_heads = positive("kv-heads", v); }},
-      {"ffn-dim", [&](const std::string& v) { o.model.intermediate_size = positive("ffn-dim", v); }},
-  };
-  const tools_cli::FlagOptions flags = {
-      {"random-init", [&] { o.random_init = true; }},
-      {"no-stream", [&] { o.stream = false; }},
-      {"help", [&] { help = true; }},
-  };
-  tools_cli::parse_args(args, valued, flags);
+  Seen seen;
+  CLI::App app;
+  define(app, o, seen);
+  help = tools_cli::parse(app, args);
+  const bool has_text = seen.text, has_ids = seen.ids;
   if (help) return o;
   const int sources = !o.checkpoint.empty() + !o.hf_dir.empty() + o.random_init;
   if (sources != 1) throw UsageError("give exactly one of --checkpoint, --hf-dir, --random-init (got " + std::to_string(sources) + ")");

@@ -1,7 +1,7 @@
 // llama_generate's command line: long options with built-in defaults (`--help` lists them).
 #pragma once
 
-#include "../common/cli.h"
+#include "tools/common/cli.h"
 
 #include <cstdint>
 #include <memory>
@@ -10,17 +10,15 @@
 #include <vector>
 
 #include "llama/config.h"
-#include "llama/generate.h"
+#include "inference/generate.h"
+#include "inference/weights.h"
 #include "tokenizer/tokenizer.h"
 
 namespace llama_generate {
 
-struct GenerateCliOptions {
-  // Weights (weights.h): exactly one source.
-  std::string checkpoint;    // our checkpoint directory (llama_train --checkpoint-dir)
-  std::string hf_dir;        // HF weights: config.json + *.safetensors
-  bool random_init = false;  // LlamaForCausalLM::init_weights(seed), sizes from the flags below
-  llama::LlamaConfig model;  // --random-init's sizes (a checkpoint carries its own)
+// The weights (inference/weights.h's ModelSource: --checkpoint, --hf-dir or --random-init with the size flags; --seed,
+// --ep), then the prompts and the generation.
+struct GenerateCliOptions : inference::ModelSource {
   // Prompts: byte-level text (our byte-token models) or token ids; several --prompt / --prompt-ids make a batch.
   std::vector<std::vector<int64_t>> prompts;
   bool byte_prompts = false;  // the prompts came from --prompt without a tokenizer: bytes, printed as text
@@ -36,10 +34,9 @@ struct GenerateCliOptions {
   std::vector<nlohmann::ordered_json> chats;
   std::string system_prompt;
   int64_t batch = 0;          // 0: one sequence per prompt; else a single prompt repeated `batch` times
-  llama::GenerateOptions generate;  // max_new_tokens, eos, sampling (seed: --seed)
-  uint64_t seed = 0;          // sampling, and --random-init's weights
+  inference::GenerateOptions generate;  // max_new_tokens, eos, sampling (seed: --seed)
+  // seed (ModelSource's): sampling too
   int64_t tp = 0;             // 0: the world size
-  int64_t ep = 1;             // > 1: expert parallelism instead of TP (a mixture of experts; ep == world size)
   bool stream = true;         // print rank 0's tokens as they come
 };
 

@@ -7,8 +7,8 @@
 #include "dtensor/plan/cost_model.h"
 #include "dtensor/core/error.h"
 #include "options.h"
-#include "report.h"
-#include "search.h"
+#include "train/plan_report.h"
+#include "train/plan_search.h"
 
 int main(int argc, char** argv) {
   llama_plan::CliOptions o;
@@ -31,20 +31,20 @@ int main(int argc, char** argv) {
     if (o.search) {
       const dtensor::AutoPlanOptions search_options{.memory_budget_bytes = o.memory_budget_mb << 20, .cost = cost};
       if (!o.json) std::cerr << "llama_plan: searching plans for " << o.plan.model.to_string() << " at tp " << o.plan.tp << "...\n";
-      const llama_plan::SearchResult r = llama_plan::search_plan(o.plan, search_options);
+      const train::SearchResult r = train::search_plan(o.plan, search_options);
       if (o.json) {
-        std::cout << llama_plan::search_json(o.plan, r, search_options).dump(1) << "\n";
+        std::cout << train::search_json(o.plan, r, search_options).dump(1) << "\n";
       } else {
-        llama_plan::print_search(std::cout, o.plan, r, search_options);
+        train::print_search(std::cout, o.plan, r, search_options);
       }
       return 0;
     }
     if (!o.json) std::cerr << "llama_plan: dry run of " << o.plan.model.to_string() << " at tp " << o.plan.tp << "...\n";
-    const dtensor::DryRunReport report = llama_plan::dry_run_llama(o.plan);
+    const dtensor::DryRunReport report = train::dry_run_llama(o.plan);
     if (o.json) {
-      std::cout << llama_plan::to_json(o.plan, report, cost).dump(1) << "\n";
+      std::cout << train::to_json(o.plan, report, cost).dump(1) << "\n";
     } else {
-      llama_plan::print_tables(std::cout, o.plan, report, cost);
+      train::print_tables(std::cout, o.plan, report, cost);
     }
     return 0;
   } catch (const dtensor::Error& e) {

@@ -3,16 +3,16 @@
 #include "llama/hf_config.h"
 
 #include <algorithm>
-#include <optional>
+#include <charconv>
 #include <sstream>
+#include <tuple>
+#include <utility>
 
 #include "dtensor/core/error.h"
 
 namespace llama_plan {
 namespace {
 
-using tools_cli::parse_number;
-using tools_cli::positive;
 using tools_cli::UsageError;
 
 // Meta Llama 3's published shapes (HF config.json of Meta-Llama-3-8B / -70B).
@@ -21,7 +21,7 @@ llama::LlamaConfig preset(const std::string& name) {
   c.vocab_size = 128256;
   c.num_key_value_heads = 8;
   c.max_position_embeddings = 8192;
-  c.rope_theta = 500000.0;
+  c.rotary.rope_theta = 500000.0;
   if (name == "llama3-8b") {
     c.hidden_size = 4096, c.num_hidden_layers = 32, c.num_attention_heads = 32, c.intermediate_size = 14336;
   } else if (name == "llama3-70b") {
@@ -37,119 +37,104 @@ std::vector<int> parse_ranks(const std::string& text) {
   if (text == "all") return {-1};  // expanded once the mesh size is known
   std::stringstream in(text);
   std::string item;
-  while (std::getline(in, item, ',')) ranks.push_back(static_cast<int>(parse_number<int64_t>("ranks", item)));
+  while (std::getline(in, item, ',')) {
+    int value = 0;
+    const char* end = item.data() + item.size();
+    auto [ptr, ec] = std::from_chars(item.data(), end, value);
+    if (item.empty() || ec != std::errc() || ptr != end) throw UsageError("--ranks: '" + item + "' is not a valid number");
+    ranks.push_back(value);
+  }
   if (ranks.empty()) throw UsageError("--ranks: give 'all' or a comma-separated list");
   return ranks;
+}
+
+// The model's base (--preset, --hf-config) and the size flags that refine it, wherever they appear.
+struct ModelFlags {
+  std::string preset, hf_config;
+  int64_t dim = 0, layers = 0, heads = 0, kv_heads = 0, ffn_dim = 0, vocab = 0;  // 0: the base's
+};
+
+// The options, defined once: parse_options reads them, help_text prints them.
+void define(CLI::App& app, CliOptions& o, ModelFlags& m) {
+  tools_cli::configure(app, "llama_plan");
+  app.description(
+      "llama_plan: what one training step of Llama under torchtitan's TP plan does on each rank, from a dry run\n"
+      "of the real model code on meta tensors (no memory, no peers), with an estimated step time.");
+  const std::string model = "model (default: the small model)";
+  app.add_option("--preset", m.preset, "Meta Llama 3 shapes (size flags override)")
+      ->check(CLI::IsMember({"llama3-8b", "llama3-70b"}))->group(model);
+  app.add_option("--hf-config", m.hf_config, "sizes from an HF config.json")->group(model);
+  for (auto [name, field, help] : {std::tuple{"--dim", &m.dim, "hidden size"}, {"--layers", &m.layers, "decoder layers"},
+                                   {"--heads", &m.heads, "query heads"}, {"--kv-heads", &m.kv_heads, "key/value heads"},
+                                   {"--ffn-dim", &m.ffn_dim, "SwiGLU hidden size"}, {"--vocab", &m.vocab, "vocabulary"}}) {
+    app.add_option(name, *field, help)->check(tools_cli::positive())->default_str("")->group(model);
+  }
+  app.add_option("--seq-len", o.plan.seq_len, "tokens per sequence")->check(tools_cli::positive());
+  app.add_option("--batch", o.plan.batch, "sequences per step, global")->check(tools_cli::positive());
+  app.add_option("--tp", o.plan.tp, "tensor-parallel degree")->check(tools_cli::positive());
+  app.add_option("--dp", o.plan.dp, "data-parallel degree: mesh dp x tp")->check(tools_cli::positive());
+  app.add_option("--ep", o.plan.ep, "expert parallelism over N of the dp ranks (a mixture of experts; mesh dp/N x N x tp)")
+      ->check(tools_cli::positive());
+  app.add_flag_callback("--ddp", [&] { o.plan.data_parallel = models::DataParallel::ddp; },
+                        "data parallel over dp: replicate (default), as llama_train");
+  app.add_flag_callback("--fsdp", [&] { o.plan.data_parallel = models::DataParallel::fsdp; },
+                        "data parallel over dp: fully_shard, as llama_train");
+  app.add_flag("--sequence-parallel,!--no-sequence-parallel", o.plan.sequence_parallel, "sequence parallel (default on)");
+  app.add_flag("--loss-parallel,!--no-loss-parallel", o.plan.loss_parallel, "loss parallel (default on)");
+  app.add_flag("--async-tp", o.plan.async_tp, "SP's all-gathers and reduce-scatters fused with their matmuls (needs SP)");
+  app.add_option_function<std::string>("--plan", [&](const std::string& v) { o.plan.tp_plan = llama::tp_plan_from_string(v); },
+                                       "the TP pairs: torchtitan's plan or HF's tp_plan")
+      ->check(CLI::IsMember({"torchtitan", "hf"}))->default_str("torchtitan");
+  app.add_flag_callback("--no-optimizer", [&] { o.plan.optimizer = false; }, "no AdamW step");
+  app.add_flag("--search", o.search,
+               "search the plan: every composition of the TP pairs, SP, loss parallel, async TP and FSDP / DDP, "
+               "dry-run and costed; prints the fastest that fits (with --json: plan, predicted_step_ms, "
+               "predicted_peak_bytes_per_rank, why, candidates)");
+  app.add_option("--memory-budget-mb", o.memory_budget_mb, "with --search: the per-rank peak memory the plan must fit")
+      ->check(tools_cli::positive());
+  app.add_option_function<std::string>("--ranks", [&](const std::string& v) { o.plan.ranks = parse_ranks(v); },
+                                       "ranks to simulate: all, or R,R,... (default: 0 and the last)");
+  app.add_option("--comm-table", o.comm_table, "collective latency/bandwidth from comm_bench's output (default: built in)");
+  app.add_option("--mm-gflops", o.mm_gflops, "local matmul throughput (default: measured, ~0.1 s)")
+      ->check(tools_cli::positive())->default_str("");
+  app.add_option("--memory-gbps", o.memory_gbps, "memory bandwidth for the step's elementwise rest (default: measured)")
+      ->check(tools_cli::positive())->default_str("");
+  app.add_option("--dtensor-op-us", o.dtensor_op_us, "microseconds each DTensor operator call adds (default: measured)")
+      ->check(tools_cli::non_negative())->default_str("");
+  app.add_flag("--json", o.json, "one JSON object instead of the tables");
 }
 
 }  // namespace
 
 std::string help_text() {
-  std::ostringstream os;
-  const PlanOptions d;
-  os << "llama_plan: what one training step of Llama under torchtitan's TP plan does on each rank, from a dry run\n"
-     << "of the real model code on meta tensors (no memory, no peers), with an estimated step time.\n\n"
-     << "  --preset llama3-8b|llama3-70b   Meta Llama 3 shapes (size flags after it override)\n"
-     << "  --hf-config FILE          sizes from an HF config.json\n"
-     << "  --dim N --layers N --heads N --kv-heads N --ffn-dim N --vocab N   model sizes (default: the small model)\n"
-     << "  --seq-len N               tokens per sequence (default " << d.seq_len << ")\n"
-     << "  --batch N                 sequences per step, global (default " << d.batch << ")\n"
-     << "  --tp N                    tensor-parallel degree (default " << d.tp << ")\n"
-     << "  --dp N                    data-parallel degree: mesh dp x tp (default " << d.dp << ")\n"
-     << "  --ep N                    expert parallelism over N of the dp ranks (a mixture of experts; mesh dp/N x N x tp)\n"
-     << "  --ddp / --fsdp            data parallel over dp: replicate (default) or fully_shard, as llama_train\n"
-     << "  --sequence-parallel / --no-sequence-parallel   (default on)\n"
-     << "  --loss-parallel / --no-loss-parallel           (default on)\n"
-     << "  --async-tp                SP's all-gathers and reduce-scatters fused with their matmuls (needs SP)\n"
-     << "  --plan torchtitan|hf      the TP pairs: torchtitan's plan (default) or HF's tp_plan\n"
-     << "  --no-optimizer            no AdamW step\n"
-     << "  --search                  search the plan: every composition of the TP pairs, SP, loss parallel, async TP\n"
-     << "                            and FSDP / DDP, dry-run and costed; prints the fastest that fits (with --json:\n"
-     << "                            plan, predicted_step_ms, predicted_peak_bytes_per_rank, why, candidates)\n"
-     << "  --memory-budget-mb M      with --search: the per-rank peak memory the plan must fit\n"
-     << "  --ranks all|R,R,...       ranks to simulate (default: 0 and the last)\n"
-     << "  --comm-table FILE         collective latency/bandwidth from comm_bench's output (default: built in)\n"
-     << "  --mm-gflops X             local matmul throughput (default: measured, ~0.1 s)\n"
-     << "  --memory-gbps X           memory bandwidth for the step's elementwise rest (default: measured)\n"
-     << "  --dtensor-op-us X         microseconds each DTensor operator call adds (default: measured)\n"
-     << "  --json                    one JSON object instead of the tables\n";
-  return os.str();
+  CliOptions d;
+  ModelFlags m;
+  CLI::App app;
+  define(app, d, m);
+  return app.help();
 }
 
 CliOptions parse_options(const std::vector<std::string>& args) {
   CliOptions o;
+  ModelFlags flags;
+  CLI::App app;
+  define(app, o, flags);
+  o.help = tools_cli::parse(app, args);
+  if (o.help) return o;
   llama::LlamaConfig& m = o.plan.model;
-  // The model's base first (--preset, --hf-config), wherever they appear: the size flags refine it.
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto value_of = [&](const std::string& flag) -> std::optional<std::string> {
-      if (args[i] == "--" + flag) {
-        if (i + 1 >= args.size()) throw UsageError("--" + flag + " needs a value");
-        return args[i + 1];
-      }
-      if (args[i].rfind("--" + flag + "=", 0) == 0) return args[i].substr(flag.size() + 3);
-      return std::nullopt;
-    };
-    if (auto v = value_of("preset")) m = preset(*v);
-    if (auto v = value_of("hf-config")) {
-      try {
-        m = llama::config_from_hf_json(*v);
-      } catch (const std::exception& e) {
-        throw UsageError(std::string("--hf-config: ") + e.what());
-      }
+  if (!flags.preset.empty()) m = preset(flags.preset);
+  if (!flags.hf_config.empty()) {
+    try {
+      m = llama::config_from_hf_json(flags.hf_config);
+    } catch (const std::exception& e) {
+      throw UsageError(std::string("--hf-config: ") + e.what());
     }
   }
-  tools_cli::parse_args(
-      args,
-      {
-          {"preset", [](const std::string&) {}},
-          {"hf-config", [](const std::string&) {}},
-          {"dim", [&](const std::string& v) { m.hidden_size = positive("dim", v); }},
-          {"layers", [&](const std::string& v) { m.num_hidden_layers = positive("layers", v); }},
-          {"heads", [&](const std::string& v) { m.num_attention_heads = positive("heads", v); }},
-          {"kv-heads", [&](const std::string& v) { m.num_key_value_heads = positive("kv-heads", v); }},
-          {"ffn-dim", [&](const std::string& v) { m.intermediate_size = positive("ffn-dim", v); }},
-          {"vocab", [&](const std::string& v) { m.vocab_size = positive("vocab", v); }},
-          {"seq-len", [&](const std::string& v) { o.plan.seq_len = positive("seq-len", v); }},
-          {"batch", [&](const std::string& v) { o.plan.batch = positive("batch", v); }},
-          {"tp", [&](const std::string& v) { o.plan.tp = positive("tp", v); }},
-          {"dp", [&](const std::string& v) { o.plan.dp = positive("dp", v); }},
-          {"ep", [&](const std::string& v) { o.plan.ep = positive("ep", v); }},
-          {"ranks", [&](const std::string& v) { o.plan.ranks = parse_ranks(v); }},
-          {"comm-table", [&](const std::string& v) { o.comm_table = v; }},
-          {"plan", [&](const std::string& v) {
-             if (v != "torchtitan" && v != "hf") throw UsageError("--plan must be torchtitan or hf, got '" + v + "'");
-             o.plan.tp_plan = llama::tp_plan_from_string(v);
-           }},
-          {"memory-budget-mb", [&](const std::string& v) { o.memory_budget_mb = positive("memory-budget-mb", v); }},
-          {"memory-gbps",
-           [&](const std::string& v) {
-             o.memory_gbps = parse_number<double>("memory-gbps", v);
-             if (o.memory_gbps <= 0) throw UsageError("--memory-gbps must be positive, got " + v);
-           }},
-          {"dtensor-op-us",
-           [&](const std::string& v) {
-             o.dtensor_op_us = parse_number<double>("dtensor-op-us", v);
-             if (o.dtensor_op_us < 0) throw UsageError("--dtensor-op-us must be >= 0, got " + v);
-           }},
-          {"mm-gflops",
-           [&](const std::string& v) {
-             o.mm_gflops = parse_number<double>("mm-gflops", v);
-             if (o.mm_gflops <= 0) throw UsageError("--mm-gflops must be positive, got " + v);
-           }},
-      },
-      {
-          {"sequence-parallel", [&] { o.plan.sequence_parallel = true; }},
-          {"no-sequence-parallel", [&] { o.plan.sequence_parallel = false; }},
-          {"loss-parallel", [&] { o.plan.loss_parallel = true; }},
-          {"no-loss-parallel", [&] { o.plan.loss_parallel = false; }},
-          {"async-tp", [&] { o.plan.async_tp = true; }},
-          {"no-optimizer", [&] { o.plan.optimizer = false; }},
-          {"ddp", [&] { o.plan.data_parallel = models::DataParallel::ddp; }},
-          {"fsdp", [&] { o.plan.data_parallel = models::DataParallel::fsdp; }},
-          {"json", [&] { o.json = true; }},
-          {"search", [&] { o.search = true; }},
-          {"help", [&] { o.help = true; }},
-      });
+  for (auto [given, field] : {std::pair{flags.dim, &m.hidden_size}, {flags.layers, &m.num_hidden_layers},
+                              {flags.heads, &m.num_attention_heads}, {flags.kv_heads, &m.num_key_value_heads},
+                              {flags.ffn_dim, &m.intermediate_size}, {flags.vocab, &m.vocab_size}}) {
+    if (given > 0) *field = given;
+  }
   if (o.memory_budget_mb > 0 && !o.search) throw UsageError("--memory-budget-mb needs --search");
   if (o.plan.async_tp && !o.plan.sequence_parallel) {
     throw UsageError("--async-tp needs sequence parallel (drop --no-sequence-parallel)");

@@ -1,14 +1,16 @@
 // llama_plan's command line (tools/common/cli.h grammar; bad flags: one `error:` line, exit 2).
 #pragma once
 
-#include "../common/cli.h"
+#include "tools/common/cli.h"
 
 #include <string>
 #include <vector>
 
-#include "plan.h"
+#include "train/plan_dry_run.h"
 
 namespace llama_plan {
+
+using train::PlanOptions;
 
 struct CliOptions {
   PlanOptions plan;

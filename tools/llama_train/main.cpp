@@ -21,11 +21,11 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "llama/parallelize.h"
-#include "search.h"
+#include "train/plan_search.h"
 #include "train/checkpointing.h"
 #include "train/loop.h"
 #include "train/tokenized_corpus.h"
-#include "train/options.h"
+#include "tools/llama_train/options.h"
 
 namespace {
 
@@ -59,9 +59,9 @@ std::string peak_rss_per_rank(const dtensor::DeviceMesh& mesh) {
 // measurement), its winner written into the options and its name returned. Rank 0 prints the choice and why.
 // Throws dtensor::Error when no candidate fits the memory budget.
 std::string choose_plan(train::TrainOptions& o, int64_t tp, bool print) {
-  const llama_plan::PlanOptions base = llama_plan::plan_options_of(o, tp);
-  const dtensor::AutoPlanOptions search{.memory_budget_bytes = o.memory_budget_mb << 20, .cost = llama_plan::fixed_cost_model()};
-  const llama_plan::SearchResult r = llama_plan::search_plan(base, search);
+  const train::PlanOptions base = train::plan_options_of(o, tp);
+  const dtensor::AutoPlanOptions search{.memory_budget_bytes = o.memory_budget_mb << 20, .cost = train::fixed_cost_model()};
+  const train::SearchResult r = train::search_plan(base, search);
   o.plan = r.best.tp_plan;
   o.sequence_parallel = r.best.sequence_parallel;
   o.loss_parallel = r.best.loss_parallel;
@@ -98,9 +98,9 @@ int main(int argc, char** argv) {
   std::string auto_choice;  // --plan auto's winner
   try {
     bool help = false;
-    options = train::parse_options(std::vector<std::string>(argv + 1, argv + argc), help);
+    options = llama_train::parse_options(std::vector<std::string>(argv + 1, argv + argc), help);
     if (help) {
-      if (rank == 0) std::fputs(train::help_text().c_str(), stdout);
+      if (rank == 0) std::fputs(llama_train::help_text().c_str(), stdout);
       return 0;
     }
     train::check_options(options, world_size);

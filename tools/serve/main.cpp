@@ -17,12 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "../llama_generate/weights.h"
+#include "inference/weights.h"
 #include "dtensor/mesh/device_mesh.h"
-#include "http_server.h"
+#include "inference/serving/http_server.h"
 #include "llama/rope.h"
 #include "options.h"
-#include "serving_loop.h"
+#include "inference/serving/serving_loop.h"
 
 namespace {
 
@@ -36,7 +36,7 @@ int env_int(const char* name, int fallback) {
 
 struct Setup {
   serve::ServeOptions options;
-  llama_generate::GenerateCliOptions weights;
+  inference::ModelSource weights;
   llama::LlamaConfig config;
   std::unique_ptr<tokenizer::Tokenizer> tok;
 };
@@ -49,10 +49,10 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
   serve::ServeOptions& o = s.options;
   s.weights.hf_dir = o.hf_dir;
   s.weights.checkpoint = o.checkpoint;
-  s.config = llama_generate::model_config(s.weights, world_size);
+  s.config = inference::model_config(s.weights, world_size);
   const llama::LlamaConfig& c = s.config;
   if (llama::rope_depends_on_length(c)) {
-    throw serve::UsageError("this model's rope_type '" + c.rope_scaling.rope_type +
+    throw serve::UsageError("this model's rope_type '" + c.rotary.rope_scaling.rope_type +
                             "' follows each sequence's length; continuous batching does not support it");
   }
   try {
@@ -103,8 +103,8 @@ int main(int argc, char** argv) {
     auto mesh = dtensor::init_device_mesh("cpu", {world->size()}, {"tp"});
     llama::LlamaForCausalLM model{nullptr};
     try {
-      model = llama_generate::load_model(s.weights, s.config, mesh);
-    } catch (const llama_generate::UsageError& e) {
+      model = inference::load_model(s.weights, s.config, mesh);
+    } catch (const inference::SourceError& e) {
       if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
       return 2;
     }

@@ -1,7 +1,7 @@
 // serve's command line: long options with built-in defaults (`--help` lists them).
 #pragma once
 
-#include "../common/cli.h"
+#include "tools/common/cli.h"
 
 #include <cstdint>
 #include <string>

@@ -21,16 +21,18 @@ int main(int argc, char** argv) {
   std::string dir;
   bool decode = false, special = true, help = false;
   try {
-    tools_cli::parse_args(std::vector<std::string>(argv + 1, argv + argc),
-                          {{"tokenizer", [&](const std::string& v) { dir = v; }}},
-                          {{"decode", [&] { decode = true; }},
-                           {"no-special-tokens", [&] { special = false; }},
-                           {"help", [&] { help = true; }}});
+    CLI::App app("tokenize: a checkpoint's tokenizer on lines of text (ids out, or text back with --decode)\n"
+                 "  tokenize --tokenizer DIR [--decode] [--no-special-tokens] < lines");
+    tools_cli::configure(app, "tokenize");
+    app.add_option("--tokenizer", dir, "the tokenizer's directory (tokenizer.json or tokenizer.model)")->required();
+    app.add_flag("--decode", decode, "each line of ids back to text");
+    app.add_flag_callback("--no-special-tokens", [&] { special = false; },
+                          "encode without the post-processor's bos / eos; decode skipping special tokens");
+    help = tools_cli::parse(app, std::vector<std::string>(argv + 1, argv + argc));
     if (help) {
-      std::puts("tokenize --tokenizer DIR [--decode] [--no-special-tokens] < lines");
+      std::fputs(app.help().c_str(), stdout);
       return 0;
     }
-    if (dir.empty()) throw tools_cli::UsageError("--tokenizer DIR is required");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

@@ -1,5 +1,8 @@
-// The families, each a short file of its differences from Llama (as transformers' modular_<family>.py
-// files are). hf_config.cpp reads what they share; each family reads and writes its own fields.
+// What the families' files share. Each family is a short file of its differences from Llama (as transformers'
+// modular_<family>.py files are) that registers itself (DTENSOR_REGISTER_FAMILY, llama/hf_config.h):
+// llama.cpp, mistral.cpp, qwen2.cpp, qwen3.cpp, gemma.cpp, gemma2.cpp, gemma3.cpp, granite.cpp, starcoder2.cpp,
+// olmo.cpp (OLMo, OLMo2), cohere.cpp (Cohere, Cohere 2), phi3.cpp, glm.cpp, moe_families.cpp (Mixtral, Qwen2-MoE,
+// Qwen3-MoE). hf_config.cpp reads what they share; each family reads and writes its own fields.
 #pragma once
 
 #include <cmath>
@@ -7,26 +10,6 @@
 #include "llama/hf_config.h"
 
 namespace llama::families {
-
-Family llama();    // LlamaForCausalLM: Llama 1-3.3, TinyLlama, SmolLM, Vicuna, ...
-Family mistral();  // MistralForCausalLM: a sliding window over the keys
-Family qwen2();    // Qwen2ForCausalLM: q/k/v biases; sliding window on the layers layer_types names
-Family qwen3();    // Qwen3ForCausalLM: Qwen2 with q/k RMSNorm per head and Llama's attention_bias
-Family gemma();    // GemmaForCausalLM: (1 + w) RMSNorm, GeGLU, embeddings * sqrt(hidden)
-Family gemma2();   // Gemma2ForCausalLM: Gemma with sandwich norms, soft-capping, alternating sliding layers
-Family gemma3();   // Gemma3ForCausalLM (gemma3_text): Gemma 2 with q/k norms and a local rotary base
-Family granite();  // GraniteForCausalLM: multipliers on embeddings, residuals, attention and logits
-Family starcoder2();  // Starcoder2ForCausalLM: LayerNorm with bias, GELU c_fc / c_proj MLP, biases
-Family olmo();     // OlmoForCausalLM: parameter-free LayerNorm, q/k/v clipping
-Family olmo2();    // Olmo2ForCausalLM: post-norms, q/k RMSNorm over all heads
-Family cohere();   // CohereForCausalLM: parallel block, weight-only LayerNorm, interleaved rotary, logit scale
-Family cohere2();  // Cohere2ForCausalLM: Cohere with sliding layers, rotary on those only
-Family phi3();     // Phi3ForCausalLM: packed qkv / gate_up, longrope, partial rotary, sliding window
-Family glm();      // GlmForCausalLM: q/k/v biases, packed gate_up, interleaved partial rotary
-// Mixtures of experts (moe_families.cpp, llama/moe.h):
-Family mixtral();    // MixtralForCausalLM: Mistral with a sparse MLP on every layer
-Family qwen2_moe();  // Qwen2MoeForCausalLM: Qwen2 with sparse layers and a gated shared expert
-Family qwen3_moe();  // Qwen3MoeForCausalLM: Qwen3's attention (head_dim hidden / heads) with sparse layers
 
 // Mistral's fields, which Mixtral shares (with another default window: none).
 void read_mistral_common(HfConfigReader& r, LlamaConfig& c);

@@ -8,33 +8,34 @@ namespace llama::families {
 
 void read_gemma2_common(HfConfigReader& r, LlamaConfig& c) {
   read_gemma_common(r, c, "hidden_activation");
-  c.layer = LayerKind::sandwich;
+  c.norm.placement = LayerKind::sandwich;
   double scalar = 256;  // Gemma2Config's default
   r.read("query_pre_attn_scalar", scalar);
-  c.attention_scale = std::pow(scalar, -0.5);  // as transformers computes it
-  r.read_or("attn_logit_softcapping", c.attn_logit_softcapping, 0.0);  // null: off (absent: the class default)
-  r.read_or("final_logit_softcapping", c.final_logit_softcapping, 0.0);
+  c.attention.scale = std::pow(scalar, -0.5);  // as transformers computes it
+  r.read_or("attn_logit_softcapping", c.attention.attn_logit_softcapping, 0.0);  // null: off (absent: the class default)
+  r.read_or("final_logit_softcapping", c.scaling.final_logit_softcapping, 0.0);
 }
 
 void write_gemma2_common(const LlamaConfig& c, nlohmann::ordered_json& j) {
   write_gemma_common(c, j, "hidden_activation");
-  j["query_pre_attn_scalar"] = std::llround(1.0 / (c.attention_scale * c.attention_scale));  // an int in HF's config
+  j["query_pre_attn_scalar"] = std::llround(1.0 / (c.attention.scale * c.attention.scale));  // an int in HF's config
   auto cap = [](double v) { return v > 0 ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr); };
-  j["attn_logit_softcapping"] = cap(c.attn_logit_softcapping);
-  j["final_logit_softcapping"] = cap(c.final_logit_softcapping);
+  j["attn_logit_softcapping"] = cap(c.attention.attn_logit_softcapping);
+  j["final_logit_softcapping"] = cap(c.scaling.final_logit_softcapping);
   write_layer_types(c, j);
 }
 
 Family gemma2() {
   return {"gemma2", "Gemma2ForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            c.attn_logit_softcapping = 50.0, c.final_logit_softcapping = 30.0;  // Gemma2Config's defaults
-            c.sliding_window = 4096;
+            c.attention.attn_logit_softcapping = 50.0, c.scaling.final_logit_softcapping = 30.0;  // Gemma2Config's defaults
+            c.attention.sliding_window = 4096;
             read_gemma2_common(r, c);
             read_layer_types(r, c, /*pattern=*/2);
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_gemma2_common(c, j); },
           {.max_position_embeddings = 8192, .num_key_value_heads = 4, .tie_word_embeddings = true, .hidden_act = "gelu_pytorch_tanh", .pad_token_id = 0}};
 }
+DTENSOR_REGISTER_FAMILY(gemma2);
 
 }  // namespace llama::families

@@ -9,16 +9,16 @@ namespace llama::families {
 Family gemma3() {
   return {"gemma3_text", "Gemma3ForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            c.qk_norm = true;
-            c.sliding_window = 4096;
-            if (c.rope_local_theta == 0) c.rope_local_theta = 10000.0;  // the sliding layers' default base
+            c.attention.qk_norm = true;
+            c.attention.sliding_window = 4096;
+            if (c.rotary.local_theta == 0) c.rotary.local_theta = 10000.0;  // the sliding layers' default base
             double local = 0;
-            if (r.read("rope_local_base_freq", local)) c.rope_local_theta = local;
+            if (r.read("rope_local_base_freq", local)) c.rotary.local_theta = local;
             read_gemma2_common(r, c);
-            c.attn_logit_softcapping = 0;  // Gemma 3's attention never applies it (only the final cap)
+            c.attention.attn_logit_softcapping = 0;  // Gemma 3's attention never applies it (only the final cap)
             // Its rope is per layer type in transformers whatever form the file has (older files are converted), and
             // yarn's truncate is read from that outer dict: always true.
-            c.rope_scaling.truncate = true;
+            c.rotary.rope_scaling.truncate = true;
             // The older files' pattern (every pattern-th layer full) when there is no layer_types; the saved
             // _sliding_window_pattern is not read back by transformers (its __post_init__ takes only this key).
             int64_t pattern = 6;
@@ -29,5 +29,6 @@ Family gemma3() {
           [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_gemma2_common(c, j); },
           {.rope_theta = 1000000.0, .max_position_embeddings = 131072, .num_key_value_heads = 4, .tie_word_embeddings = true, .hidden_act = "gelu_pytorch_tanh", .pad_token_id = 0}};
 }
+DTENSOR_REGISTER_FAMILY(gemma3);
 
 }  // namespace llama::families

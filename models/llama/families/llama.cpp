@@ -8,17 +8,18 @@ namespace llama::families {
 Family llama() {
   return {"llama", "LlamaForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            r.read_or("head_dim", c.explicit_head_dim, 0);  // null: hidden / heads
-            r.read("attention_bias", c.attention_bias);
-            r.read("mlp_bias", c.mlp_bias);
+            r.read_or("head_dim", c.attention.head_dim, 0);  // null: hidden / heads
+            r.read("attention_bias", c.attention.attention_bias);
+            r.read("mlp_bias", c.mlp.mlp_bias);
             r.ignore("pretraining_tp");
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
             j["head_dim"] = c.head_dim();
-            j["attention_bias"] = c.attention_bias;
-            j["mlp_bias"] = c.mlp_bias;
+            j["attention_bias"] = c.attention.attention_bias;
+            j["mlp_bias"] = c.mlp.mlp_bias;
           },
           {}};
 }
+DTENSOR_REGISTER_FAMILY(llama);
 
 }  // namespace llama::families

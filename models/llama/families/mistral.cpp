@@ -5,22 +5,23 @@
 namespace llama::families {
 
 void read_mistral_common(HfConfigReader& r, LlamaConfig& c) {
-  r.read_or("head_dim", c.explicit_head_dim, 0);  // null: hidden / heads
-  r.read_or("sliding_window", c.sliding_window, 0);  // null: full attention
+  r.read_or("head_dim", c.attention.head_dim, 0);  // null: hidden / heads
+  r.read_or("sliding_window", c.attention.sliding_window, 0);  // null: full attention
   if (r.has("layer_types")) r.fail("layer_types is Ministral's (alternating windows), not Mistral's");
 }
 
 Family mistral() {
   return {"mistral", "MistralForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            c.sliding_window = 4096;  // MistralConfig's default (Mixtral's: none)
+            c.attention.sliding_window = 4096;  // MistralConfig's default (Mixtral's: none)
             read_mistral_common(r, c);
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
             j["head_dim"] = c.head_dim();
-            j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+            j["sliding_window"] = c.attention.sliding_window > 0 ? nlohmann::ordered_json(c.attention.sliding_window) : nullptr;
           },
           {.max_position_embeddings = 131072, .num_key_value_heads = 8}};
 }
+DTENSOR_REGISTER_FAMILY(mistral);
 
 }  // namespace llama::families

@@ -46,25 +46,26 @@ Family mixtral() {
             c.moe.intermediate_size = c.intermediate_size;  // every layer is sparse; experts take intermediate_size
             c.moe.norm_topk_prob = true;
             c.moe.router_weights_fp32 = true;
-            c.moe.mixtral_names = true;
             double jitter = 0.0;
             if (r.read("router_jitter_noise", jitter) && jitter != 0.0) {
               r.fail("router_jitter_noise " + std::to_string(jitter) + " is not supported (0.0: no jitter)");
             }
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
-            mistral().write(c, j);
+            family("mistral").write(c, j);
             write_router(c, j, "num_local_experts");
             j["router_jitter_noise"] = 0.0;
           },
-          {.rope_theta = 1000000.0, .rms_norm_eps = 1e-5, .max_position_embeddings = 131072, .num_key_value_heads = 8}};
+          {.rope_theta = 1000000.0, .rms_norm_eps = 1e-5, .max_position_embeddings = 131072, .num_key_value_heads = 8},
+          {.mixtral_experts = true}};
 }
+DTENSOR_REGISTER_FAMILY(mixtral);
 
 Family qwen2_moe() {
   return {"qwen2_moe", "Qwen2MoeForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            c.qkv_bias = true;  // Qwen2MoeConfig's default
-            r.read("qkv_bias", c.qkv_bias);
+            c.attention.qkv_bias = true;  // Qwen2MoeConfig's default
+            r.read("qkv_bias", c.attention.qkv_bias);
             // Qwen2MoeConfig keeps a null num_key_value_heads, which its attention cannot run with.
             if (r.is_null("num_key_value_heads")) r.fail("field 'num_key_value_heads' is null (Qwen2-MoE's attention needs it)");
             read_qwen2_sliding(r, c, QwenSliding::qwen2_moe);
@@ -76,7 +77,7 @@ Family qwen2_moe() {
             r.read("shared_expert_intermediate_size", c.moe.shared_expert_intermediate_size);
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
-            j["qkv_bias"] = c.qkv_bias;
+            j["qkv_bias"] = c.attention.qkv_bias;
             write_qwen2_sliding(c, j);
             write_router(c, j, "num_experts");
             write_qwen_moe(c, j);
@@ -84,13 +85,14 @@ Family qwen2_moe() {
           },
           {.max_position_embeddings = 32768, .num_key_value_heads = 16}};
 }
+DTENSOR_REGISTER_FAMILY(qwen2_moe);
 
 Family qwen3_moe() {
   return {"qwen3_moe", "Qwen3MoeForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            c.qk_norm = true;
-            r.read("head_dim", c.explicit_head_dim);  // absent: hidden / heads (not Qwen3's 128)
-            r.read("attention_bias", c.attention_bias);
+            c.attention.qk_norm = true;
+            r.read("head_dim", c.attention.head_dim);  // absent: hidden / heads (not Qwen3's 128)
+            r.read("attention_bias", c.attention.attention_bias);
             // Qwen3MoeConfig: sliding_window (4096 when absent; null: none) if use_sliding_window, and then every
             // layer slides.
             bool use_sliding_window = false;
@@ -98,7 +100,7 @@ Family qwen3_moe() {
             r.read("use_sliding_window", use_sliding_window);
             r.read_or("sliding_window", window, 0);
             r.ignore("max_window_layers");  // unused by Qwen3-MoE
-            c.sliding_window = use_sliding_window ? window : 0;
+            c.attention.sliding_window = use_sliding_window ? window : 0;
             // Qwen3MoeConfig's defaults; transformers 5 saves num_local_experts, the Hub's files say num_experts.
             c.moe.num_experts = 128, c.moe.top_k = 8, c.moe.norm_topk_prob = false, c.moe.intermediate_size = 768;
             read_router(r, c, r.json().contains("num_local_experts") ? "num_local_experts" : "num_experts");
@@ -106,13 +108,14 @@ Family qwen3_moe() {
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
             j["head_dim"] = c.head_dim();
-            j["attention_bias"] = c.attention_bias;
-            j["use_sliding_window"] = c.sliding_window > 0;
-            j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+            j["attention_bias"] = c.attention.attention_bias;
+            j["use_sliding_window"] = c.attention.sliding_window > 0;
+            j["sliding_window"] = c.attention.sliding_window > 0 ? nlohmann::ordered_json(c.attention.sliding_window) : nullptr;
             write_router(c, j, "num_experts");
             write_qwen_moe(c, j);
           },
           {.max_position_embeddings = 32768, .num_key_value_heads = 4}};
 }
+DTENSOR_REGISTER_FAMILY(qwen3_moe);
 
 }  // namespace llama::families

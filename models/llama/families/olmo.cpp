@@ -8,28 +8,30 @@ namespace llama::families {
 Family olmo() {
   return {"olmo", "OlmoForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            c.norm = NormKind::layer_norm_no_affine;
-            c.rms_norm_eps = 1e-5;  // OlmoLayerNorm's fixed eps
-            r.read("attention_bias", c.attention_bias);
-            r.read_or("clip_qkv", c.clip_qkv, 0.0);  // null: no clipping
+            c.norm.kind = NormKind::layer_norm_no_affine;
+            c.norm.rms_norm_eps = 1e-5;  // OlmoLayerNorm's fixed eps
+            r.read("attention_bias", c.attention.attention_bias);
+            r.read_or("clip_qkv", c.attention.clip_qkv, 0.0);  // null: no clipping
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
             j.erase("rms_norm_eps");
-            j["attention_bias"] = c.attention_bias;
-            j["clip_qkv"] = c.clip_qkv > 0 ? nlohmann::ordered_json(c.clip_qkv) : nullptr;
+            j["attention_bias"] = c.attention.attention_bias;
+            j["clip_qkv"] = c.attention.clip_qkv > 0 ? nlohmann::ordered_json(c.attention.clip_qkv) : nullptr;
           },
           {.rms_norm_eps = 1e-5, .pad_token_id = 1}};
 }
+DTENSOR_REGISTER_FAMILY(olmo);
 
 Family olmo2() {
   return {"olmo2", "Olmo2ForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            c.layer = LayerKind::post_norm;
-            c.qk_norm_full_width = true;
-            r.read("attention_bias", c.attention_bias);
+            c.norm.placement = LayerKind::post_norm;
+            c.attention.qk_norm_full_width = true;
+            r.read("attention_bias", c.attention.attention_bias);
           },
-          [](const LlamaConfig& c, nlohmann::ordered_json& j) { j["attention_bias"] = c.attention_bias; },
+          [](const LlamaConfig& c, nlohmann::ordered_json& j) { j["attention_bias"] = c.attention.attention_bias; },
           {.rms_norm_eps = 1e-5, .pad_token_id = 1}};
 }
+DTENSOR_REGISTER_FAMILY(olmo2);
 
 }  // namespace llama::families

@@ -10,29 +10,30 @@ namespace llama::families {
 Family phi3() {
   return {"phi3", "Phi3ForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            c.packed_qkv = c.packed_gate_up = true;
             // Phi3Config's original_max_position_embeddings (4096 when absent) replaces the rope's for llama3 / yarn /
             // longrope (transformers' standardize_rope_params), and generate's cache reset happens past it.
             int64_t original = 4096;
             r.read("original_max_position_embeddings", original);
-            if (c.rope_scaling.has_original_max()) c.rope_scaling.original_max_position_embeddings = original;
-            c.recompute_original_max = original;
+            if (c.rotary.rope_scaling.has_original_max()) c.rotary.rope_scaling.original_max_position_embeddings = original;
+            c.rotary.recompute_original_max = original;
             double partial = 0;
-            if (r.read("partial_rotary_factor", partial) && partial != c.partial_rotary_factor) {
-              if (c.partial_rotary_factor != 1.0) r.fail("partial_rotary_factor differs from rope_parameters'");
-              c.partial_rotary_factor = partial;
+            if (r.read("partial_rotary_factor", partial) && partial != c.rotary.partial_rotary_factor) {
+              if (c.rotary.partial_rotary_factor != 1.0) r.fail("partial_rotary_factor differs from rope_parameters'");
+              c.rotary.partial_rotary_factor = partial;
             }
-            r.read_or("sliding_window", c.sliding_window, 0);  // null: full attention
+            r.read_or("sliding_window", c.attention.sliding_window, 0);  // null: full attention
             for (const char* dropout : {"resid_pdrop", "embd_pdrop"}) {
               refuse_unless(r, dropout, [](const nlohmann::json& v) { return v.is_number() && v.get<double>() == 0.0; },
                             "dropout");
             }
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) {
-            if (c.recompute_original_max > 0) j["original_max_position_embeddings"] = c.recompute_original_max;
-            j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+            if (c.rotary.recompute_original_max > 0) j["original_max_position_embeddings"] = c.rotary.recompute_original_max;
+            j["sliding_window"] = c.attention.sliding_window > 0 ? nlohmann::ordered_json(c.attention.sliding_window) : nullptr;
           },
-          {.rms_norm_eps = 1e-5, .max_position_embeddings = 4096, .pad_token_id = 32000}};
+          {.rms_norm_eps = 1e-5, .max_position_embeddings = 4096, .pad_token_id = 32000},
+          {.packed_qkv = true, .packed_gate_up = true}};
 }
+DTENSOR_REGISTER_FAMILY(phi3);
 
 }  // namespace llama::families

@@ -28,23 +28,23 @@ void read_qwen2_sliding(HfConfigReader& r, LlamaConfig& c, QwenSliding kind) {
     r.fail("layer_types has " + std::to_string(layer_types.size()) + " entries for " +
            std::to_string(c.num_hidden_layers) + " layers");
   }
-  c.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
+  c.attention.sliding_layers.assign(static_cast<size_t>(c.num_hidden_layers), false);
   for (size_t i = 0; i < layer_types.size(); ++i) {
     if (layer_types[i] != "full_attention" && layer_types[i] != "sliding_attention") {
       r.fail("layer_types[" + std::to_string(i) + "] '" + layer_types[i] + "' is not full_attention or sliding_attention");
     }
-    c.sliding_layers[i] = layer_types[i] == "sliding_attention";
-    if (c.sliding_layers[i] && window <= 0) {
+    c.attention.sliding_layers[i] = layer_types[i] == "sliding_attention";
+    if (c.attention.sliding_layers[i] && window <= 0) {
       r.fail("layer_types[" + std::to_string(i) + "] is sliding_attention but there is no sliding window "
              "(use_sliding_window false, or sliding_window null or 0)");
     }
   }
-  c.sliding_window = window;
+  c.attention.sliding_window = window;
 }
 
 void write_qwen2_sliding(const LlamaConfig& c, nlohmann::ordered_json& j) {
-  j["use_sliding_window"] = c.sliding_window > 0;
-  j["sliding_window"] = c.sliding_window > 0 ? nlohmann::ordered_json(c.sliding_window) : nullptr;
+  j["use_sliding_window"] = c.attention.sliding_window > 0;
+  j["sliding_window"] = c.attention.sliding_window > 0 ? nlohmann::ordered_json(c.attention.sliding_window) : nullptr;
   std::vector<std::string> types;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) types.push_back(c.layer_slides(i) ? "sliding_attention" : "full_attention");
   j["layer_types"] = types;
@@ -53,11 +53,12 @@ void write_qwen2_sliding(const LlamaConfig& c, nlohmann::ordered_json& j) {
 Family qwen2() {
   return {"qwen2", "Qwen2ForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
-            c.qkv_bias = true;
+            c.attention.qkv_bias = true;
             read_qwen2_sliding(r, c, QwenSliding::qwen2);
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) { write_qwen2_sliding(c, j); },
           {.max_position_embeddings = 32768, .num_key_value_heads = 32}};
 }
+DTENSOR_REGISTER_FAMILY(qwen2);
 
 }  // namespace llama::families

@@ -1,14 +1,26 @@
-#include "llama/families/families.h"
+// The family registry: each llama/families/*.cpp registers its Family at load time (DTENSOR_REGISTER_FAMILY in
+// llama/hf_config.h), so adding a family touches no list. Kept sorted by model_type: error messages and tests list
+// the families in a stable order whatever the link order.
+#include <algorithm>
+
+#include "llama/hf_config.h"
 
 namespace llama {
+namespace {
 
-const std::vector<Family>& all_families() {
-  static const std::vector<Family> all = {
-      families::llama(),   families::mistral(), families::qwen2(),      families::qwen3(), families::gemma(),
-      families::gemma2(),  families::gemma3(),  families::granite(),    families::starcoder2(),
-      families::olmo(),    families::olmo2(),   families::cohere(),     families::cohere2(), families::phi3(),
-      families::glm(),     families::mixtral(), families::qwen2_moe(),  families::qwen3_moe()};
-  return all;
+std::vector<Family>& registry() {
+  static std::vector<Family> families;
+  return families;
 }
+
+}  // namespace
+
+FamilyRegistration::FamilyRegistration(Family (*make)()) {
+  std::vector<Family>& all = registry();
+  all.push_back(make());
+  std::sort(all.begin(), all.end(), [](const Family& a, const Family& b) { return a.model_type < b.model_type; });
+}
+
+const std::vector<Family>& all_families() { return registry(); }
 
 }  // namespace llama

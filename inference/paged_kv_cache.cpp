@@ -1,0 +1,101 @@
+#include "inference/paged_kv_cache.h"
+
+#include <ATen/ATen.h>
+
+#include "dtensor/core/error.h"
+
+namespace inference {
+
+PagedStep pack_step(const std::vector<PagedChunk>& chunks, int64_t block_size) {
+  DTENSOR_CHECK(block_size > 0, "inference: pack_step needs a positive block size, got ", block_size);
+  std::vector<int64_t> tokens, positions, query_seq, write_slots, key_slots, key_pos, key_seq, logit_rows;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const PagedChunk& c = chunks[i];
+    const int64_t end = c.start + static_cast<int64_t>(c.tokens.size());
+    DTENSOR_CHECK(!c.tokens.empty() && c.start >= 0, "inference: pack_step: chunk ", i, " has no new tokens");
+    DTENSOR_CHECK(static_cast<int64_t>(c.block_table.size()) * block_size >= end, "inference: pack_step: chunk ", i,
+                  " reaches position ", end - 1, " but its ", c.block_table.size(), " blocks of ", block_size,
+                  " hold fewer");
+    auto slot = [&](int64_t p) { return c.block_table[p / block_size] * block_size + p % block_size; };
+    for (int64_t p = c.start; p < end; ++p) {
+      tokens.push_back(c.tokens[p - c.start]);
+      positions.push_back(p);
+      query_seq.push_back(static_cast<int64_t>(i));
+      write_slots.push_back(slot(p));
+    }
+    for (int64_t p = 0; p < end; ++p) {
+      key_slots.push_back(slot(p));
+      key_pos.push_back(p);
+      key_seq.push_back(static_cast<int64_t>(i));
+    }
+    if (c.logits) logit_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
+  }
+  auto t = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); };
+  return {t(tokens), t(positions), t(query_seq), t(write_slots), t(key_slots), t(key_pos), t(key_seq), t(logit_rows)};
+}
+
+PagedKVCache::PagedKVCache(int64_t num_layers, int64_t num_blocks, int64_t block_size)
+    : num_blocks_(num_blocks), block_size_(block_size), k_(num_layers), v_(num_layers) {
+  DTENSOR_CHECK(num_layers > 0 && num_blocks > 0 && block_size > 0,
+                "inference: PagedKVCache needs positive layers, blocks and block size; got ", num_layers, ", ", num_blocks,
+                ", ", block_size);
+}
+
+void PagedKVCache::set_step(const at::Tensor& write_slots, const at::Tensor& key_slots) {
+  auto check = [&](const at::Tensor& slots, const char* what) {
+    DTENSOR_CHECK(slots.dim() == 1, "inference: PagedKVCache ", what, " slots must be 1-d");
+    if (slots.numel() == 0) return;
+    DTENSOR_CHECK(slots.min().item<int64_t>() >= 0 && slots.max().item<int64_t>() < num_slots(), "inference: PagedKVCache ",
+                  what, " slot outside [0, ", num_slots(), ")");
+  };
+  check(write_slots, "write");
+  check(key_slots, "key");
+  write_slots_ = write_slots;
+  key_slots_ = key_slots;
+}
+
+std::pair<at::Tensor, at::Tensor> PagedKVCache::update(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+  DTENSOR_CHECK(layer >= 0 && layer < static_cast<int64_t>(k_.size()), "inference: PagedKVCache has no layer ", layer);
+  DTENSOR_CHECK(write_slots_.defined(), "inference: PagedKVCache::update before set_step");
+  DTENSOR_CHECK(k.dim() == 4 && k.size(0) == 1 && k.size(2) == write_slots_.numel(),
+                "inference: PagedKVCache takes keys [1, kv_heads, T, head_dim] with T = the step's ", write_slots_.numel(),
+                " tokens, got ", k.sizes());
+  at::Tensor& pool_k = k_[layer];
+  at::Tensor& pool_v = v_[layer];
+  if (!pool_k.defined()) {
+    // [1, kv_heads, slots, head_dim]; under TP the heads dim keeps k's shard: only this rank's heads.
+    pool_k = k.new_zeros({1, k.size(1), num_slots(), k.size(3)});
+    pool_v = v.new_zeros({1, v.size(1), num_slots(), v.size(3)});
+  }
+  // Slots are dim 2, never sharded: both are local on every rank.
+  pool_k.index_copy_(2, write_slots_, k);
+  pool_v.index_copy_(2, write_slots_, v);
+  return {pool_k.index_select(2, key_slots_), pool_v.index_select(2, key_slots_)};
+}
+
+namespace {
+
+// Layer `layer` of a shared pool, as the model's attention sees its cache.
+class PagedLayer : public models::KVCacheLayer {
+ public:
+  PagedLayer(std::shared_ptr<PagedKVCache> cache, int64_t layer) : cache_(std::move(cache)), layer_(layer) {}
+  std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) override {
+    return cache_->update(layer_, k, v);
+  }
+  int64_t length() const override { return 0; }
+  bool paged() const override { return true; }
+
+ private:
+  std::shared_ptr<PagedKVCache> cache_;
+  int64_t layer_;
+};
+
+}  // namespace
+
+std::vector<std::shared_ptr<models::KVCacheLayer>> PagedKVCache::layers() {
+  std::vector<std::shared_ptr<models::KVCacheLayer>> out;
+  for (int64_t l = 0; l < static_cast<int64_t>(k_.size()); ++l) out.push_back(std::make_shared<PagedLayer>(shared_from_this(), l));
+  return out;
+}
+
+}  // namespace inference

@@ -1,0 +1,190 @@
+#include "inference/serving/http_server.h"
+
+#include <httplib.h>
+
+#include <ctime>
+
+namespace serve {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+void send_error(httplib::Response& res, int status, const std::string& message, const std::string& type,
+                const std::string& param = "") {
+  res.status = status;
+  res.set_content(error_body(message, type, param, status), "application/json");
+}
+
+std::string sse(const json& chunk) { return "data: " + chunk.dump() + "\n\n"; }
+
+}  // namespace
+
+HttpServer::HttpServer(ServingLoop& loop, Metrics& metrics, ApiLimits limits)
+    : loop_(loop), metrics_(metrics), limits_(std::move(limits)), server_(std::make_unique<httplib::Server>()) {
+  httplib::Server& s = *server_;
+  // One thread per open request (a handler waits for its request's tokens): room for many concurrent clients.
+  s.new_task_queue = [] { return new httplib::ThreadPool(128); };
+  s.set_payload_max_length(16 << 20);
+  s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (loop_.failed()) return send_error(res, 503, "the server has failed", "server_error");
+    res.set_content("{\"status\":\"ok\"}", "application/json");
+  });
+  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    json model = {{"id", limits_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "dtensor-cpp"},
+                  {"max_model_len", limits_.max_model_len}};
+    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+  });
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_.text(), "text/plain; version=0.0.4");
+  });
+  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req.body, false, &res); });
+  s.Post("/v1/chat/completions",
+         [this](const httplib::Request& req, httplib::Response& res) { completions(req.body, true, &res); });
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    // Only where no handler answered (a route that does not exist); a handler's own error body stays.
+    if (res.status == 404 && res.body.empty()) send_error(res, 404, "no route " + req.method + " " + req.path, "not_found_error");
+  });
+}
+
+HttpServer::~HttpServer() {
+  if (thread_.joinable()) {
+    server_->stop();
+    thread_.join();
+  }
+}
+
+int HttpServer::bind(const std::string& host, int port) {
+  if (port == 0) {
+    const int p = server_->bind_to_any_port(host);
+    if (p <= 0) throw std::runtime_error("serve: cannot bind " + host + " (any port)");
+    return p;
+  }
+  if (!server_->bind_to_port(host, port)) {
+    throw std::runtime_error("serve: cannot bind " + host + ":" + std::to_string(port) +
+                             " (in use, or not an address of this host; --port 0 takes a free port)");
+  }
+  return port;
+}
+
+void HttpServer::start() {
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+}
+
+void HttpServer::stop(std::chrono::milliseconds grace) {
+  const auto deadline = Clock::now() + grace;
+  while (open_ > 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  server_->stop();
+  // Not joined: a kept-alive connection's thread waits out its read timeout; the process is ending.
+  if (thread_.joinable()) thread_.detach();
+}
+
+void HttpServer::fail_open(const std::string& message) {
+  std::lock_guard<std::mutex> lock(open_mu_);
+  for (const auto& r : open_requests_) r->push({"", "", 503, message});
+}
+
+void HttpServer::completions(const std::string& body, bool chat, void* response) {
+  httplib::Response& res = *static_cast<httplib::Response*>(response);
+  const std::string endpoint = chat ? "/v1/chat/completions" : "/v1/completions";
+  ApiRequest api;
+  try {
+    api = parse_request(body, chat, limits_);
+  } catch (const ApiError& e) {
+    metrics_.request_done(endpoint, e.status);
+    return send_error(res, e.status, e.what(), e.type, e.param);
+  } catch (const std::exception& e) {  // the tokenizer or the template failing on this input
+    metrics_.request_done(endpoint, 400);
+    return send_error(res, 400, e.what(), "invalid_request_error");
+  }
+  const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+  auto request = std::make_shared<Request>(api, id, static_cast<int64_t>(std::time(nullptr)));
+  if (!loop_.submit(request)) {
+    metrics_.request_done(endpoint, 503);
+    return send_error(res, 503, "the server has failed or is shutting down", "server_error");
+  }
+  {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    open_requests_.insert(request);
+  }
+  auto close = [this, request] {
+    std::lock_guard<std::mutex> lock(open_mu_);
+    open_requests_.erase(request);
+    --open_;
+  };
+  const std::string model = limits_.model_name;
+  const int64_t prompt_tokens = static_cast<int64_t>(api.prompt_ids.size());
+  if (!api.stream) {
+    ++open_;
+    std::string text;
+    std::vector<Event> events;
+    while (true) {
+      if (!request->take(events, std::chrono::milliseconds(200))) continue;
+      bool done = false;
+      for (const Event& e : events) {
+        text += e.text;
+        if (e.error_status) {
+          metrics_.request_done(endpoint, e.error_status);
+          send_error(res, e.error_status, e.error, "server_error");
+          close();
+          return;
+        }
+        if (!e.finish_reason.empty()) {
+          res.set_content(completion_response(api, id, request->created, model, text, e.finish_reason, prompt_tokens,
+                                              request->completion_tokens)
+                              .dump(),
+                          "application/json");
+          done = true;
+        }
+      }
+      if (done) break;
+    }
+    metrics_.request_done(endpoint, 200);
+    close();
+    return;
+  }
+  ++open_;
+  auto finished = std::make_shared<bool>(false);
+  auto started = std::make_shared<bool>(false);
+  res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, request, api, id, model, prompt_tokens, finished, started](size_t, httplib::DataSink& sink) {
+        auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+        if (!*started) {
+          *started = true;
+          if (api.chat && !write(sse(stream_chunk(api, id, request->created, model, "", "", /*role_chunk=*/true)))) return false;
+        }
+        std::vector<Event> events;
+        if (!request->take(events, std::chrono::milliseconds(200))) return sink.is_writable();
+        for (const Event& e : events) {
+          if (e.error_status) {
+            json err = json::parse(error_body(e.error, "server_error", "", e.error_status));
+            write(sse(err));
+            write("data: [DONE]\n\n");
+            *finished = true;
+            sink.done();
+            return true;
+          }
+          if (!e.text.empty() || !e.finish_reason.empty()) {
+            if (!write(sse(stream_chunk(api, id, request->created, model, e.text, e.finish_reason)))) return false;
+          }
+          if (!e.finish_reason.empty()) {
+            if (api.include_usage) write(sse(usage_chunk(api, id, request->created, model, prompt_tokens, request->completion_tokens)));
+            write("data: [DONE]\n\n");
+            *finished = true;
+            sink.done();
+            return true;
+          }
+        }
+        return true;
+      },
+      [this, request, finished, endpoint, close](bool) {
+        // Counted first, so that /metrics shows the 499 by the time the freed slot shows.
+        metrics_.request_done(endpoint, *finished ? 200 : 499);
+        // The client went away (or the write failed) before the end: free its slot.
+        if (!*finished) request->cancel();
+        close();
+      });
+}
+
+}  // namespace serve

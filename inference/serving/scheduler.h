@@ -1,0 +1,87 @@
+// Continuous batching (vLLM's scheduler, simplified): which sequences run in the next forward and which of their
+// tokens. Every step, each running sequence computes what it has not yet computed (one token when decoding; a
+// prompt is prefilled in chunks within the step's token budget), then waiting sequences are admitted in arrival
+// order while there is room (max_num_seqs, the token budget, free KV blocks). Sequences join and leave the batch
+// at token boundaries.
+//
+// KV blocks (llama/paged_kv_cache.h) are handed out as positions need them and taken back when a sequence ends.
+// When a running sequence needs a block and none is free, the youngest running sequence is preempted: its blocks
+// are freed and it goes back to the front of the queue, to be recomputed (prompt and drawn tokens) when it is
+// admitted again (vLLM's recompute preemption).
+//
+// Rank 0 only; plain bookkeeping, no tensors.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "inference/paged_kv_cache.h"
+#include "inference/sampling.h"
+#include "inference/serving/request.h"
+#include "inference/serving/text_output.h"
+
+namespace serve {
+
+class BlockAllocator {
+ public:
+  explicit BlockAllocator(int64_t num_blocks);
+  std::optional<int64_t> allocate();
+  void release(std::vector<int64_t>& blocks);  // empties `blocks`
+  int64_t free() const { return static_cast<int64_t>(free_.size()); }
+  int64_t total() const { return total_; }
+  int64_t used() const { return total_ - free(); }
+
+ private:
+  int64_t total_;
+  std::vector<int64_t> free_;
+};
+
+struct Sequence {
+  Sequence(std::shared_ptr<Request> request, const tokenizer::Tokenizer& tok, uint64_t seed);
+  std::shared_ptr<Request> request;
+  std::vector<int64_t> tokens;  // prompt, then the drawn tokens
+  int64_t prompt_len = 0;
+  int64_t computed = 0;  // tokens whose keys and values are in the cache
+  std::vector<int64_t> blocks;
+  inference::Sampler sampler;
+  TextOutput text;
+  int64_t drawn() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }  // tokens generated so far
+};
+
+class Scheduler {
+ public:
+  Scheduler(int64_t num_blocks, int64_t block_size, int64_t max_num_seqs, int64_t max_num_batched_tokens);
+
+  void add(std::unique_ptr<Sequence> seq);  // to the back of the queue
+
+  struct Batch {
+    std::vector<inference::PagedChunk> chunks;
+    std::vector<Sequence*> seqs;  // chunk i's sequence
+  };
+  Batch schedule();
+  // Removes `seq` (finished, cancelled or failed) and frees its blocks.
+  void remove(Sequence* seq);
+  // Every sequence, running then waiting (for cancellation checks and failure).
+  std::vector<Sequence*> all() const;
+
+  int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  int64_t running() const { return static_cast<int64_t>(running_.size()); }
+  const BlockAllocator& blocks() const { return blocks_; }
+  int64_t preemptions() const { return preemptions_; }
+  int64_t block_size() const { return block_size_; }
+
+ private:
+  bool grow(Sequence& seq, int64_t positions);  // blocks for `positions`; false when none is free
+  void preempt(size_t running_index);
+
+  BlockAllocator blocks_;
+  int64_t block_size_, max_num_seqs_, max_num_batched_tokens_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace serve

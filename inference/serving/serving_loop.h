@@ -1,0 +1,66 @@
+// Rank 0's serving loop: takes the requests HTTP handlers submit, schedules them (scheduler.h), runs each step on
+// every rank (engine.h), draws each sequence's next token with its own sampler (temperature, top_k, top_p, seed),
+// turns tokens into text (text_output.h) and hands the text to the request's handler, token by token.
+//
+// A sequence ends at the tokenizer's end-of-sequence token (unless ignore_eos), at a stop string, at max_tokens,
+// or at max_model_len. A cancelled request (its streaming client went away) is dropped at the next step, freeing
+// its KV blocks. When a step fails (a rank died: the broadcast or a TP collective throws), every request still
+// open gets a 503 and run() returns why. (Signals are main.cpp's: the loop may then be stuck in a collective.)
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "inference/serving/engine.h"
+#include "inference/serving/metrics.h"
+#include "inference/serving/request.h"
+#include "inference/serving/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace serve {
+
+struct LoopOptions {
+  int64_t num_blocks = 0, block_size = 16, max_num_seqs = 16, max_num_batched_tokens = 256, max_model_len = 0;
+  uint64_t seed = 0;
+};
+
+class ServingLoop {
+ public:
+  ServingLoop(Engine& engine, const tokenizer::Tokenizer& tok, Metrics& metrics, const LoopOptions& options);
+  // From any thread. False when the server has failed or is stopping (answer 503).
+  bool submit(std::shared_ptr<Request> request);
+  // Runs until a step fails (a rank died: a collective threw) and returns why, every open request answered 503.
+  std::string run();
+  // From any thread: submit() refuses from now on (the server is stopping).
+  void refuse_new() { failed_ = true; }
+  bool failed() const { return failed_; }
+  int64_t requests_finished() const { return finished_; }
+  int64_t tokens_generated() const { return generated_; }
+
+ private:
+  void intake();
+  void drop_cancelled();
+  void emit(Sequence& seq, int64_t token);
+  void finish(Sequence& seq, std::string text, const std::string& reason);
+  void fail_all(const std::string& message);
+
+  Engine& engine_;
+  const tokenizer::Tokenizer& tok_;
+  Metrics& metrics_;
+  LoopOptions options_;
+  Scheduler scheduler_;
+  std::mt19937_64 seeds_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Request>> incoming_;
+  std::atomic<bool> failed_{false};
+  std::atomic<int64_t> finished_{0}, generated_{0};
+};
+
+}  // namespace serve

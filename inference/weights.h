@@ -1,0 +1,41 @@
+// Where a generating or served model comes from (llama_generate, serve): one home for "config, weights, plan", so
+// wiring a new source is one branch in each of the two functions below.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "dtensor/mesh/device_mesh.h"
+#include "llama/config.h"
+#include "llama/model.h"
+
+namespace inference {
+
+// Exactly one source: a checkpoint of ours, an HF directory, or a seeded random init of `model`'s sizes.
+struct ModelSource {
+  std::string checkpoint;      // our checkpoint directory (llama_train --checkpoint-dir)
+  std::string hf_dir;          // HF weights: config.json + *.safetensors
+  bool random_init = false;    // LlamaForCausalLM::init_weights(seed), sizes from `model`
+  llama::LlamaConfig model;    // random_init's sizes (a checkpoint carries its own)
+  uint64_t seed = 0;           // random_init's weights
+  int64_t ep = 1;              // > 1: expert parallelism instead of TP (a mixture of experts; ep == world size)
+};
+
+// A source that cannot be read or does not fit the model or the TP degree: the tools print it as one `error:` line
+// and exit 2 on every rank.
+struct SourceError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The model's config (random_init: source.model; else the checkpoint's config.json). Runs before any
+// communication, on every rank; throws SourceError for a source that cannot be read or does not fit the TP degree
+// `tp` (the inference plan's size checks).
+llama::LlamaConfig model_config(const ModelSource& source, int64_t tp);
+
+// The model with `config`, its weights from the source, parallelized by llama::inference_plan over `tp_mesh`
+// (nothing when it has one rank). Throws SourceError when the weights do not match the model.
+llama::LlamaForCausalLM load_model(const ModelSource& source, const llama::LlamaConfig& config,
+                                   const dtensor::DeviceMesh& tp_mesh);
+
+}  // namespace inference

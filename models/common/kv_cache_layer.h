@@ -1,0 +1,42 @@
+// The two things a decoder's code needs from incremental decoding, declared here so the model does not depend on
+// the inference layer that makes them (inference/kv_cache.h, inference/paged_kv_cache.h):
+//   - KVCacheLayer: what one attention layer's cache does for it: take the new tokens' keys and values, give back
+//     the keys and values they attend to. The model holds one per layer; inference/ builds and owns the storage.
+//   - PagedStep: the input of one packed forward of continuous batching (vLLM's attention metadata): the new
+//     tokens of several sequences side by side, and the keys each sequence reads (inference/paged_kv_cache.h packs
+//     it from the sequences' block tables).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <utility>
+
+namespace models {
+
+class KVCacheLayer {
+ public:
+  virtual ~KVCacheLayer() = default;
+  // k, v [b, kv_heads, s, head_dim] of the s new tokens -> the keys and values they attend to
+  // ([b, kv_heads, kept + s, head_dim] for a dense cache; [1, kv_heads, K, head_dim] for a paged step).
+  virtual std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) = 0;
+  // Positions cached for the whole batch (a dense cache); a paged cache's positions are per sequence and come with
+  // each PagedStep, so it says 0.
+  virtual int64_t length() const = 0;
+  // Whether the layer attends through a PagedStep (continuous batching) rather than a dense per-batch cache.
+  virtual bool paged() const = 0;
+};
+
+// One forward of continuous batching: T new tokens of n sequences, and the K keys they read.
+struct PagedStep {
+  at::Tensor tokens;       // [T] int64
+  at::Tensor positions;    // [T] each token's position in its sequence
+  at::Tensor query_seq;    // [T] the step's sequence each token belongs to (0..n-1)
+  at::Tensor write_slots;  // [T] the cache slot of each new token
+  at::Tensor key_slots;    // [K] the slots each sequence reads: all its positions up to its last new token
+  at::Tensor key_pos;      // [K] their positions
+  at::Tensor key_seq;      // [K] their sequences
+  at::Tensor logit_rows;   // [n_out] the tokens (indices into T) whose logits the caller wants
+};
+
+}  // namespace models

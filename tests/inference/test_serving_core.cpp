@@ -1,0 +1,189 @@
+// serve's pieces without a model or a network: the scheduler (chunked prefill within the token budget, KV blocks
+// handed out and taken back, preemption of the youngest sequence when the pool runs out, recompute on readmission),
+// stop strings held back across tokens (TextOutput), and the OpenAI request checks (400 naming the field).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "inference/serving/openai_api.h"
+#include "inference/serving/scheduler.h"
+#include "inference/serving/text_output.h"
+
+namespace {
+
+// Characters as tokens: "a".."z" are 0..25, " " is 26.
+const tokenizer::Tokenizer& chars() {
+  static const tokenizer::Tokenizer tok = [] {
+    std::string vocab;
+    for (int i = 0; i < 26; ++i) vocab += "\"" + std::string(1, static_cast<char>('a' + i)) + "\": " + std::to_string(i) + ", ";
+    vocab += "\" \": 26";
+    return tokenizer::Tokenizer::from_json(R"({"model": {"type": "BPE", "vocab": {)" + vocab + R"(}, "merges": []}})");
+  }();
+  return tok;
+}
+
+std::unique_ptr<serve::Sequence> sequence(std::vector<int64_t> prompt, std::vector<std::string> stop = {}) {
+  serve::ApiRequest api;
+  api.prompt_ids = std::move(prompt);
+  api.params.stop = std::move(stop);
+  api.params.temperature = 0;
+  return std::make_unique<serve::Sequence>(std::make_shared<serve::Request>(api, "r", 0), chars(), 0);
+}
+
+// What a step computes per sequence: (first position, tokens, wants logits).
+struct Computed {
+  int64_t start;
+  size_t n;
+  bool logits;
+};
+std::vector<Computed> computed(const serve::Scheduler::Batch& b) {
+  std::vector<Computed> out;
+  for (const auto& c : b.chunks) out.push_back({c.start, c.tokens.size(), c.logits});
+  return out;
+}
+
+TEST(ServeScheduler, PrefillsInChunksWithinTheTokenBudgetThenDecodesOneToken) {
+  serve::Scheduler s(/*num_blocks=*/8, /*block_size=*/4, /*max_num_seqs=*/4, /*max_num_batched_tokens=*/3);
+  auto seq = sequence({0, 1, 2, 3, 4, 5, 6});
+  serve::Sequence* p = seq.get();
+  s.add(std::move(seq));
+  auto b1 = computed(s.schedule());
+  ASSERT_EQ(b1.size(), 1u);
+  EXPECT_EQ(b1[0].start, 0);
+  EXPECT_EQ(b1[0].n, 3u);
+  EXPECT_FALSE(b1[0].logits);
+  auto b2 = computed(s.schedule());
+  EXPECT_EQ(b2[0].start, 3);
+  EXPECT_EQ(b2[0].n, 3u);
+  auto b3 = computed(s.schedule());
+  EXPECT_EQ(b3[0].start, 6);
+  EXPECT_EQ(b3[0].n, 1u);
+  EXPECT_TRUE(b3[0].logits);  // the prompt's last token: its logits draw the first new token
+  EXPECT_EQ(s.blocks().used(), 2);  // 7 positions in blocks of 4
+  p->tokens.push_back(9);  // the drawn token
+  auto b4 = computed(s.schedule());
+  EXPECT_EQ(b4[0].start, 7);
+  EXPECT_EQ(b4[0].n, 1u);
+  EXPECT_TRUE(b4[0].logits);
+  s.remove(p);
+  EXPECT_EQ(s.blocks().used(), 0);
+  EXPECT_EQ(s.running(), 0);
+}
+
+TEST(ServeScheduler, PreemptsTheYoungestWhenBlocksRunOutAndRecomputesItLater) {
+  // 3 blocks of 2 positions: two sequences of 2-token prompts fit (one block each), then grow.
+  serve::Scheduler s(3, 2, 4, 16);
+  auto a = sequence({0, 1}), b = sequence({2, 3});
+  serve::Sequence *pa = a.get(), *pb = b.get();
+  s.add(std::move(a));
+  s.add(std::move(b));
+  EXPECT_EQ(computed(s.schedule()).size(), 2u);
+  EXPECT_EQ(s.blocks().used(), 2);
+  pa->tokens.push_back(5);
+  pb->tokens.push_back(6);
+  // Position 2 of each needs a second block; only one is free: a (older) takes it, b is preempted.
+  auto step = s.schedule();
+  ASSERT_EQ(step.seqs.size(), 1u);
+  EXPECT_EQ(step.seqs[0], pa);
+  EXPECT_EQ(s.preemptions(), 1);
+  EXPECT_EQ(s.waiting(), 1);
+  EXPECT_EQ(pb->computed, 0);
+  EXPECT_TRUE(pb->blocks.empty());
+  EXPECT_EQ(s.blocks().used(), 2);
+  // a finishes; b is readmitted and recomputes its prompt and drawn token in one chunk.
+  s.remove(pa);
+  auto again = s.schedule();
+  ASSERT_EQ(again.seqs.size(), 1u);
+  EXPECT_EQ(again.seqs[0], pb);
+  EXPECT_EQ(again.chunks[0].start, 0);
+  EXPECT_EQ(again.chunks[0].tokens, (std::vector<int64_t>{2, 3, 6}));
+  EXPECT_TRUE(again.chunks[0].logits);
+}
+
+TEST(ServeScheduler, AdmitsOnlyWhatTheFreeBlocksHold) {
+  serve::Scheduler s(2, 4, 2, 64);
+  std::vector<serve::Sequence*> seqs;
+  for (int i = 0; i < 3; ++i) {
+    auto q = sequence({0, 1, 2, 3, 4});  // 2 blocks each
+    seqs.push_back(q.get());
+    s.add(std::move(q));
+  }
+  auto first = s.schedule();
+  EXPECT_EQ(first.seqs.size(), 1u);  // the second needs 2 more blocks: it waits
+  EXPECT_EQ(s.waiting(), 2);
+  s.remove(seqs[0]);
+  EXPECT_EQ(s.schedule().seqs.size(), 1u);
+}
+
+std::vector<int64_t> ids(const std::string& text) { return chars().encode(text, false); }
+
+std::string stream(const std::string& text, std::vector<std::string> stop, bool& stopped) {
+  serve::TextOutput out(chars(), ids("x"), std::move(stop));
+  std::string got;
+  for (int64_t id : ids(text)) {
+    got += out.put(id);
+    if (out.stopped()) break;
+  }
+  got += out.end();
+  stopped = out.stopped();
+  return got;
+}
+
+TEST(ServeTextOutput, StopStringsAreHeldBackAcrossTokensAndCut) {
+  bool stopped = false;
+  EXPECT_EQ(stream("hello world", {"o w"}, stopped), "hell");
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(stream("hello world", {"o x"}, stopped), "hello world");  // a false start is released
+  EXPECT_FALSE(stopped);
+  EXPECT_EQ(stream("abcabd", {"abd", "zz"}, stopped), "abc");
+  EXPECT_TRUE(stopped);
+  // Held back: after "hel" with stop "lo", the "l" waits for the next token.
+  serve::TextOutput out(chars(), ids("x"), {"lo"});
+  EXPECT_EQ(out.put(ids("h")[0]), "h");
+  EXPECT_EQ(out.put(ids("e")[0]), "e");
+  EXPECT_EQ(out.put(ids("l")[0]), "");
+  EXPECT_EQ(out.put(ids("p")[0]), "lp");
+}
+
+serve::ApiError error_of(const std::string& body, bool chat = false) {
+  serve::ApiLimits limits{&chars(), "m", 16, 27};
+  try {
+    serve::parse_request(body, chat, limits);
+  } catch (const serve::ApiError& e) {
+    return e;
+  }
+  return serve::ApiError(0, "no error");
+}
+
+TEST(ServeOpenAiApi, BadRequestsNameTheField) {
+  EXPECT_EQ(error_of("{\"prompt\": ").status, 400);
+  EXPECT_EQ(error_of("[1, 2]").status, 400);
+  EXPECT_EQ(error_of(R"({"prompt": "ab", "foo": 1})").param, "foo");
+  EXPECT_EQ(error_of(R"({"prompt": "ab", "max_tokens": 0})").param, "max_tokens");
+  EXPECT_EQ(error_of(R"({"prompt": "ab", "max_tokens": 15})").param, "max_tokens");  // 2 + 15 > 16
+  EXPECT_EQ(error_of(R"({"prompt": "abcdefghijklmnopq"})").param, "prompt");      // 17 tokens >= 16
+  EXPECT_EQ(error_of(R"({"prompt": "ab", "temperature": -1})").param, "temperature");
+  EXPECT_EQ(error_of(R"({"prompt": "ab", "top_p": 0})").param, "top_p");
+  EXPECT_EQ(error_of(R"({"prompt": "ab", "top_k": -2})").param, "top_k");
+  EXPECT_EQ(error_of(R"({"prompt": "ab", "stop": ["a", "b", "c", "d", "e"]})").param, "stop");
+  EXPECT_EQ(error_of(R"({"prompt": "ab", "n": 2})").param, "n");
+  EXPECT_EQ(error_of(R"({"prompt": "ab", "stream_options": {"include_usage": true}})").param, "stream_options");
+  EXPECT_EQ(error_of(R"({"prompt": [1, 99]})").param, "prompt");
+  EXPECT_EQ(error_of(R"({"prompt": ["a", "b"]})").param, "prompt");
+  EXPECT_EQ(error_of(R"({"prompt": "ab", "model": "other"})").status, 404);
+  EXPECT_EQ(error_of(R"({"messages": []})", true).param, "messages");
+  EXPECT_EQ(error_of(R"({"messages": [{"role": "user", "content": "ab"}]})", true).param, "messages");  // no template
+}
+
+TEST(ServeOpenAiApi, DefaultsAreOpenAis) {
+  serve::ApiLimits limits{&chars(), "m", 16, 27};
+  const auto r = serve::parse_request(R"({"prompt": "ab", "stop": "x", "seed": 3, "stream": true})", false, limits);
+  EXPECT_EQ(r.prompt_ids, (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(r.params.max_tokens, 14);  // OpenAI's 16, capped by the context left
+  EXPECT_EQ(r.params.temperature, 1.0);
+  EXPECT_EQ(r.params.stop, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(*r.params.seed, 3u);
+  EXPECT_TRUE(r.stream);
+}
+
+}  // namespace

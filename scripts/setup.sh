@@ -13,10 +13,10 @@ log() { echo "[setup] $*"; }
 # --- Debian packages: compiler, gtest, gloo's headers (ProcessGroupGloo.hpp includes them), ccache, and the
 #     tokenizer's PCRE2 (Unicode regexes), utf8proc (normalization) and libsentencepiece (tokenizer.model); iproute2
 #     for the multi-host test's network namespaces; cpp-httplib (serve's HTTP), pkg-config to find it, curl (serve's test);
-#     zlib (the checkpoints' CRC-32).
+#     zlib (the checkpoints' CRC-32); CLI11 (the tools' command lines).
 need=()
 for pkg in g++ libgtest-dev libgloo-dev ccache nlohmann-json3-dev libpcre2-dev libutf8proc-dev libsentencepiece-dev iproute2 \
-           libcpp-httplib-dev pkg-config curl zlib1g-dev; do
+           libcpp-httplib-dev pkg-config curl zlib1g-dev libcli11-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then

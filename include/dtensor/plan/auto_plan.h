@@ -15,7 +15,7 @@
 // candidate the plan itself refuses (a shape the mesh cannot split) is kept in the table with its error, never
 // chosen.
 //
-// What is searched is the caller's: the candidate list. models/llama's search (tools/llama_plan/search.h)
+// What is searched is the caller's: the candidate list. models/llama's search (train/plan_search.h)
 // composes torchtitan's and HF's Colwise / Rowwise pairs with sequence parallel, loss parallel, async TP and
 // FSDP or DDP over dp.
 #pragma once

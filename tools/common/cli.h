@@ -21,7 +21,8 @@ struct UsageError : std::runtime_error {
 };
 
 // The help's layout: `  --name VALUE   description (default D)`, descriptions wrapped at 100 columns, the value
-// named by its kind (N, X, DIR, FILE, TEXT) rather than CLI11's type and check names.
+// named by the option's option_text, else by its kind (N, X, DIR, FILE, TEXT) rather than CLI11's type and check
+// names.
 class HelpFormatter : public CLI::Formatter {
  public:
   HelpFormatter() { column_width(30); }
@@ -38,6 +39,7 @@ class HelpFormatter : public CLI::Formatter {
   }
   std::string make_option_opts(const CLI::Option* opt) const override {
     if (opt->get_expected_max() == 0) return "";  // a flag
+    if (!opt->get_option_text().empty()) return " " + opt->get_option_text();  // ->option_text("IDS")
     const std::string type = opt->get_type_name();
     if (type.find("DIR") != std::string::npos) return " DIR";
     if (type.find("FILE") != std::string::npos) return " FILE";
@@ -107,10 +109,11 @@ inline bool parse(CLI::App& app, const std::vector<std::string>& args) {
   return false;
 }
 
-// A check for CLI11's ->check(): the value must be a number > 0 (integers: the option's own type converts).
-inline CLI::Validator positive() {
+// A check for CLI11's ->check(): the value is a whole number (then the option's own type converts it) that `ok`
+// accepts; else the message `why` followed by the value.
+inline CLI::Validator number_where(bool (*ok)(double), const std::string& why, const std::string& name) {
   return CLI::Validator(
-      [](std::string& s) -> std::string {
+      [ok, why](std::string& s) -> std::string {
         double v = 0;
         try {
           size_t used = 0;
@@ -119,26 +122,15 @@ inline CLI::Validator positive() {
         } catch (const std::exception&) {
           return "'" + s + "' is not a number";
         }
-        return v > 0 ? std::string() : "must be positive, got " + s;
+        return ok(v) ? std::string() : why + s;
       },
-      "POSITIVE");
+      name);
 }
-
-// ... a number >= 0.
+inline CLI::Validator positive() {
+  return number_where([](double v) { return v > 0; }, "must be positive, got ", "POSITIVE");
+}
 inline CLI::Validator non_negative() {
-  return CLI::Validator(
-      [](std::string& s) -> std::string {
-        double v = 0;
-        try {
-          size_t used = 0;
-          v = std::stod(s, &used);
-          if (used != s.size()) return "'" + s + "' is not a number";
-        } catch (const std::exception&) {
-          return "'" + s + "' is not a number";
-        }
-        return v >= 0 ? std::string() : "must not be negative, got " + s;
-      },
-      "NON-NEGATIVE");
+  return number_where([](double v) { return v >= 0; }, "must not be negative, got ", "NON-NEGATIVE");
 }
 
 // ... a value that is not empty.

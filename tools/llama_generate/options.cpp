@@ -94,7 +94,7 @@ void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
                         o.chats.push_back(j);
                       },
                       "a conversation: a JSON list of {\"role\", \"content\"}, rendered as --chat"))
-      ->group(prompts);
+      ->option_text("FILE")->group(prompts);
   app.add_option("--tokenizer", o.tokenizer_dir,
                  "a Hugging Face tokenizer (tokenizer.json or tokenizer.model, and its configs) for --prompt, --chat "
                  "and the output")
@@ -105,8 +105,8 @@ void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
                         o.prompts.push_back(parse_ids(v));
                         seen.ids = true;
                       },
-                      "token ids: 1,2,3"))
-      ->group(prompts);
+                      "token ids"))
+      ->option_text("1,2,3")->group(prompts);
   app.add_option("--max-new-tokens", o.generate.max_new_tokens, "per sequence")->check(tools_cli::positive())->group(generation);
   app.add_option_function<int64_t>("--eos-id", [&](const int64_t& v) { o.generate.eos_token_id = v; },
                                    "a sequence stops after drawing N (default: none)")

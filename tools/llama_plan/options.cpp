@@ -63,7 +63,7 @@ void define(CLI::App& app, CliOptions& o, ModelFlags& m) {
   const std::string model = "model (default: the small model)";
   app.add_option("--preset", m.preset, "Meta Llama 3 shapes (size flags override)")
       ->check(CLI::IsMember({"llama3-8b", "llama3-70b"}))->group(model);
-  app.add_option("--hf-config", m.hf_config, "sizes from an HF config.json")->group(model);
+  app.add_option("--hf-config", m.hf_config, "sizes from an HF config.json")->option_text("FILE")->group(model);
   for (auto [name, field, help] : {std::tuple{"--dim", &m.dim, "hidden size"}, {"--layers", &m.layers, "decoder layers"},
                                    {"--heads", &m.heads, "query heads"}, {"--kv-heads", &m.kv_heads, "key/value heads"},
                                    {"--ffn-dim", &m.ffn_dim, "SwiGLU hidden size"}, {"--vocab", &m.vocab, "vocabulary"}}) {
@@ -93,7 +93,8 @@ void define(CLI::App& app, CliOptions& o, ModelFlags& m) {
   app.add_option("--memory-budget-mb", o.memory_budget_mb, "with --search: the per-rank peak memory the plan must fit")
       ->check(tools_cli::positive());
   app.add_option_function<std::string>("--ranks", [&](const std::string& v) { o.plan.ranks = parse_ranks(v); },
-                                       "ranks to simulate: all, or R,R,... (default: 0 and the last)");
+                                       "ranks to simulate (default: 0 and the last)")
+      ->option_text("all|R,R,...");
   app.add_option("--comm-table", o.comm_table, "collective latency/bandwidth from comm_bench's output (default: built in)");
   app.add_option("--mm-gflops", o.mm_gflops, "local matmul throughput (default: measured, ~0.1 s)")
       ->check(tools_cli::positive())->default_str("");

@@ -15,6 +15,8 @@
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/core/error.h"
 #include "dtensor/checkpoint/state_dict.h"
+#include "dtensor/nn/default_device.h"
+#include "dtensor/nn/materialize.h"
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
 #include "llama/parallelize.h"
@@ -59,8 +61,13 @@ llama::LlamaConfig model_config(const ModelSource& options, int64_t tp) {
 
 llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::LlamaConfig& config,
                                    const dtensor::DeviceMesh& tp_mesh) {
-  llama::LlamaForCausalLM model(config);
-  if (options.random_init) model->init_weights(options.seed);
+  // Built on the meta device and parallelized there; then each rank allocates only its shards and replicas and fills
+  // them (the seeded init's part of each tensor, or the checkpoint's slices): no rank ever holds the whole model.
+  llama::LlamaForCausalLM model{nullptr};
+  {
+    dtensor::nn::DefaultDeviceGuard meta(at::kMeta);
+    model = llama::LlamaForCausalLM(config);
+  }
   try {
     if (tp_mesh.size() > 1 && options.ep > 1) {
       llama::apply_inference_ep(model, tp_mesh);
@@ -70,7 +77,11 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
   } catch (const dtensor::Error& e) {
     throw SourceError(e.what());
   }
-  if (options.random_init) return model;
+  dtensor::nn::to_empty(*model, at::kCPU);
+  if (options.random_init) {
+    model->init_weights(options.seed);  // the same values at every TP degree
+    return model;
+  }
   try {
     if (!options.hf_dir.empty()) {
       llama::load_hf_llama(options.hf_dir, model);

@@ -32,6 +32,7 @@
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/nn/layers.h"
+#include "dtensor/nn/materialize.h"
 #include "dtensor/nn/module_hooks.h"
 #include "dtensor/nn/parameter_replacement.h"
 #include "dtensor/dp/clip_grad.h"

@@ -18,6 +18,8 @@
 #include "dtensor/mesh/process_group.h"
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/tensor/dtensor.h"
+#include "dtensor/nn/default_device.h"
+#include "dtensor/nn/materialize.h"
 #include "llama/hf_config.h"
 #include "llama/parallelize.h"
 
@@ -157,17 +159,6 @@ dtensor::checkpoint::StateDict hf_state(LlamaForCausalLM& model, const std::vect
   return state;
 }
 
-// Copies the full value `full` into parameter `param`, plain or a DTensor (its shard of it).
-void copy_full_into(const at::Tensor& param, const at::Tensor& full) {
-  if (!dtensor::is_dtensor(param)) {
-    param.detach().copy_(full);
-    return;
-  }
-  const at::Tensor shard = dtensor::to_local(dtensor::distribute_tensor(full.to(param.scalar_type()),
-                                                                        dtensor::device_mesh(param), dtensor::placements(param)));
-  dtensor::to_local(param.detach()).copy_(shard);
-}
-
 at::Tensor full_value(const at::Tensor& t) { return dtensor::is_dtensor(t) ? dtensor::full_tensor(t.detach()) : t.detach(); }
 
 }  // namespace
@@ -179,34 +170,40 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model) {
   const std::vector<Packed> packed = packed_weights(model->config);
   const std::vector<Assembled> assembled = assembled_weights(model->config);
   dtensor::checkpoint::StateDict state = hf_state(model, packed, assembled);
-  // A packed weight is read whole on every rank (plain tensors load replicated), then cut into its parts,
-  // each of which takes its own shard; the pieces of an assembled one are read whole and put together.
-  const auto params = model->named_parameters();
-  for (const auto& p : packed) {
-    state[p.name] = at::empty(packed_shape(params, p), at::TensorOptions().dtype(params[p.parts[0]].scalar_type()));
-  }
+  // First every weight the model holds as it is (each rank reads its slices). Every other tensor of the file must be
+  // a packed weight, an expert's piece, or (tied embeddings) lm_head.weight: exactly those may stay unread here.
+  std::vector<std::string> later;
+  if (model->config.tie_word_embeddings) later.push_back("lm_head.weight");
+  for (const auto& p : packed) later.push_back(p.name);
   for (const auto& a : assembled) {
-    for (const auto& piece : a.pieces) {
-      state[piece.name] = at::empty(piece_shape(params, a, piece), at::TensorOptions().dtype(params[a.param].scalar_type()));
-    }
+    for (const auto& piece : a.pieces) later.push_back(piece.name);
   }
-  // Every tensor of the file is read: tied embeddings leave exactly lm_head.weight unread (a file may store it).
-  std::vector<std::string> unused_ok;
-  if (model->config.tie_word_embeddings) unused_ok.push_back("lm_head.weight");
-  dtensor::checkpoint::load(dir, state, {.allow_unused_names = unused_ok, .allow_dtype_cast = true});
+  dtensor::checkpoint::load(dir, state, {.allow_unused_names = later, .allow_dtype_cast = true});
+  // Then a packed weight, or one parameter's pieces, at a time: each is read whole on every rank and cut into its
+  // parts' shards, so a rank holds at most one such whole tensor beside its own parameters.
+  const auto params = model->named_parameters();
   at::NoGradGuard no_grad;
+  const dtensor::checkpoint::LoadOptions rest{.allow_unused = true, .allow_dtype_cast = true};
   for (const auto& p : packed) {
+    dtensor::checkpoint::StateDict one;
+    one[p.name] = at::empty(packed_shape(params, p), at::TensorOptions().dtype(params[p.parts[0]].scalar_type()));
+    dtensor::checkpoint::load(dir, one, rest);
     int64_t row = 0;
     for (const auto& part : p.parts) {
       const int64_t n = params[part].size(0);
-      copy_full_into(params[part], state[p.name].narrow(0, row, n));
+      dtensor::nn::copy_from_full_(params[part], one[p.name].narrow(0, row, n));
       row += n;
     }
   }
   for (const auto& a : assembled) {
+    dtensor::checkpoint::StateDict pieces;
+    for (const auto& piece : a.pieces) {
+      pieces[piece.name] = at::empty(piece_shape(params, a, piece), at::TensorOptions().dtype(params[a.param].scalar_type()));
+    }
+    dtensor::checkpoint::load(dir, pieces, rest);
     at::Tensor full = at::empty(params[a.param].sizes(), at::TensorOptions().dtype(params[a.param].scalar_type()));
-    for (const auto& piece : a.pieces) piece_of(full, piece).copy_(state[piece.name]);
-    copy_full_into(params[a.param], full);
+    for (const auto& piece : a.pieces) piece_of(full, piece).copy_(pieces[piece.name]);
+    dtensor::nn::copy_from_full_(params[a.param], full);
   }
 }
 
@@ -269,7 +266,14 @@ void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, at::ScalarTy
 }
 
 LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh, const std::string& plan) {
-  LlamaForCausalLM model(config_from_hf_json((fs::path(dir) / "config.json").string()));
+  // Built on the meta device, parallelized there, then each rank allocates only its shards and replicas and reads
+  // them from the file: a rank never holds the whole model (dtensor/nn/materialize.h).
+  const LlamaConfig config = config_from_hf_json((fs::path(dir) / "config.json").string());
+  LlamaForCausalLM model{nullptr};
+  {
+    dtensor::nn::DefaultDeviceGuard meta(at::kMeta);
+    model = LlamaForCausalLM(config);
+  }
   if (tp_mesh != nullptr && tp_mesh->size() > 1) {
     if (plan == "hf") {
       apply_hf_tp(model, *tp_mesh);
@@ -283,6 +287,7 @@ LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMe
       throw DTENSOR_ERROR("dtensor: from_pretrained: unknown plan '", plan, "' (hf, torchtitan, inference or ep)");
     }
   }
+  dtensor::nn::to_empty(*model, at::kCPU);
   load_hf_llama(dir, model);
   return model;
 }

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "dtensor/core/error.h"
+#include "dtensor/nn/materialize.h"
 #include "dtensor/nn/parameter_replacement.h"
 
 namespace llama {
@@ -204,7 +205,9 @@ void LlamaForCausalLMImpl::init_weights(uint64_t seed) {
       const int64_t layer = std::stoll(name.substr(std::string("model.layers.").size()));
       std = 0.02 / std::sqrt(2.0 * static_cast<double>(layer + 1));
     }
-    p.copy_(at::normal(0.0, std, p.sizes(), gen));
+    // The whole tensor's values from the one generator, then this rank's part of them (a DTensor's shard): the same
+    // weights at every TP degree, and on a model parallelized before its parameters were filled (materialize.h).
+    dtensor::nn::copy_from_full_(p, at::normal(0.0, std, p.sizes(), gen));
   }
 }
 

@@ -207,6 +207,9 @@ at::Tensor distribute_tensor(const at::Tensor& tensor, const DeviceMesh& mesh, P
                     "); as in PyTorch it is the source's index along every mesh dim, not a global rank");
     }
   }
+  // A meta tensor holds no data to send: every rank cuts its own part's shape (a model built on the meta device and
+  // parallelized before its parameters exist: dtensor/nn/materialize.h).
+  if (tensor.is_meta()) src_data_rank.reset();
   // Mesh dims in order, each acting on what the previous left (PyTorch's order): Shard scatters from the
   // source (or cuts locally without one), Replicate and Partial broadcast, Partial then splits the value.
   // src_data_rank is the source's index along each mesh dim, so the data of the rank at coordinate

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <mutex>
+#include <sstream>
 #include <stdexcept>
 
 #include "dtensor/checkpoint/safetensors.h"
@@ -19,6 +20,18 @@ dtensor::testing::ProcessResult oracle(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {DTENSOR_PYTHON, DTENSOR_SOURCE_DIR "/tests/oracle/hf_family_oracle.py"};
   argv.insert(argv.end(), args.begin(), args.end());
   return dtensor::testing::run_process(argv, {{"OMP_NUM_THREADS", "1"}, {"HF_HUB_OFFLINE", "1"}, {"TRANSFORMERS_VERBOSITY", "error"}}, 600);
+}
+
+std::vector<std::string> case_names() {
+  const dtensor::testing::ProcessResult listed = oracle({"list"});
+  if (listed.exit_code != 0) throw std::runtime_error("hf_family_oracle.py list failed:\n" + listed.output);
+  std::vector<std::string> names;
+  std::istringstream lines(listed.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty()) names.push_back(line);
+  }
+  if (names.empty()) throw std::runtime_error("hf_family_oracle.py list gave no cases");
+  return names;
 }
 
 const std::string& root() {

@@ -14,6 +14,9 @@ namespace hf_cases {
 
 // Runs hf_family_oracle.py with `args` (offline, one thread).
 dtensor::testing::ProcessResult oracle(const std::vector<std::string>& args);
+// The oracle's case names (hf_family_oracle.py list): its CASES are the one list, so a new family's case is an entry
+// there and its tests follow. Throws when the oracle cannot be run.
+std::vector<std::string> case_names();
 // The directory holding every case (made on first use).
 const std::string& root();
 

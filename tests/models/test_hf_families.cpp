@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -33,6 +34,7 @@
 #include "llama/parallelize.h"
 #include "hf_family_cases.h"
 #include "llama_test_util.h"
+#include "alloc_counter.h"
 
 namespace fs = std::filesystem;
 namespace ckpt = dtensor::checkpoint;
@@ -41,14 +43,6 @@ using dtensor::testing::run_process;
 using namespace hf_cases;
 
 namespace {
-
-const std::vector<std::string> kCases = {"llama",       "llama_tied",  "llama_bias",   "llama_head_dim", "llama_kv1",
-                                         "llama_bf16",  "rope_llama3", "rope_linear",  "rope_dynamic",   "rope_yarn",
-                                         "rope_longrope", "mistral",   "qwen2",        "qwen2_sliding",  "qwen3",
-                                         "gemma",       "gemma2",      "gemma3",       "granite",        "starcoder2",
-                                         "olmo",        "olmo2",       "cohere",       "cohere2",        "phi3",
-                                         "phi3_longrope", "glm",       "gemma2_bf16",  "phi3_bf16",      "mixtral",
-                                         "qwen2_moe",   "qwen3_moe",   "cohere_qk_norm"};
 
 class HfFamily : public ::testing::TestWithParam<std::string> {};
 
@@ -82,7 +76,8 @@ TEST_P(HfFamily, GreedyTokensEqualTransformersForOnePromptAndALeftPaddedBatch) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, HfFamily, ::testing::ValuesIn(kCases),
+// The cases are the oracle's (hf_family_oracle.py list), read when the tests are registered.
+INSTANTIATE_TEST_SUITE_P(Cases, HfFamily, ::testing::ValuesIn(case_names()),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // Mistral's window (5) in the KV cache: each layer keeps the last 4 positions, under TP 2 too, and the cached
@@ -304,6 +299,46 @@ TEST(HfFamilies, TheLoaderIgnoresNoCheckpointTensor) {
   EXPECT_NE(err.find("in the checkpoint but not in the state"), std::string::npos) << err;
   EXPECT_NE(err.find(".bias'"), std::string::npos) << err;  // the linear layers' biases, named
   fs::remove_all(dir);
+}
+
+// A rank never holds the whole model: from_pretrained builds it on the meta device, parallelizes it there, and each
+// rank allocates only its shards and replicas and reads them from the file. At TP 2 a rank's peak allocation while
+// loading is its own parameters plus at most one whole tensor (a packed or assembled weight read whole); the model
+// built whole first (before) peaked at all of it. The logits stay transformers' (the family tests above).
+TEST(HfFamilies, FromPretrainedAllocatesOnlyTheRanksShards) {
+  for (const std::string name : {"llama", "phi3"}) {  // plain weights; packed q/k/v and gate/up (read whole, then cut)
+    const std::string dir = root() + "/" + name;
+    auto bytes = [](const at::Tensor& t) {
+      const at::Tensor& local = dtensor::is_dtensor(t) ? dtensor::to_local(t) : t;
+      return static_cast<int64_t>(local.nbytes());
+    };
+    int64_t model_bytes = 0, largest = 0;
+    {
+      llama::LlamaForCausalLM whole = llama::from_pretrained(dir, nullptr);
+      for (const auto& p : whole->parameters()) model_bytes += bytes(p), largest = std::max(largest, bytes(p));
+    }
+    llama_test::CountingAllocator::install();
+    static std::array<llama_test::AllocCounter, 2> counters;  // outlive every tensor they count
+    std::array<int64_t, 2> own{0, 0};
+    counters = {};
+    dtensor::testing::run_ranks(2, [&](int rank, int world) {
+      auto mesh = dtensor::init_device_mesh("cpu", {world});
+      llama::LlamaForCausalLM model{nullptr};
+      {
+        llama_test::CountingAllocator::Scope scope(counters[rank]);
+        model = llama::from_pretrained(dir, &mesh, "inference");
+      }
+      for (const auto& p : model->parameters()) own[rank] += bytes(p);
+    });
+    for (int r = 0; r < 2; ++r) {
+      std::printf("%s from_pretrained tp=2 rank %d: peak %lld bytes, its parameters %lld, the model %lld, largest %lld\n",
+                  name.c_str(), r, static_cast<long long>(counters[r].peak), static_cast<long long>(own[r]),
+                  static_cast<long long>(model_bytes), static_cast<long long>(largest));
+      EXPECT_LT(own[r], model_bytes) << name << " rank " << r;
+      EXPECT_LE(counters[r].peak, own[r] + largest) << name << " rank " << r;
+      EXPECT_LT(counters[r].peak, model_bytes) << name << " rank " << r;
+    }
+  }
 }
 
 TEST(HfConfig, HeadsThatCannotBeSplitNameTheDegreesThatWork) {

@@ -60,7 +60,13 @@ std::pair<double, double> raw_write_read_us(const std::string& path, int64_t byt
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int iters = dtensor::bench::parse_iters(argc, argv, 3, "checkpoint_bench");
+  int iters = 0;
+  try {
+    iters = dtensor::bench::parse_iters(argc, argv, 3, "checkpoint_bench");
+  } catch (const tools_cli::UsageError& e) {  // a bad flag
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
   auto world = dtensor::init_process_group();
   auto mesh = dtensor::init_device_mesh("cpu", {world->size()}, {"tp"});
   auto& group = *world->world_group();

@@ -55,6 +55,9 @@ int main(int argc, char** argv) {
       if (world->rank() == 0) std::printf("%-42s %10.2f %10.2f %10.2f\n", c.name, dt, local, dt - local);
     }
     return 0;
+  } catch (const tools_cli::UsageError& e) {  // a bad flag
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

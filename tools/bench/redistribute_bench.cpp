@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
       }
     }
     return 0;
+  } catch (const tools_cli::UsageError& e) {  // a bad flag
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
       std::printf("collectives per TP step:%s\n", comms.empty() ? " none" : comms.c_str());
     }
     return 0;
+  } catch (const tools_cli::UsageError& e) {  // a bad flag
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -1,0 +1,71 @@
+#include "dtensor/nn/materialize.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <unordered_map>
+
+#include "dtensor/api/dtensor_api.h"
+#include "dtensor/core/error.h"
+#include "dtensor/nn/parameter_replacement.h"
+#include "dtensor/tensor/dtensor.h"
+
+namespace dtensor::nn {
+namespace {
+
+bool on_meta(const at::Tensor& t) {
+  if (!t.defined()) return false;
+  return is_dtensor(t) ? detail::local_tensor(t).is_meta() : t.is_meta();
+}
+
+// Storage on `device` for meta tensor `t`: its local shard's shape and dtype (a DTensor keeps its spec).
+at::Tensor empty_like_on(const at::Tensor& t, at::Device device) {
+  if (!is_dtensor(t)) return at::empty(t.sizes(), t.options().device(device));
+  const at::Tensor& local = detail::local_tensor(t);
+  return detail::make_dtensor(at::empty(local.sizes(), local.options().device(device)), dtensor_spec(t));
+}
+
+}  // namespace
+
+int64_t to_empty(torch::nn::Module& module, at::Device device) {
+  at::NoGradGuard no_grad;
+  // One new tensor per meta tensor, whatever the number of places it is registered in.
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> made;
+  int64_t bytes = 0;
+  auto materialize = [&](const at::Tensor& t) {
+    auto [it, fresh] = made.try_emplace(t.unsafeGetTensorImpl());
+    if (fresh) {
+      it->second = empty_like_on(t, device);
+      const at::Tensor& local = is_dtensor(it->second) ? detail::local_tensor(it->second) : it->second;
+      bytes += static_cast<int64_t>(local.nbytes());
+      if (t.requires_grad()) it->second.set_requires_grad(true);
+    }
+    return it->second;
+  };
+  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
+    torch::nn::Module& m = *item.value();
+    for (const auto& p : m.named_parameters(/*recurse=*/false)) {
+      if (on_meta(p.value())) replace_parameter(m, p.key(), materialize(p.value()));
+    }
+    for (const auto& b : m.named_buffers(/*recurse=*/false)) {
+      if (on_meta(b.value())) replace_buffer(m, b.key(), materialize(b.value()));
+    }
+  }
+  return bytes;
+}
+
+void copy_from_full_(const at::Tensor& dst, const at::Tensor& full) {
+  at::NoGradGuard no_grad;
+  DTENSOR_CHECK(dst.sizes() == full.sizes(), "dtensor: copy_from_full_: the full value has shape ", full.sizes(),
+                ", the tensor ", dst.sizes());
+  if (!is_dtensor(dst)) {
+    dst.copy_(full);
+    return;
+  }
+  const DTensorSpec& spec = dtensor_spec(dst);
+  // No source rank: each rank cuts its own part of the value it holds (every rank holds the same full value).
+  const at::Tensor part = distribute_tensor(full, spec.mesh, spec.placements, /*src_data_rank=*/std::nullopt);
+  detail::local_tensor(dst).copy_(detail::local_tensor(part));
+}
+
+}  // namespace dtensor::nn

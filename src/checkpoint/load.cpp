@@ -30,6 +30,7 @@ std::string name_list(const std::vector<std::string>& names) {
 // A planned copy: `dst` (a view of what this rank holds) gets `src` (a view of a memory-mapped chunk).
 struct Copy {
   at::Tensor dst, src;
+  const detail::SavedChunk* chunk = nullptr;  // where src lies: its pages are given back after the copy
 };
 
 struct Plan {
@@ -80,7 +81,7 @@ Plan make_plan(const std::string& dir, const StateDict& state, const LoadOptions
       const auto part = detail::intersect(h->box, chunk.box);
       if (!part) continue;
       plan.copies.push_back({detail::narrow_to(h->data, h->box, *part),
-                             detail::narrow_to(chunk.file->view(*chunk.stored), chunk.box, *part)});
+                             detail::narrow_to(chunk.file->view(*chunk.stored), chunk.box, *part), &chunk});
       covered += part->numel();
     }
     DTENSOR_CHECK(covered == h->box.numel(), where, "the saved chunks of '", name, "' cover ", covered, " of the ",
@@ -104,7 +105,12 @@ void load(const std::string& dir, StateDict& state, const LoadOptions& options) 
   detail::agree_or_throw(group, err);  // every rank checked everything: from here on nothing can be half done
 
   at::NoGradGuard no_grad;
-  for (auto& c : plan.copies) c.dst.copy_(c.src);
+  // A copy reads this rank's slice through the file's mapping; its pages are then given back, so that a rank's
+  // resident memory is what it holds, not the checkpoint it read from.
+  for (auto& c : plan.copies) {
+    c.dst.copy_(c.src);
+    c.chunk->file->release_pages(*c.chunk->stored);
+  }
   for (auto& z : plan.zero_fills) z.zero_();
 }
 

@@ -169,6 +169,16 @@ at::Tensor SafetensorsFile::view(const StoredTensor& stored) const {
   return at::from_blob(base, stored.info.shape, [keep](void*) {}, at::TensorOptions().dtype(stored.info.dtype));
 }
 
+void SafetensorsFile::release_pages(const StoredTensor& stored) const {
+  if (impl_->map == nullptr || stored.info.nbytes() == 0) return;
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(impl_->map) + static_cast<uintptr_t>(impl_->data_start + stored.begin);
+  const uintptr_t end = begin + static_cast<uintptr_t>(stored.info.nbytes());
+  const uintptr_t first = begin / page * page, last = (end + page - 1) / page * page;  // whole pages (a neighbour's
+  // share of an edge page is faulted in again if it is read later: the mapping is read-only, nothing is lost)
+  madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 uint32_t SafetensorsFile::crc32() const {
   return impl_->size == 0 ? 0 : crc32_update(0, impl_->map, static_cast<size_t>(impl_->size));
 }

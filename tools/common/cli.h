@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <memory>
 #include <cstdint>
 #include <stdexcept>
@@ -107,6 +108,17 @@ inline bool parse(CLI::App& app, const std::vector<std::string>& args) {
     throw UsageError(what);
   }
   return false;
+}
+
+// The number `text` is, whole (no trailing characters), for an option's own parsing of a list item (--prompt-ids,
+// --ranks); a UsageError naming `flag` otherwise.
+template <typename T>
+T parse_number(const std::string& flag, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) throw UsageError(flag + ": '" + text + "' is not a valid number");
+  return value;
 }
 
 // A check for CLI11's ->check(): the value is a whole number (then the option's own type converts it) that `ok`

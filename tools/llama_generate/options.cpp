@@ -1,6 +1,5 @@
 #include "options.h"
 
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -16,10 +15,7 @@ std::vector<int64_t> parse_ids(const std::string& text) {
   std::stringstream in(text);
   std::string item;
   while (std::getline(in, item, ',')) {
-    int64_t id = 0;
-    const char* end = item.data() + item.size();
-    auto [ptr, ec] = std::from_chars(item.data(), end, id);
-    if (item.empty() || ec != std::errc() || ptr != end) throw UsageError("--prompt-ids: '" + item + "' is not a valid number");
+    const auto id = tools_cli::parse_number<int64_t>("--prompt-ids", item);
     if (id < 0) throw UsageError("--prompt-ids: token id " + item + " is negative");
     ids.push_back(id);
   }

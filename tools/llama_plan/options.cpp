@@ -3,7 +3,6 @@
 #include "llama/hf_config.h"
 
 #include <algorithm>
-#include <charconv>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -37,13 +36,7 @@ std::vector<int> parse_ranks(const std::string& text) {
   if (text == "all") return {-1};  // expanded once the mesh size is known
   std::stringstream in(text);
   std::string item;
-  while (std::getline(in, item, ',')) {
-    int value = 0;
-    const char* end = item.data() + item.size();
-    auto [ptr, ec] = std::from_chars(item.data(), end, value);
-    if (item.empty() || ec != std::errc() || ptr != end) throw UsageError("--ranks: '" + item + "' is not a valid number");
-    ranks.push_back(value);
-  }
+  while (std::getline(in, item, ',')) ranks.push_back(tools_cli::parse_number<int>("--ranks", item));
   if (ranks.empty()) throw UsageError("--ranks: give 'all' or a comma-separated list");
   return ranks;
 }

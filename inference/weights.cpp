@@ -11,6 +11,7 @@
 
 #include <filesystem>
 
+#include "common/dtype.h"
 #include "train/checkpointing.h"  // train::latest_checkpoint: one home for "which step-N is newest"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/core/error.h"
@@ -48,8 +49,11 @@ std::string config_path(const ModelSource& options) {
 
 llama::LlamaConfig model_config(const ModelSource& options, int64_t tp) {
   try {
-    const llama::LlamaConfig config = options.random_init ? options.model : llama::config_from_hf_json(config_path(options));
+    llama::LlamaConfig config = options.random_init ? options.model : llama::config_from_hf_json(config_path(options));
     config.validate();
+    const at::ScalarType dtype = models::resolve_dtype(options.dtype, config.torch_dtype);
+    models::check_computable(dtype, at::kCPU);
+    config.torch_dtype = models::dtype_name(dtype);  // the model's, as transformers' model.config after loading
     if (tp > 1) llama::inference_plan(config, tp);  // its size checks, before any communication
     return config;
   } catch (const SourceError&) {
@@ -77,7 +81,7 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
   } catch (const dtensor::Error& e) {
     throw SourceError(e.what());
   }
-  dtensor::nn::to_empty(*model, at::kCPU);
+  dtensor::nn::to_empty(*model, at::kCPU, models::resolve_dtype("auto", config.torch_dtype));
   if (options.random_init) {
     model->init_weights(options.seed);  // the same values at every TP degree
     return model;

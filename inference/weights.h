@@ -20,6 +20,7 @@ struct ModelSource {
   llama::LlamaConfig model;    // random_init's sizes (a checkpoint carries its own)
   uint64_t seed = 0;           // random_init's weights
   int64_t ep = 1;              // > 1: expert parallelism instead of TP (a mixture of experts; ep == world size)
+  std::string dtype = "auto";  // --dtype (common/dtype.h): "auto" is the checkpoint's, float32 for a random init
 };
 
 // A source that cannot be read or does not fit the model or the TP degree: the tools print it as one `error:` line
@@ -28,12 +29,13 @@ struct SourceError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The model's config (random_init: source.model; else the checkpoint's config.json). Runs before any
-// communication, on every rank; throws SourceError for a source that cannot be read or does not fit the TP degree
-// `tp` (the inference plan's size checks).
+// The model's config (random_init: source.model; else the checkpoint's config.json), its torch_dtype the dtype the
+// model will be in (source.dtype resolved). Runs before any communication, on every rank; throws SourceError for a
+// source that cannot be read, a dtype the CPU cannot compute in, or a model that does not fit the TP degree `tp`
+// (the inference plan's size checks).
 llama::LlamaConfig model_config(const ModelSource& source, int64_t tp);
 
-// The model with `config`, its weights from the source, parallelized by llama::inference_plan over `tp_mesh`
+// The model with `config`, in config.torch_dtype, its weights from the source, parallelized by llama::inference_plan over `tp_mesh`
 // (nothing when it has one rank). Throws SourceError when the weights do not match the model.
 llama::LlamaForCausalLM load_model(const ModelSource& source, const llama::LlamaConfig& config,
                                    const dtensor::DeviceMesh& tp_mesh);

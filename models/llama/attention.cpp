@@ -49,6 +49,12 @@ at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::T
 
 }  // namespace
 
+AttentionInputs AttentionInputs::to(at::ScalarType dtype, bool fp32_tables) const {
+  auto cast = [dtype](const at::Tensor& t) { return t.defined() ? t.to(dtype) : t; };
+  if (fp32_tables) return {cos, sin, cast(mask), cast(sliding_mask), local_cos, local_sin};
+  return {cast(cos), cast(sin), cast(mask), cast(sliding_mask), cast(local_cos), cast(local_sin)};
+}
+
 AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s) {
   const int64_t b = attention_mask.size(0), t = past + s;
   DTENSOR_CHECK(attention_mask.dim() == 2 && attention_mask.size(1) == t, "llama: attention_mask must be [batch, ", t,
@@ -101,6 +107,7 @@ AttentionImpl::AttentionImpl(const LlamaConfig& c)
       softcap(c.attention.attn_logit_softcapping),
       clip_qkv(c.attention.clip_qkv),
       interleaved(c.rotary.interleaved),
+      rotate_in_fp32(c.rotary.rotate_in_fp32),
       full_width_qk_norm(c.attention.qk_norm_full_width),
       q_proj(register_module("q_proj", linear(c.hidden_size, c.num_attention_heads * c.head_dim(), c.q_bias()))),
       k_proj(register_module("k_proj", linear(c.hidden_size, c.num_key_value_heads * c.head_dim(), c.q_bias()))),
@@ -127,7 +134,10 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   v = v.view({b, s, -1, head_dim}).transpose(1, 2);
   if (q_norm && !full_width_qk_norm) q = q_norm(q), k = k_norm(k);  // per head, before rotary
   q = q.transpose(1, 2), k = k.transpose(1, 2);  // [b, heads, s, head_dim]
-  if (cos.defined()) q = apply_rotary(q, cos, sin, interleaved), k = apply_rotary(k, cos, sin, interleaved);
+  if (cos.defined()) {
+    q = apply_rotary(q, cos, sin, interleaved, rotate_in_fp32);
+    k = apply_rotary(k, cos, sin, interleaved, rotate_in_fp32);
+  }
   // Dense: [b, kv_heads, past + s, head_dim]; paged: [1, kv_heads, K, head_dim].
   if (cache) std::tie(k, v) = cache->update(k, v);
   const int64_t n_rep = q.size(1) / k.size(1);  // query heads per key/value head

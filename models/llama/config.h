@@ -34,6 +34,7 @@ struct RopeScaling {
 enum class NormKind {
   rms,             // x / rms(x) * w (Llama)
   rms_one_plus,    // x / rms(x) * (1 + w), in fp32 (Gemma)
+  rms_weight_fp32, // x / rms(x) * w, the product in fp32 (OLMo 2; Llama casts before the weight)
   layer_norm,      // LayerNorm with weight and bias (StarCoder2)
   layer_norm_weight_only,  // LayerNorm, weight only, in fp32 (Cohere)
   layer_norm_no_affine,    // LayerNorm without parameters, in fp32 (OLMo)
@@ -104,6 +105,10 @@ struct RotaryConfig {
   double local_theta = 0.0;          // Gemma 3: sliding layers' rotary base (default rope; 0: as the others)
   bool interleaved = false;          // Cohere: rotary pairs (2i, 2i+1) instead of (i, i + d/2)
   bool on_sliding_only = false;      // Cohere 2: full-attention layers have no rotary embedding
+  // Precision (a no-op in fp32). The tables are computed in fp32, then cast to the activations' dtype
+  // (cos.to(x.dtype)) and q, k rotated in it, except:
+  bool fp32_tables = false;          // OLMo 1/2: the tables stay fp32, so the rotation runs in fp32, then q, k's dtype
+  bool rotate_in_fp32 = false;       // Cohere 1/2: q, k upcast for the rotation (q.float()), with the cast tables
   double partial_rotary_factor = 1.0;  // Phi-4-mini, GLM: rotary on the first head_dim * f dims of each head
   // Phi-3's original_max_position_embeddings (0: none). inference/generate.h: once a sequence's width reaches it + 1
   // while the cache holds no more than that, the cache is dropped and the whole sequence recomputed (longrope's
@@ -134,6 +139,7 @@ struct LlamaConfig {
   int64_t max_position_embeddings = 2048;
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
   std::optional<int64_t> pad_token_id;  // config.json's, kept for the export (HF's embedding padding_idx)
+  std::string torch_dtype;              // the weights' dtype as config.json names it ("bfloat16"; "" none): --dtype auto
   AttentionConfig attention;
   NormConfig norm;
   MlpConfig mlp;

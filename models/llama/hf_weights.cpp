@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/dtype.h"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/checkpoint/state_dict.h"
@@ -56,15 +57,6 @@ void check_config(const std::string& dir, const LlamaConfig& file, const LlamaCo
   check("sliding_window", file.attention.sliding_window, model.attention.sliding_window);
 }
 
-std::string hf_dtype_name(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat: return "float32";
-    case at::kBFloat16: return "bfloat16";
-    case at::kHalf: return "float16";
-    default: throw DTENSOR_ERROR("dtensor: save_hf_llama: dtype ", c10::toString(dtype),
-                                 " (use float32, bfloat16 or float16)");
-  }
-}
 
 // A weight the checkpoint packs (Phi-3's qkv_proj, Phi-3's and GLM's gate_up_proj) and the model keeps as
 // parts: the parts' rows, in order, are the packed weight's.
@@ -207,8 +199,9 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model) {
   }
 }
 
-void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, at::ScalarType dtype) {
-  const std::string dtype_name = hf_dtype_name(dtype);
+void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, std::optional<at::ScalarType> as) {
+  const at::ScalarType dtype = as.value_or(model->model->embed_tokens->weight.scalar_type());  // default: the model's
+  const std::string dtype_name = models::dtype_name(dtype);
   const int rank = dtensor::is_initialized() ? dtensor::current_world()->rank() : 0;
   const std::vector<Packed> packed = packed_weights(model->config);
   const std::vector<Assembled> assembled = assembled_weights(model->config);
@@ -265,10 +258,13 @@ void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, at::ScalarTy
   if (dtensor::is_initialized()) dtensor::current_world()->world_group()->barrier();  // the files are there for all
 }
 
-LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh, const std::string& plan) {
+LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh, const std::string& plan,
+                                 const std::string& dtype) {
   // Built on the meta device, parallelized there, then each rank allocates only its shards and replicas and reads
   // them from the file: a rank never holds the whole model (dtensor/nn/materialize.h).
   const LlamaConfig config = config_from_hf_json((fs::path(dir) / "config.json").string());
+  const at::ScalarType dt = models::resolve_dtype(dtype, config.torch_dtype);
+  models::check_computable(dt, at::kCPU);
   LlamaForCausalLM model{nullptr};
   {
     dtensor::nn::DefaultDeviceGuard meta(at::kMeta);
@@ -287,7 +283,7 @@ LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMe
       throw DTENSOR_ERROR("dtensor: from_pretrained: unknown plan '", plan, "' (hf, torchtitan, inference or ep)");
     }
   }
-  dtensor::nn::to_empty(*model, at::kCPU);
+  dtensor::nn::to_empty(*model, at::kCPU, dt);
   load_hf_llama(dir, model);
   return model;
 }

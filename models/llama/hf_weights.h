@@ -12,6 +12,7 @@
 
 #include <ATen/core/ScalarType.h>
 
+#include <optional>
 #include <string>
 
 #include "dtensor/mesh/device_mesh.h"
@@ -29,15 +30,16 @@ namespace llama {
 void load_hf_llama(const std::string& dir, LlamaForCausalLM& model);
 
 // Writes `model` (plain or parallelized) as `save_pretrained` does: config.json and model.safetensors in
-// `dtype`. Collective: every rank gathers one weight at a time, rank 0 writes it (peak memory near one full
+// `dtype`, by default the model's own (as save_pretrained). Collective: every rank gathers one weight at a time, rank 0 writes it (peak memory near one full
 // weight).
-void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, at::ScalarType dtype = at::kFloat);
+void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, std::optional<at::ScalarType> dtype = std::nullopt);
 
 // A model from config.json (any family of llama/hf_config.h), parallelized with `plan` ("hf": HF's
 // base_model_tp_plan, "torchtitan": SP and loss parallel, "inference": generation's; "ep": a mixture of experts'
 // experts split over the mesh, every rank with the same tokens, apply_inference_ep) on `tp_mesh` when given
-// (and of size > 1), with the weights loaded.
+// (and of size > 1), with the weights loaded, in `dtype` (common/dtype.h: "auto" is config.json's dtype, as
+// transformers' from_pretrained(torch_dtype="auto"); or "bfloat16", "float16", "float32").
 LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh = nullptr,
-                                 const std::string& plan = "hf");
+                                 const std::string& plan = "hf", const std::string& dtype = "auto");
 
 }  // namespace llama

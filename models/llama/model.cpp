@@ -113,8 +113,9 @@ void LlamaModelImpl::set_kv_caches(const std::vector<std::shared_ptr<models::KVC
   for (const auto& layer : *layers) layer->as<DecoderLayerImpl>()->self_attn->cache = caches.at(i++);
 }
 
-at::Tensor LlamaModelImpl::run(const at::Tensor& tokens, const AttentionInputs& in, int64_t past) {
-  at::Tensor h = embed_tokens(tokens);
+at::Tensor LlamaModelImpl::run(const at::Tensor& tokens, const AttentionInputs& inputs, int64_t past) {
+  at::Tensor h = embed_tokens(tokens);  // the parameters' dtype: what every activation is in
+  const AttentionInputs in = inputs.to(h.scalar_type(), config.rotary.fp32_tables);
   if (config.scaling.embedding_scale_sqrt_hidden) {
     // Gemma: times sqrt(hidden) as a tensor of the activations' dtype (so rounded to it first).
     h = h * at::scalar_tensor(std::sqrt(static_cast<double>(config.hidden_size)), h.options().device(at::kCPU)).item<double>();

@@ -53,6 +53,9 @@ namespace llama {
 
 struct AttentionInputs {
   at::Tensor cos, sin, mask, sliding_mask, local_cos, local_sin;
+  // Computed in fp32, then in the activations' dtype, as transformers (rotary: cos.to(x.dtype), unless
+  // `fp32_tables`; masks: the query's dtype, which SDPA requires). A no-op in fp32.
+  AttentionInputs to(at::ScalarType dtype, bool fp32_tables = false) const;
 };
 AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s);
 // The same for a packed step of continuous batching (common/kv_cache_layer.h): cos, sin [1, 1, T, head_dim] at each
@@ -73,6 +76,7 @@ struct AttentionImpl : torch::nn::Module {
   double softcap;       // attention logit soft-capping (0: off; then scaled_dot_product_attention)
   double clip_qkv;      // 0: off
   bool interleaved;     // rotary pairs (2i, 2i+1)
+  bool rotate_in_fp32;  // Cohere: q, k rotated in fp32
   bool full_width_qk_norm;
   dtensor::nn::Linear q_proj, k_proj, v_proj, o_proj;
   Norm q_norm{nullptr}, k_norm{nullptr};  // config.attention.qk_norm (per head) or qk_norm_full_width (all heads)

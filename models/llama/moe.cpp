@@ -4,6 +4,7 @@
 
 #include "dtensor/core/chunking.h"
 #include "dtensor/nn/default_device.h"
+#include "dtensor/tp/moe_styles.h"
 
 namespace llama {
 
@@ -66,9 +67,9 @@ at::Tensor MoeExpertsImpl::forward_grouped(const at::Tensor& x, const at::Tensor
     begin += count[e];
   }
   at::Tensor y = outs.empty() ? rows.new_zeros({0, down_proj.size(1)}) : at::cat(outs, 0);
-  y = y * w.reshape(-1).index_select(0, order).unsqueeze(-1);
+  y = y * w.reshape(-1).index_select(0, order).unsqueeze(-1);  // in fp32 where the weights are (Mixtral)
   at::Tensor unsorted = at::empty_like(y).index_copy_(0, order, y);  // back to pair order
-  return unsorted.view({tokens, k, unsorted.size(-1)}).sum(1).to(x.scalar_type());
+  return dtensor::sum_expert_shares(unsorted.view({tokens, k, y.size(-1)}), idx, x.scalar_type());
 }
 
 SparseMoeBlockImpl::SparseMoeBlockImpl(const LlamaConfig& c)

@@ -35,6 +35,10 @@ at::Tensor NormImpl::forward(const at::Tensor& x) {
       const at::Tensor x32 = x.to(at::kFloat);
       return weight * (x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
     }
+    case NormKind::rms_weight_fp32: {  // OLMo 2: (w * x / rms(x)) in fp32, then x's dtype
+      const at::Tensor x32 = x.to(at::kFloat);
+      return (weight * (x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps))).to(x.scalar_type());
+    }
     case NormKind::rms_one_plus: {  // Gemma: (1 + w) and the product in fp32, then x's dtype
       const at::Tensor x32 = x.to(at::kFloat);
       const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);

@@ -109,20 +109,23 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64
   return {angles.cos() * f.attention_scaling, angles.sin() * f.attention_scaling};
 }
 
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved) {
-  if (cos.size(-1) < x.size(-1)) {  // partial rotary: the first cos.size(-1) dims turn, the rest pass
+at::Tensor apply_rotary(const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin, bool interleaved,
+                        bool in_fp32) {
+  if (cos.size(-1) < x_in.size(-1)) {  // partial rotary: the first cos.size(-1) dims turn, the rest pass
     const int64_t r = cos.size(-1);
-    return at::cat({apply_rotary(x.narrow(-1, 0, r), cos, sin, interleaved), x.narrow(-1, r, x.size(-1) - r)}, -1);
+    return at::cat({apply_rotary(x_in.narrow(-1, 0, r), cos, sin, interleaved, in_fp32),
+                    x_in.narrow(-1, r, x_in.size(-1) - r)}, -1);
   }
+  const at::Tensor x = in_fp32 ? x_in.to(at::kFloat) : x_in;
   const int64_t d = x.size(-1), half = d / 2;
-  if (interleaved) {  // Cohere: pairs (x[2i], x[2i+1]) -> (-x[2i+1], x[2i]), in fp32
-    const at::Tensor x32 = x.to(at::kFloat);
-    const at::Tensor even = x32.slice(-1, 0, d, 2), odd = x32.slice(-1, 1, d, 2);
-    const at::Tensor rotated = at::stack({-odd, even}, -1).flatten(-2);
-    return (x32 * cos + rotated * sin).to(x.scalar_type());
+  at::Tensor rotated;
+  if (interleaved) {  // pairs (x[2i], x[2i+1]) -> (-x[2i+1], x[2i])
+    const at::Tensor even = x.slice(-1, 0, d, 2), odd = x.slice(-1, 1, d, 2);
+    rotated = at::stack({-odd, even}, -1).flatten(-2);
+  } else {  // halves (x[i], x[i + d/2]) -> (-x[i + d/2], x[i])
+    rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
   }
-  at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos + rotated * sin;
+  return (x * cos + rotated * sin).to(x_in.scalar_type());
 }
 
 LlamaConfig local_rope_config(const LlamaConfig& c) {

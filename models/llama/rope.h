@@ -33,9 +33,11 @@ std::pair<at::Tensor, at::Tensor> rotary_tables(const LlamaConfig& config, int64
                                                  c10::Device device = c10::kCPU, int64_t freq_len = -1);
 
 // x [b, heads, s, head_dim] rotated by position: x * cos + rotate_half(x) * sin; with tables narrower than
-// head_dim (partial rotary) only the first cos.size(-1) dims (interleaved: Cohere's
-// rotation of pairs (2i, 2i+1), computed in fp32 as Cohere does; its tables come from config.rotary.interleaved).
-at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved = false);
+// head_dim (partial rotary) only the first cos.size(-1) dims (interleaved: Cohere's and GLM's rotation of pairs
+// (2i, 2i+1); its tables come from config.rotary.interleaved). In the wider of x's and the tables' dtypes (fp32 for
+// x upcast first with `in_fp32`), the result in x's.
+at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool interleaved = false,
+                        bool in_fp32 = false);
 
 // Gemma 3's sliding layers: the config with rope_theta = rope_local_theta and no scaling.
 LlamaConfig local_rope_config(const LlamaConfig& config);

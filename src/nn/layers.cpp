@@ -47,7 +47,9 @@ EmbeddingImpl::EmbeddingImpl(const torch::nn::EmbeddingOptions& o) : torch::nn::
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor& input) {
-  return call_with_hooks(*this, {input}, [this](const Tensors& in) { return torch::nn::LinearImpl::forward(in[0]); });
+  // at::linear, as torch.nn.Linear: one fused addmm with the bias (the C++ frontend's F::linear adds it after the
+  // matmul on 3-d inputs, a second rounding in bf16).
+  return call_with_hooks(*this, {input}, [this](const Tensors& in) { return at::linear(in[0], weight, bias); });
 }
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& input) {

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <optional>
 #include <unordered_map>
 
 #include "dtensor/api/dtensor_api.h"
@@ -18,16 +19,20 @@ bool on_meta(const at::Tensor& t) {
   return is_dtensor(t) ? detail::local_tensor(t).is_meta() : t.is_meta();
 }
 
-// Storage on `device` for meta tensor `t`: its local shard's shape and dtype (a DTensor keeps its spec).
-at::Tensor empty_like_on(const at::Tensor& t, at::Device device) {
-  if (!is_dtensor(t)) return at::empty(t.sizes(), t.options().device(device));
+// Storage on `device` for meta tensor `t`: its local shard's shape, in `dtype` when `t` is floating and one is given
+// (a DTensor keeps its spec, with the new dtype in its meta).
+at::Tensor empty_like_on(const at::Tensor& t, at::Device device, std::optional<at::ScalarType> dtype) {
+  const at::ScalarType to = dtype && at::isFloatingType(t.scalar_type()) ? *dtype : t.scalar_type();
+  if (!is_dtensor(t)) return at::empty(t.sizes(), t.options().device(device).dtype(to));
   const at::Tensor& local = detail::local_tensor(t);
-  return detail::make_dtensor(at::empty(local.sizes(), local.options().device(device)), dtensor_spec(t));
+  DTensorSpec spec = dtensor_spec(t);
+  spec.meta.dtype = to;
+  return detail::make_dtensor(at::empty(local.sizes(), local.options().device(device).dtype(to)), std::move(spec));
 }
 
 }  // namespace
 
-int64_t to_empty(torch::nn::Module& module, at::Device device) {
+int64_t to_empty(torch::nn::Module& module, at::Device device, std::optional<at::ScalarType> dtype) {
   at::NoGradGuard no_grad;
   // One new tensor per meta tensor, whatever the number of places it is registered in.
   std::unordered_map<const c10::TensorImpl*, at::Tensor> made;
@@ -35,7 +40,7 @@ int64_t to_empty(torch::nn::Module& module, at::Device device) {
   auto materialize = [&](const at::Tensor& t) {
     auto [it, fresh] = made.try_emplace(t.unsafeGetTensorImpl());
     if (fresh) {
-      it->second = empty_like_on(t, device);
+      it->second = empty_like_on(t, device, dtype);
       const at::Tensor& local = is_dtensor(it->second) ? detail::local_tensor(it->second) : it->second;
       bytes += static_cast<int64_t>(local.nbytes());
       if (t.requires_grad()) it->second.set_requires_grad(true);

@@ -81,6 +81,7 @@ struct Routing {
                                        // (replicated_tokens: the [N, 2] (token, slot) pairs of its experts)
   std::vector<int64_t> send, recv;     // rows to / from each ep rank
   at::Tensor weights;                  // [T, k], applied at home
+  at::Tensor idx;                      // [T, k] expert ids: the order a token's shares are added in
   int64_t tokens = 0, k = 0;
   at::ScalarType dtype = at::kFloat;   // the output's (x's)
 };
@@ -91,6 +92,7 @@ void begin_routing(Routing& r, const at::Tensor& x, const at::Tensor& idx, const
   r.k = idx.size(1);
   r.dtype = x.scalar_type();
   r.weights = w;
+  r.idx = idx;
 }
 
 // The experts of an ExpertParallel module, which must divide over the mesh's "ep" dim (experts are whole).
@@ -161,7 +163,7 @@ std::vector<at::Tensor> dispatch(const at::Tensor& x, const at::Tensor& idx, con
 at::Tensor combine(const at::Tensor& y, ProcessGroup& group, const Routing& r) {
   const at::Tensor back = all_to_all_single_autograd(y.contiguous(), r.send, r.recv, group);  // in r.order
   const at::Tensor pairs = at::empty_like(back).index_copy_(0, r.order, back);
-  return (pairs.view({r.tokens, r.k, back.size(-1)}) * r.weights.unsqueeze(-1)).sum(1).to(r.dtype);
+  return sum_expert_shares(pairs.view({r.tokens, r.k, back.size(-1)}) * r.weights.unsqueeze(-1), r.idx, r.dtype);
 }
 
 // replicated_tokens: every ep rank holds all T tokens, so nothing is dispatched. Each rank takes the (token,
@@ -179,14 +181,23 @@ std::vector<at::Tensor> local_pairs(const at::Tensor& x, const at::Tensor& idx, 
   return {x.index_select(0, token), ids, at::ones({pairs.size(0), 1}, w.options())};
 }
 
-// The partial output of local_pairs' rows y [N, H]: [T, H] in the weights' promoted dtype.
+// The partial output of local_pairs' rows y [N, H]: [T, H] in x's dtype (the other ranks' shares 0).
 at::Tensor partial_output(const at::Tensor& y, const Routing& r) {
   at::Tensor placed = at::zeros({r.tokens, r.k, y.size(-1)}, y.options());
   placed = placed.index_put({r.order.select(1, 0), r.order.select(1, 1)}, y);
-  return (placed * r.weights.unsqueeze(-1)).sum(1);
+  return sum_expert_shares(placed * r.weights.unsqueeze(-1), r.idx, r.dtype);
 }
 
 }  // namespace
+
+at::Tensor sum_expert_shares(const at::Tensor& shares, const at::Tensor& idx, at::ScalarType dtype) {
+  const int64_t tokens = shares.size(0), k = shares.size(1), h = shares.size(2);
+  const at::Tensor by_expert = at::argsort(idx, /*stable=*/true, -1).unsqueeze(-1).expand({tokens, k, h});
+  const at::Tensor ordered = shares.to(dtype).gather(1, by_expert);
+  at::Tensor out = ordered.select(1, 0);
+  for (int64_t j = 1; j < k; ++j) out = out + ordered.select(1, j);
+  return out;
+}
 
 void ExpertParallel::validate(const torch::nn::Module& m, const std::string& path) const {
   validate_experts(m, path, name());

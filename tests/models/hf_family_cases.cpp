@@ -48,8 +48,10 @@ const std::string& root() {
 Reference reference(const std::string& name) {
   auto f = ckpt::SafetensorsFile::open(root() + "/" + name + ".ref.safetensors");
   auto get = [&](const char* key) { return f.view(*f.find(key)).clone(); };
-  return {get("tokens"), get("mask"),  get("logits"),     get("prompt"),
-          get("greedy_one"), get("batch"), get("batch_mask"), get("greedy_batch")};
+  return {get("tokens"),          get("mask"),           get("logits"),        get("prompt"),
+          get("greedy_one"),      get("batch"),          get("batch_mask"),    get("greedy_batch"),
+          get("logits_bf16"),     get("greedy_one_bf16"), get("gaps_one_bf16"), get("greedy_batch_bf16"),
+          get("gaps_batch_bf16")};
 }
 
 // max |got - want| / max |want| over the real positions (HF's rows on left padding are not meaningful).
@@ -72,12 +74,12 @@ std::vector<std::vector<int64_t>> prompts_of(const at::Tensor& ids, const at::Te
 }
 
 at::Tensor greedy_at(const std::string& dir, int tp, const std::vector<std::vector<int64_t>>& prompts, int64_t new_tokens,
-                     const std::string& plan) {
+                     const std::string& plan, const std::string& dtype) {
   at::Tensor out;
   std::mutex mu;
   dtensor::testing::run_ranks(tp, [&](int rank, int world) {
     auto mesh = dtensor::init_device_mesh("cpu", {world});
-    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, plan);
+    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, plan, dtype);
     inference::GenerateOptions options;
     options.max_new_tokens = new_tokens;
     const inference::GenerateResult result = inference::generate(model, prompts, options);

@@ -22,6 +22,8 @@ const std::string& root();
 
 struct Reference {
   at::Tensor tokens, mask, logits, prompt, greedy_one, batch, batch_mask, greedy_batch;
+  // HF in bfloat16: logits (as fp32), greedy tokens, and each greedy step's top-1 minus top-2 logit [rows, steps].
+  at::Tensor logits_bf16, greedy_one_bf16, gaps_one_bf16, greedy_batch_bf16, gaps_batch_bf16;
 };
 Reference reference(const std::string& name);
 
@@ -30,8 +32,8 @@ double masked_rel(const at::Tensor& got, const at::Tensor& want, const at::Tenso
 // The unpadded prompts of a left-padded batch.
 std::vector<std::vector<int64_t>> prompts_of(const at::Tensor& ids, const at::Tensor& mask);
 // Greedy generation from checkpoint `dir` on `world` ranks (threads) under from_pretrained's `plan`
-// ("inference": TP; "ep": expert parallelism); rank 0's new tokens, a row per prompt.
+// ("inference": TP; "ep": expert parallelism), in `dtype`; rank 0's new tokens, a row per prompt.
 at::Tensor greedy_at(const std::string& dir, int world, const std::vector<std::vector<int64_t>>& prompts,
-                     int64_t new_tokens, const std::string& plan = "inference");
+                     int64_t new_tokens, const std::string& plan = "inference", const std::string& dtype = "float32");
 
 }  // namespace hf_cases

@@ -105,15 +105,16 @@ double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) 
 }
 
 at::Tensor pretrained_logits(const std::string& dir, int tp, const std::string& plan, const at::Tensor& tokens,
-                             const at::Tensor& attention_mask) {
+                             const at::Tensor& attention_mask, const std::string& dtype) {
   at::Tensor out;
   std::mutex mu;
   dtensor::testing::run_ranks(tp, [&](int rank, int world) {
     auto mesh = dtensor::init_device_mesh("cpu", {world});
-    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, plan);
+    llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, plan, dtype);
     at::NoGradGuard no_grad;
     at::Tensor logits = model(tokens, attention_mask);
     if (dtensor::is_dtensor(logits)) logits = dtensor::full_tensor(logits);
+    logits = logits.to(at::kFloat);
     if (rank == 0) {
       std::lock_guard<std::mutex> lock(mu);
       out = logits.clone();

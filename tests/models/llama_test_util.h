@@ -37,7 +37,8 @@ RunResult run_dp_tp(train::TrainOptions options, int dp, int tp, bool capture_gr
 // Loads the HF checkpoint `dir` with llama::from_pretrained at TP `tp` (ranks as threads) under `plan` and
 // returns rank 0's full logits for tokens (and attention mask, when given).
 at::Tensor pretrained_logits(const std::string& dir, int tp, const std::string& plan, const at::Tensor& tokens,
-                             const at::Tensor& attention_mask = {});
+                             const at::Tensor& attention_mask = {},
+                             const std::string& dtype = "float32");
 // The largest |a - b| / |a| over the curve; a different length is infinity.
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b);
 

@@ -14,6 +14,10 @@ families (Llama and its RoPE scalings, Mistral, Qwen2, Qwen3, Gemma 1/2/3, Grani
           prompt [1, 6], greedy_one [1, 12]       the new tokens of generate(do_sample=False, 12 new tokens)
           batch [3, 9], batch_mask [3, 9], greedy_batch [3, 12]   the same for prompts of lengths 9, 5, 2,
                                  left-padded with 0
+          logits_bf16, greedy_one_bf16, greedy_batch_bf16   the same, the files loaded in bfloat16
+                                 (from_pretrained(dtype=torch.bfloat16)) with transformers' default attention,
+                                 sdpa (eager where attn_logit_softcapping is set); logits_bf16 in fp32
+          gaps_one_bf16 [1, 12], gaps_batch_bf16 [3, 12] fp32   each bf16 greedy step's top-1 minus top-2 logit
         Every case: vocab 301, hidden 64, intermediate 96, 2 layers, 4 query heads, 2 key/value heads,
         rms_norm_eps 1e-5, rope_theta 10000, max_position_embeddings 64 unless the case says otherwise, pad id 0, no
         bos/eos (GLM's config turns eos None into its ids [151329, 151336, 151338], all >= vocab: never generated).
@@ -287,11 +291,20 @@ def make_config(name, off=None):
     return config
 
 
-def load(path):
+def load(path, dtype="float32", attn="eager"):
     import torch
     from transformers import AutoModelForCausalLM
-    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager",
+    return AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype), attn_implementation=attn,
                                                 experts_implementation="eager").eval()  # no-op for dense models
+
+
+def load_bf16(path):
+    """The files in bfloat16 with transformers' default attention (sdpa), except where a soft-cap needs the eager one
+    (HF's sdpa path drops attn_logit_softcapping)."""
+    import json
+    with open(os.path.join(path, "config.json")) as f:
+        softcap = json.load(f).get("attn_logit_softcapping")
+    return load(path, "bfloat16", "eager" if softcap else "sdpa")
 
 
 def positions(mask):
@@ -316,15 +329,21 @@ def moe_forward(model, tokens, mask, **kw):
     return out, (top[..., k - 1] - top[..., k])[:, mask.flatten().bool()].min().item()
 
 
-def greedy(model, ids, mask):
-    """The new tokens of greedy generate, and the smallest top-1 minus top-2 logit over all steps and rows."""
+def greedy_with_gaps(model, ids, mask):
+    """The new tokens of greedy generate [rows, steps] and each step's top-1 minus top-2 logit [rows, steps]."""
     import torch
     with torch.no_grad():
         out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=NEW_TOKENS,
                              min_new_tokens=NEW_TOKENS, pad_token_id=0, eos_token_id=None,
                              return_dict_in_generate=True, output_logits=True)
-    top2 = torch.stack(out.logits).float().topk(2, dim=-1).values
-    return out.sequences[:, ids.shape[1]:].contiguous(), (top2[..., 0] - top2[..., 1]).min().item()
+    top2 = torch.stack(out.logits, 1).float().topk(2, dim=-1).values  # [rows, steps, 2]
+    return out.sequences[:, ids.shape[1]:].contiguous(), (top2[..., 0] - top2[..., 1]).contiguous()
+
+
+def greedy(model, ids, mask):
+    """The new tokens of greedy generate, and the smallest top-1 minus top-2 logit over all steps and rows."""
+    tokens, gaps = greedy_with_gaps(model, ids, mask)
+    return tokens, gaps.min().item()
 
 
 def left_padded(lengths, g):
@@ -387,6 +406,11 @@ def make_case_seeded(root, name, seed):
     greedy_batch, gap_batch = greedy(load(path), batch, batch_mask)
     refs = {"tokens": tokens, "mask": mask, "logits": logits.contiguous(), "prompt": prompt,
             "greedy_one": greedy_one, "batch": batch, "batch_mask": batch_mask, "greedy_batch": greedy_batch}
+    # The same files computed in bfloat16 (from_pretrained(dtype=torch.bfloat16): fp32 files cast on load), with each
+    # greedy step's top-1 minus top-2 logit: where that margin is small, bf16 rounding may pick either token.
+    refs["logits_bf16"] = logits_of(load_bf16(path), tokens, mask).contiguous()
+    refs["greedy_one_bf16"], refs["gaps_one_bf16"] = greedy_with_gaps(load_bf16(path), prompt, torch.ones_like(prompt))
+    refs["greedy_batch_bf16"], refs["gaps_batch_bf16"] = greedy_with_gaps(load_bf16(path), batch, batch_mask)
     route_gap = float("inf")
     if hasattr(model.config, "num_experts_per_tok"):  # MoE: routing margins and the router/aux-loss refs
         moe = load(path)

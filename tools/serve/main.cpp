@@ -49,6 +49,7 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
   serve::ServeOptions& o = s.options;
   s.weights.hf_dir = o.hf_dir;
   s.weights.checkpoint = o.checkpoint;
+  s.weights.dtype = o.dtype;
   s.config = inference::model_config(s.weights, world_size);
   const llama::LlamaConfig& c = s.config;
   if (llama::rope_depends_on_length(c)) {

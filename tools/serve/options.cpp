@@ -21,6 +21,7 @@ void define(CLI::App& app, ServeOptions& o) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--tokenizer", o.tokenizer_dir, "the tokenizer's directory (default: --hf-dir's)")
       ->check(CLI::ExistingDirectory);
+  tools_cli::add_dtype(app, o.dtype);
   app.add_option("--host", o.host, "listen address")->check(tools_cli::non_empty());
   app.add_option("--port", o.port, "listen port (0: any free port, printed)")->check(CLI::Range(0, 65535));
   app.add_option("--model-name", o.model_name, "the model's id in /v1/models (default: the directory's name)")

@@ -15,6 +15,7 @@ struct ServeOptions {
   // Weights: exactly one of --hf-dir (save_pretrained's layout, with its tokenizer) and --checkpoint (ours,
   // llama_train --checkpoint-dir; then --tokenizer names the tokenizer).
   std::string hf_dir, checkpoint, tokenizer_dir;
+  std::string dtype = "auto";  // the model's (models/common/dtype.h): parameters, activations, KV cache
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string model_name;  // /v1/models' id and the "model" requests name (default: the directory's name)

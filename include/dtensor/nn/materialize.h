@@ -10,6 +10,9 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include <optional>
 #include <torch/nn/module.h>
 
 namespace dtensor::nn {
@@ -17,8 +20,10 @@ namespace dtensor::nn {
 // PyTorch's Module.to_empty(device=...): every parameter and buffer on the meta device (a plain tensor, or a DTensor
 // whose local shard is meta) gets uninitialized storage of its local shape and dtype on `device`; a DTensor keeps its
 // spec (mesh, placements, global shape) and a parameter its requires_grad. A tensor registered in two places (tied
-// embeddings) stays one tensor. Tensors not on meta are left as they are. Returns the bytes allocated on this rank.
-int64_t to_empty(torch::nn::Module& module, at::Device device);
+// embeddings) stays one tensor. Tensors not on meta are left as they are. With `dtype`, floating tensors are allocated
+// in it (Module.to_empty then .to(dtype), without ever holding the first dtype's storage). Returns the bytes allocated
+// on this rank.
+int64_t to_empty(torch::nn::Module& module, at::Device device, std::optional<at::ScalarType> dtype = std::nullopt);
 
 // dst = this rank's part of `full`, the value of the whole tensor (global shape): for a DTensor its local shard
 // (Shard: the rows this rank holds; Replicate: all of it; Partial: the value on one rank, zeros on the others, as

@@ -9,6 +9,7 @@ void read_cohere_common(HfConfigReader& r, LlamaConfig& c) {
   c.norm.kind = NormKind::layer_norm_weight_only;
   c.norm.placement = LayerKind::parallel;
   c.rotary.interleaved = true;
+  c.rotary.rotate_in_fp32 = true;
   r.read("layer_norm_eps", c.norm.rms_norm_eps);
   c.scaling.logit_scale = 0.0625;  // CohereConfig's default
   r.read("logit_scale", c.scaling.logit_scale);

@@ -1,5 +1,5 @@
 // OLMo (modeling_olmo.py): Llama with LayerNorms without parameters (eps 1e-5, in fp32) and q/k/v clamped
-// to [-clip_qkv, clip_qkv]. OLMo2 (modular_olmo2.py): RMSNorms placed after attention and the MLP (post-norm,
+// to [-clip_qkv, clip_qkv], rotary in fp32 (both). OLMo2 (modular_olmo2.py): RMSNorms placed after attention and the MLP (post-norm,
 // no input norm) and q/k RMSNorms over all heads' projections (which TP shards: norm.h reduces them).
 #include "llama/families/families.h"
 
@@ -10,6 +10,7 @@ Family olmo() {
           [](HfConfigReader& r, LlamaConfig& c) {
             c.norm.kind = NormKind::layer_norm_no_affine;
             c.norm.rms_norm_eps = 1e-5;  // OlmoLayerNorm's fixed eps
+            c.rotary.fp32_tables = true;
             r.read("attention_bias", c.attention.attention_bias);
             r.read_or("clip_qkv", c.attention.clip_qkv, 0.0);  // null: no clipping
           },
@@ -26,7 +27,9 @@ Family olmo2() {
   return {"olmo2", "Olmo2ForCausalLM",
           [](HfConfigReader& r, LlamaConfig& c) {
             c.norm.placement = LayerKind::post_norm;
+            c.norm.kind = NormKind::rms_weight_fp32;
             c.attention.qk_norm_full_width = true;
+            c.rotary.fp32_tables = true;
             r.read("attention_bias", c.attention.attention_bias);
           },
           [](const LlamaConfig& c, nlohmann::ordered_json& j) { j["attention_bias"] = c.attention.attention_bias; },

@@ -47,13 +47,21 @@ std::string config_path(const ModelSource& options) {
 
 }  // namespace
 
+at::ScalarType model_dtype(const ModelSource& options) {
+  try {
+    return models::resolve_dtype(options.dtype, options.random_init ? "" : llama::checkpoint_dtype(config_path(options)));
+  } catch (const SourceError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw SourceError(e.what());
+  }
+}
+
 llama::LlamaConfig model_config(const ModelSource& options, int64_t tp) {
   try {
-    llama::LlamaConfig config = options.random_init ? options.model : llama::config_from_hf_json(config_path(options));
+    const llama::LlamaConfig config = options.random_init ? options.model : llama::config_from_hf_json(config_path(options));
     config.validate();
-    const at::ScalarType dtype = models::resolve_dtype(options.dtype, config.torch_dtype);
-    models::check_computable(dtype, at::kCPU);
-    config.torch_dtype = models::dtype_name(dtype);  // the model's, as transformers' model.config after loading
+    models::check_computable(model_dtype(options), at::kCPU);
     if (tp > 1) llama::inference_plan(config, tp);  // its size checks, before any communication
     return config;
   } catch (const SourceError&) {
@@ -81,7 +89,7 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
   } catch (const dtensor::Error& e) {
     throw SourceError(e.what());
   }
-  dtensor::nn::to_empty(*model, at::kCPU, models::resolve_dtype("auto", config.torch_dtype));
+  dtensor::nn::to_empty(*model, at::kCPU, model_dtype(options));
   if (options.random_init) {
     model->init_weights(options.seed);  // the same values at every TP degree
     return model;

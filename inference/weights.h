@@ -29,13 +29,15 @@ struct SourceError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The model's config (random_init: source.model; else the checkpoint's config.json), its torch_dtype the dtype the
-// model will be in (source.dtype resolved). Runs before any communication, on every rank; throws SourceError for a
-// source that cannot be read, a dtype the CPU cannot compute in, or a model that does not fit the TP degree `tp`
-// (the inference plan's size checks).
+// The dtype the model computes in: source.dtype, "auto" resolved from config.json (float32 for a random init).
+at::ScalarType model_dtype(const ModelSource& source);
+
+// The model's config (random_init: source.model; else the checkpoint's config.json). Runs before any communication,
+// on every rank; throws SourceError for a source that cannot be read, a dtype the CPU cannot compute in, or a model
+// that does not fit the TP degree `tp` (the inference plan's size checks).
 llama::LlamaConfig model_config(const ModelSource& source, int64_t tp);
 
-// The model with `config`, in config.torch_dtype, its weights from the source, parallelized by llama::inference_plan over `tp_mesh`
+// The model with `config`, in model_dtype(source), its weights from the source, parallelized by llama::inference_plan over `tp_mesh`
 // (nothing when it has one rank). Throws SourceError when the weights do not match the model.
 llama::LlamaForCausalLM load_model(const ModelSource& source, const llama::LlamaConfig& config,
                                    const dtensor::DeviceMesh& tp_mesh);

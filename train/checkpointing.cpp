@@ -1,5 +1,7 @@
 #include "train/checkpointing.h"
 
+#include "common/dtype.h"
+
 #include <ATen/ATen.h>
 
 #include <cstdio>
@@ -61,7 +63,7 @@ void save_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torc
                                                       std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
   {
     std::ofstream out(tmp);
-    out << llama::config_to_hf_json(o.model);
+    out << llama::config_to_hf_json(o.model, models::dtype_name(param_dtype(o)));  // --dtype auto reads it back
     DTENSOR_CHECK(out, "dtensor: llama_train: cannot write ", tmp.string());
   }
   fs::rename(tmp, fs::path(o.checkpoint_dir) / "config.json");

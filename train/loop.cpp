@@ -31,6 +31,7 @@ int64_t local_param_bytes(llama::LlamaForCausalLM& model) {
 
 llama::LlamaForCausalLM make_model(const TrainOptions& o) {
   llama::LlamaForCausalLM model(o.model);
+  model->to(param_dtype(o));  // before the values: the init's fp32 draws, the file's weights, cast once
   if (o.hf_dir.empty()) {
     model->init_weights(o.seed);
   } else {

@@ -1,5 +1,7 @@
 #include "train/options.h"
 
+#include "common/dtype.h"
+
 #include "llama/hf_config.h"
 
 #include <filesystem>
@@ -26,6 +28,7 @@ void resolve_options(TrainOptions& o) {
   } catch (const std::exception& e) {
     throw ConfigError(e.what());
   }
+  param_dtype(o);  // a dtype we compute in, before any communication
   if (o.ep > 1) {
     if (o.dp % o.ep != 0) {
       throw ConfigError("--ep " + std::to_string(o.ep) + " does not divide --dp " + std::to_string(o.dp) +
@@ -37,6 +40,17 @@ void resolve_options(TrainOptions& o) {
       throw ConfigError("--ep " + std::to_string(o.ep) + " does not divide the " + std::to_string(o.model.moe.num_experts) +
                        " experts (experts are not split)");
     }
+  }
+}
+
+at::ScalarType param_dtype(const TrainOptions& o) {
+  try {
+    const std::string stored = o.hf_dir.empty() ? "" : llama::checkpoint_dtype((std::filesystem::path(o.hf_dir) / "config.json").string());
+    const at::ScalarType dtype = models::resolve_dtype(o.dtype, stored);
+    models::check_computable(dtype, o.device == "cuda" ? c10::Device(at::kCUDA) : c10::Device(at::kCPU));
+    return dtype;
+  } catch (const std::exception& e) {
+    throw ConfigError(std::string("--dtype: ") + e.what());
   }
 }
 

@@ -23,6 +23,9 @@ struct TrainOptions {
   bool reshard_after_forward = true;  // fsdp: free gathered parameters after each block's forward
   bool fsdp_prefetch = true;          // fsdp: the next block's all-gather runs while this one computes
   llama::LlamaConfig model;
+  // The parameters', activations' and gradients' dtype (models/common/dtype.h): "auto" is --hf-dir's config.json
+  // dtype, float32 for a random init. The loss is computed in fp32 (as transformers upcasts the logits).
+  std::string dtype = "auto";
   std::string hf_dir;  // fine-tune this HF checkpoint: `model` is its config.json, make_model loads its weights
   // Text --data through this tokenizer (train/tokenized_corpus.h): --tokenizer DIR, or hf_dir when it holds a
   // tokenizer.json. "": bytes are tokens.
@@ -60,6 +63,10 @@ struct TrainOptions {
 struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// options.dtype resolved ("auto": --hf-dir's config.json dtype, else float32); a dtype the device cannot compute
+// in is a ConfigError.
+at::ScalarType param_dtype(const TrainOptions& options);
 
 // After the fields are set: checks that they fit together (async TP needs SP and the torchtitan plan, --ep divides
 // --dp and the experts, ...), turns SP and loss parallel off under the hf plan, takes --hf-dir's config.json as

@@ -31,8 +31,9 @@ int64_t StepRecord::total_counts() const { return sum_values(fwd_bwd_counts) + s
 int64_t StepRecord::total_bytes() const { return sum_values(fwd_bwd_bytes) + sum_values(update_bytes); }
 
 at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& labels) {
-  // The labels are plain and the same on every rank, as PyTorch's loss_parallel takes them.
-  return at::cross_entropy_loss(logits.flatten(0, 1), labels.flatten(0, 1));
+  // The labels are plain and the same on every rank, as PyTorch's loss_parallel takes them. In fp32 whatever the
+  // model's dtype, as transformers' ForCausalLMLoss upcasts the logits.
+  return at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten(0, 1));
 }
 
 at::Tensor training_loss(llama::LlamaForCausalLM& model, const at::Tensor& inputs, const at::Tensor& labels,

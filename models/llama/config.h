@@ -139,7 +139,6 @@ struct LlamaConfig {
   int64_t max_position_embeddings = 2048;
   bool tie_word_embeddings = false;  // lm_head shares embed_tokens' weight
   std::optional<int64_t> pad_token_id;  // config.json's, kept for the export (HF's embedding padding_idx)
-  std::string torch_dtype;              // the weights' dtype as config.json names it ("bfloat16"; "" none): --dtype auto
   AttentionConfig attention;
   NormConfig norm;
   MlpConfig mlp;

@@ -10,7 +10,7 @@ namespace {
 
 // PreTrainedConfig's bookkeeping and generation defaults: none changes the model's numerics.
 const char* const kIgnored[] = {
-    "transformers_version", "bos_token_id", "eos_token_id", "sep_token_id",
+    "transformers_version", "torch_dtype", "dtype", "bos_token_id", "eos_token_id", "sep_token_id",
     "decoder_start_token_id", "use_cache", "initializer_range", "_name_or_path", "name_or_path", "output_attentions",
     "output_hidden_states", "return_dict", "use_return_dict", "torchscript", "id2label", "label2id", "problem_type",
     "tokenizer_class", "prefix", "task_specific_params", "finetuning_task", "is_decoder", "is_encoder_decoder",
@@ -223,9 +223,6 @@ LlamaConfig config_from_hf_json_text(const std::string& text, const std::string&
   if (r.read_null_as_absent("attention_dropout", dropout) && dropout != 0.0) {
     r.fail("attention_dropout " + std::to_string(dropout) + " is not supported (0.0: no dropout)");
   }
-  // The weights' dtype: transformers >= 5 writes "dtype", before "torch_dtype" (both, from our export).
-  if (!r.read_null_as_absent("dtype", c.torch_dtype)) r.read_null_as_absent("torch_dtype", c.torch_dtype);
-  r.ignore("torch_dtype");
   if (r.has("quantization_config")) {
     const nlohmann::json& q = r.json().at("quantization_config");
     const std::string method = q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string()
@@ -246,6 +243,21 @@ LlamaConfig config_from_hf_json_text(const std::string& text, const std::string&
   }
   c.validate();
   return c;
+}
+
+std::string checkpoint_dtype(const std::string& path) {
+  std::ifstream in(path);
+  DTENSOR_CHECK(in, "dtensor: config: cannot open '", path, "'");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw DTENSOR_ERROR("dtensor: config '", path, "' is not valid JSON: ", e.what());
+  }
+  for (const char* key : {"dtype", "torch_dtype"}) {  // transformers >= 5 writes "dtype", before "torch_dtype"
+    if (j.is_object() && j.contains(key) && j.at(key).is_string()) return j.at(key).get<std::string>();
+  }
+  return "";
 }
 
 LlamaConfig config_from_hf_json(const std::string& path) {

@@ -120,6 +120,9 @@ const Family& family(const std::string& model_type);       // dtensor::Error nam
 // and the values are ones we implement (hidden_act silu, no dropout, ...). Throws dtensor::Error.
 LlamaConfig config_from_hf_json(const std::string& path);
 LlamaConfig config_from_hf_json_text(const std::string& text, const std::string& origin = "config.json");
+// The weights' dtype config.json names ("dtype"; "torch_dtype" before transformers 5), "" when it names none: what
+// --dtype auto computes in (common/dtype.h). Not part of LlamaConfig: the same model runs in any dtype.
+std::string checkpoint_dtype(const std::string& path);
 // The config.json transformers' save_pretrained writes for `config`'s family (`dtype` is HF's name:
 // "float32", "bfloat16", "float16").
 std::string config_to_hf_json(const LlamaConfig& config, const std::string& dtype = "float32");

@@ -263,7 +263,7 @@ LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMe
   // Built on the meta device, parallelized there, then each rank allocates only its shards and replicas and reads
   // them from the file: a rank never holds the whole model (dtensor/nn/materialize.h).
   const LlamaConfig config = config_from_hf_json((fs::path(dir) / "config.json").string());
-  const at::ScalarType dt = models::resolve_dtype(dtype, config.torch_dtype);
+  const at::ScalarType dt = models::resolve_dtype(dtype, checkpoint_dtype((fs::path(dir) / "config.json").string()));
   models::check_computable(dt, at::kCPU);
   LlamaForCausalLM model{nullptr};
   {

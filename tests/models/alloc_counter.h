@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 namespace llama_test {
 
@@ -21,7 +23,12 @@ class CountingAllocator final : public c10::Allocator {
   // Installs the counting allocator (once per process) and returns it.
   static CountingAllocator& install() {
     static CountingAllocator* instance = [] {
-      auto* a = new CountingAllocator(c10::GetCPUAllocator());
+      c10::Allocator* base = c10::GetCPUAllocator();
+      // Every pointer goes back through the base allocator's raw deleter (the default CPU allocator's data is its
+      // context), so this allocator keeps raw_allocate / raw_deallocate working for the kernels that use them.
+      TORCH_CHECK(base->raw_deleter() != nullptr, "CountingAllocator: the CPU allocator has no raw deleter");
+      base_free() = base->raw_deleter();
+      auto* a = new CountingAllocator(base);
       c10::SetCPUAllocator(a, /*priority=*/100);
       return a;
     }();
@@ -35,29 +42,48 @@ class CountingAllocator final : public c10::Allocator {
 
   c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = base_->allocate(n);
-    AllocCounter* counter = slot();
-    if (counter == nullptr) return inner;
-    counter->current += static_cast<int64_t>(n);
-    counter->peak = std::max(counter->peak, counter->current);
-    void* data = inner.get();
     const c10::Device device = inner.device();
-    auto* ctx = new Context{std::move(inner), static_cast<int64_t>(n), counter};
-    return {data, ctx, &Context::release, device};
+    void* data = inner.release_context();  // == inner.get(): owned here now, freed by release()
+    if (AllocCounter* counter = slot()) {
+      std::lock_guard<std::mutex> lock(mutex());
+      live()[data] = {static_cast<int64_t>(n), counter};
+      counter->current += static_cast<int64_t>(n);
+      counter->peak = std::max(counter->peak, counter->current);
+    }
+    return {data, data, &release, device};
   }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
 
  private:
   explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-  struct Context {
-    c10::DataPtr inner;
+  struct Counted {
     int64_t bytes;
-    AllocCounter* counter;  // outlives the tensors it counts in these tests (frees after it ends are harmless)
-    static void release(void* p) {
-      auto* ctx = static_cast<Context*>(p);
-      ctx->counter->current -= ctx->bytes;
-      delete ctx;
-    }
+    AllocCounter* counter;  // outlives the tensors it counts in these tests
   };
+  static void release(void* p) {
+    {
+      std::lock_guard<std::mutex> lock(mutex());
+      auto it = live().find(p);
+      if (it != live().end()) {
+        it->second.counter->current -= it->second.bytes;
+        live().erase(it);
+      }
+    }
+    base_free()(p);
+  }
+  static std::unordered_map<void*, Counted>& live() {
+    static auto* m = new std::unordered_map<void*, Counted>();
+    return *m;
+  }
+  static std::mutex& mutex() {
+    static auto* m = new std::mutex();
+    return *m;
+  }
+  static c10::DeleterFnPtr& base_free() {
+    static c10::DeleterFnPtr f = nullptr;
+    return f;
+  }
   static AllocCounter*& slot() {
     thread_local AllocCounter* counter = nullptr;
     return counter;

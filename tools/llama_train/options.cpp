@@ -38,6 +38,7 @@ void define(CLI::App& app, train::TrainOptions& o, Seen& seen) {
   app.add_option("--hf-dir", o.hf_dir,
                  "fine-tune a Hugging Face checkpoint: its config.json is the model (no size flags then), its weights "
                  "the start");
+  tools_cli::add_dtype(app, o.dtype);
   app.add_option("--tokenizer", o.tokenizer_dir,
                  "tokenize text --data with this HF tokenizer (default: --hf-dir's tokenizer.json, else bytes are "
                  "tokens); tokenized once into a cache, with a progress bar")

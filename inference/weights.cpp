@@ -9,13 +9,18 @@
 // Whatever does not fit (a missing file, sizes or names that differ) is a SourceError: exit 2 on every rank.
 #include "inference/weights.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "common/dtype.h"
 #include "train/checkpointing.h"  // train::latest_checkpoint: one home for "which step-N is newest"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/core/error.h"
 #include "dtensor/checkpoint/state_dict.h"
+#include "dtensor/mesh/process_group.h"
 #include "dtensor/nn/default_device.h"
 #include "dtensor/nn/materialize.h"
 #include "llama/hf_config.h"
@@ -43,6 +48,40 @@ std::string config_path(const ModelSource& options) {
     if (fs::exists(p)) return p.string();
   }
   throw SourceError("--checkpoint " + options.checkpoint + ": no config.json beside it (llama_train writes one)");
+}
+
+// MemAvailable of /proc/meminfo in bytes (-1 when it cannot be read).
+int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return -1;
+}
+
+// Refuses a model whose parameters (this rank's shards and replicas, from the meta model: a dry run of the load)
+// times the ranks on this host exceed the host's available memory, before anything is allocated: one clear error,
+// not an out-of-memory kill half way through.
+// The ranks agree (one all-reduce over the TP mesh), so all refuse or none does.
+void check_fits_in_memory(int64_t bytes_per_rank, at::ScalarType dtype, const dtensor::DeviceMesh& tp_mesh) {
+  const int64_t available = available_memory();
+  const char* local = std::getenv("LOCAL_WORLD_SIZE");
+  const int64_t ranks = local && *local ? std::max(1, std::atoi(local)) : 1;
+  at::Tensor refuse = at::scalar_tensor(available >= 0 && bytes_per_rank * ranks > available ? 1 : 0, at::kLong);
+  if (tp_mesh.size() > 1) tp_mesh.get_group(0).all_reduce_(refuse, dtensor::ReduceOp::MAX);
+  if (refuse.item<int64_t>() == 0) return;
+  auto gb = [](int64_t b) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", static_cast<double>(b) / 1e9);
+    return std::string(text);
+  };
+  throw SourceError("the model does not fit in memory: its parameters in " + models::dtype_name(dtype) + " need " +
+                    gb(bytes_per_rank) + " GB per rank (this rank's shards and replicas), " + std::to_string(ranks) +
+                    " rank(s) on this host need " + gb(bytes_per_rank * ranks) + " GB, and " + gb(available) +
+                    " GB are available (MemAvailable): use more ranks on more hosts, or a smaller --dtype");
 }
 
 }  // namespace
@@ -89,7 +128,9 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
   } catch (const dtensor::Error& e) {
     throw SourceError(e.what());
   }
-  dtensor::nn::to_empty(*model, at::kCPU, model_dtype(options));
+  const at::ScalarType dtype = model_dtype(options);
+  check_fits_in_memory(dtensor::nn::meta_bytes(*model, dtype), dtype, tp_mesh);
+  dtensor::nn::to_empty(*model, at::kCPU, dtype);
   if (options.random_init) {
     model->init_weights(options.seed);  // the same values at every TP degree
     return model;

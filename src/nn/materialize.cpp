@@ -59,6 +59,20 @@ int64_t to_empty(torch::nn::Module& module, at::Device device, std::optional<at:
   return bytes;
 }
 
+int64_t meta_bytes(torch::nn::Module& module, std::optional<at::ScalarType> dtype) {
+  std::unordered_map<const c10::TensorImpl*, bool> seen;
+  int64_t bytes = 0;
+  auto count = [&](const at::Tensor& t) {
+    if (!on_meta(t) || !seen.try_emplace(t.unsafeGetTensorImpl(), true).second) return;
+    const at::Tensor& local = is_dtensor(t) ? detail::local_tensor(t) : t;
+    const at::ScalarType to = dtype && at::isFloatingType(t.scalar_type()) ? *dtype : t.scalar_type();
+    bytes += local.numel() * static_cast<int64_t>(c10::elementSize(to));
+  };
+  for (const auto& p : module.parameters(/*recurse=*/true)) count(p);
+  for (const auto& b : module.buffers(/*recurse=*/true)) count(b);
+  return bytes;
+}
+
 void copy_from_full_(const at::Tensor& dst, const at::Tensor& full) {
   at::NoGradGuard no_grad;
   DTENSOR_CHECK(dst.sizes() == full.sizes(), "dtensor: copy_from_full_: the full value has shape ", full.sizes(),

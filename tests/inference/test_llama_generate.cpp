@@ -232,6 +232,7 @@ TEST(LlamaGenerateCli, BadValuesExitTwoWithOneErrorLine) {
       {"--random-init", "--prompt", "a", "--kv-heads", "3", "--heads", "6", "--dim", "96"},  // 3 kv heads at TP 2
       {"--random-init", "--prompt", "a", "--prompt", "b", "--batch", "4"},
       {"--checkpoint", "/tmp", "--prompt", "a"},              // not wired yet
+      {"--random-init", "--prompt", "a", "--dtype", "float64"},  // not a dtype we compute in
       {"--random-init", "--prompt", "a", "--bogus"}};
   for (const auto& args : bad) {
     std::vector<std::string> argv = {bin_path("llama_generate")};
@@ -248,6 +249,24 @@ TEST(LlamaGenerateCli, BadValuesExitTwoWithOneErrorLine) {
   EXPECT_NE(help.output.find("--top-p X"), std::string::npos);
 }
 
+// A model whose parameters cannot fit (a random init of 1.9 trillion parameters: 3.8 TB in bf16) is refused from the
+// meta model's per-rank bytes before anything is allocated: exit 2 with one error naming the sizes, at once.
+TEST(LlamaGenerateCli, AModelTooLargeForMemoryIsRefusedBeforeLoading) {
+  using dtensor::testing::bin_path;
+  using dtensor::testing::run_process;
+  auto r = run_process({bin_path("tprun"), "--nproc-per-node", "1", "--master-port", "0", "/usr/bin/time", "-f",
+                        "maxrss_kb=%M", bin_path("llama_generate"), "--random-init", "--dtype", "bfloat16", "--dim",
+                        "65536", "--layers", "64", "--heads", "64", "--kv-heads", "64", "--ffn-dim", "65536",
+                        "--prompt", "a"},
+                       {{"OMP_NUM_THREADS", "1"}}, 120);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("error: the model does not fit in memory: its parameters in bfloat16 need 3848.37 GB per rank"), std::string::npos)
+      << r.output;
+  const auto at = r.output.find("maxrss_kb=");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  EXPECT_LT(std::stoll(r.output.substr(at + 10)), 1024 * 1024) << "refused after allocating: " << r.output;
+}
+
 TEST(LlamaGenerateCli, RunsUnderTprunAndEndsWithTheSummary) {
   using dtensor::testing::bin_path;
   using dtensor::testing::run_process;
@@ -258,6 +277,14 @@ TEST(LlamaGenerateCli, RunsUnderTprunAndEndsWithTheSummary) {
                        {{"OMP_NUM_THREADS", "1"}}, 120);
   };
   auto tp2 = run(2), tp1 = run(1);
+  // --dtype bfloat16: the same run in bf16 (parameters, activations, KV cache, collectives).
+  auto bf16 = run_process({bin_path("tprun"), "--nproc-per-node", "2", "--master-port", "0", bin_path("llama_generate"),
+                           "--random-init", "--dtype", "bfloat16", "--seed", "2", "--dim", "64", "--layers", "2",
+                           "--heads", "4", "--kv-heads", "2", "--ffn-dim", "128", "--prompt", "Hello",
+                           "--max-new-tokens", "6"},
+                          {{"OMP_NUM_THREADS", "1"}}, 120);
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  EXPECT_NE(bf16.output.find("summary prompt_tokens=5 new_tokens=6"), std::string::npos) << bf16.output;
   ASSERT_EQ(tp2.exit_code, 0) << tp2.output;
   ASSERT_EQ(tp1.exit_code, 0) << tp1.output;
   EXPECT_NE(tp2.output.find("summary prompt_tokens=5 new_tokens=6 prefill_ms="), std::string::npos) << tp2.output;

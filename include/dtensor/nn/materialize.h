@@ -25,6 +25,10 @@ namespace dtensor::nn {
 // on this rank.
 int64_t to_empty(torch::nn::Module& module, at::Device device, std::optional<at::ScalarType> dtype = std::nullopt);
 
+// The bytes to_empty(module, device, dtype) would allocate on this rank for its meta tensors (each counted once): the
+// dry run of a load, before any memory is taken.
+int64_t meta_bytes(torch::nn::Module& module, std::optional<at::ScalarType> dtype = std::nullopt);
+
 // dst = this rank's part of `full`, the value of the whole tensor (global shape): for a DTensor its local shard
 // (Shard: the rows this rank holds; Replicate: all of it; Partial: the value on one rank, zeros on the others, as
 // distribute_tensor makes it), cut locally with no communication; for a plain tensor all of it. The same seeded

@@ -7,6 +7,7 @@
 // the tokens of the first sequence as they are drawn, prints every sequence at the end, and, last, a
 // machine-readable `summary` line. A bad command line (or weights that do not fit the model) prints one
 // `error:` line on rank 0 and exits 2 on every rank, before any communication.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -74,12 +75,14 @@ int main(int argc, char** argv) {
     auto world = dtensor::init_process_group();
     auto tp_mesh = dtensor::init_device_mesh("cpu", {world->size()}, {options.ep > 1 ? "ep" : "tp"});
     llama::LlamaForCausalLM model{nullptr};
+    const auto load_start = std::chrono::steady_clock::now();
     try {
       model = inference::load_model(options, config, tp_mesh);
     } catch (const inference::SourceError& e) {
       if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
       return 2;
     }
+    const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
     const bool bytes = options.byte_prompts;
     const tokenizer::Tokenizer* tok = options.tokenizer.get();
     // A sequence as text: decoded by the tokenizer, else bytes or ids.
@@ -122,9 +125,10 @@ int main(int argc, char** argv) {
                                       ? static_cast<double>(result.new_tokens.size() * (result.steps - 1)) / (result.decode_ms / 1000.0)
                                       : 0.0;
       std::printf("summary prompt_tokens=%lld new_tokens=%lld prefill_ms=%.3f ms_per_token=%.3f tokens_per_s=%.1f "
-                  "comm_bytes=%lld all_to_all_bytes=%lld\n",
+                  "comm_bytes=%lld all_to_all_bytes=%lld load_ms=%.1f dtype=%s\n",
                   static_cast<long long>(result.prompt_tokens), static_cast<long long>(new_tokens), result.prefill_ms,
-                  ms_per_token, tokens_per_s, static_cast<long long>(comm_bytes), static_cast<long long>(all_to_all_bytes));
+                  ms_per_token, tokens_per_s, static_cast<long long>(comm_bytes), static_cast<long long>(all_to_all_bytes),
+                  load_ms, c10::toString(inference::model_dtype(options)));
     }
     return 0;
   } catch (const std::exception& e) {

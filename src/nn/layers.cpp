@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/error.h"
+#include "dtensor/core/fast_kernels.h"
 #include "dtensor/nn/parameter_replacement.h"
 
 namespace dtensor::nn {
@@ -49,7 +51,19 @@ EmbeddingImpl::EmbeddingImpl(const torch::nn::EmbeddingOptions& o) : torch::nn::
 at::Tensor LinearImpl::forward(const at::Tensor& input) {
   // at::linear, as torch.nn.Linear: one fused addmm with the bias (the C++ frontend's F::linear adds it after the
   // matmul on 3-d inputs, a second rounding in bf16).
-  return call_with_hooks(*this, {input}, [this](const Tensors& in) { return at::linear(in[0], weight, bias); });
+  return call_with_hooks(*this, {input}, [this](const Tensors& in) {
+    const at::Tensor& x = in[0];
+    // A bf16 decode step on plain tensors: the weight streamed by the fast kernel (core/fast_kernels.h; a sharded
+    // linear reaches it through the DTensor kernel's local mm).
+    if (!bias.defined() && x.dim() >= 2 && !is_dtensor(x) && !is_dtensor(weight)) {
+      if (auto y = bf16_linear(x.reshape({-1, x.size(-1)}), weight)) {
+        std::vector<int64_t> sizes = x.sizes().vec();
+        sizes.back() = weight.size(0);
+        return y->view(sizes);
+      }
+    }
+    return at::linear(x, weight, bias);
+  });
 }
 
 at::Tensor EmbeddingImpl::forward(const at::Tensor& input) {

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "dtensor/core/error.h"
+#include "dtensor/core/fast_kernels.h"
 #include "dtensor/ops/dispatch_options.h"
 #include "dtensor/redistribute/redistribute.h"
 #include "dtensor/api/dtensor_api.h"
@@ -109,8 +110,21 @@ std::vector<at::Tensor> redistribute_inputs(const OpCall& call, const ShardingDe
 
 // 3. run -----------------------------------------------------------------------------------------------
 
+// The local mm of a sharded bf16 decode step (x [M, K] times a weight's transposed shard): the fast kernel
+// (core/fast_kernels.h) in place of PyTorch's, its result pushed as the op's. False: PyTorch's runs.
+bool run_fast_local(OpCall& call, const std::vector<at::Tensor>& locals) {
+  static const c10::OperatorHandle mm = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mm", "");
+  if (!(call.op == mm) || locals.size() != 2 || locals[1].dim() != 2) return false;
+  const std::optional<at::Tensor> y = bf16_linear(locals[0], locals[1].t());
+  if (!y) return false;
+  torch::jit::drop(*call.stack, call.num_args());
+  torch::jit::push(*call.stack, *y);
+  return true;
+}
+
 // Puts the locals (and the local values of global shape arguments) on the stack and runs the op on them.
 void run_local(OpCall& call, const ShardingDecision& decision, const std::vector<at::Tensor>& locals) {
+  if (decision.local_int_lists.empty() && run_fast_local(call, locals)) return;
   for (size_t k = 0; k < call.tensors.size(); ++k) {
     const TensorInput& in = call.tensors[k];
     c10::IValue& slot = call.arg(in.arg);

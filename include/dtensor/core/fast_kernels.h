@@ -1,0 +1,35 @@
+// CPU fast paths beside PyTorch's kernels, each with its reference (the PyTorch op it replaces) and a switch.
+//
+// bf16_linear: y = x w^T for bf16 x [M, K] with few rows (decode: M <= 8) and a contiguous bf16 weight w [N, K], the
+// product of each row pair accumulated in fp32 with AVX-512 BF16 dot products (vdpbf16ps) over w's rows as they lie
+// in memory, threads splitting the rows of w: the weights are streamed once, at the memory's read bandwidth (PyTorch's
+// bf16 path copies the transposed weight into a buffer first). The result is rounded to bf16 once, as PyTorch's
+// (which also accumulates in fp32), but the sums' order differs: equal to at::linear within one bf16 rounding.
+// Used by dtensor::nn::Linear on plain tensors and by the DTensor kernel for the local aten::mm of a sharded linear.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+namespace dtensor {
+
+// Whether the fast paths run (default: yes, where the CPU has AVX-512 BF16; DTENSOR_FAST_KERNELS=0 turns them off).
+bool fast_kernels_enabled();
+// Turns them off (the reference paths: PyTorch's kernels) while alive, for every thread; restores the old setting.
+struct FastKernelsGuard {
+  explicit FastKernelsGuard(bool enabled);
+  ~FastKernelsGuard();
+  FastKernelsGuard(const FastKernelsGuard&) = delete;
+  FastKernelsGuard& operator=(const FastKernelsGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// x [M, K] (any strides along M, contiguous rows) times w^T, w [N, K] contiguous, both bf16 on the CPU, M <= 8, no
+// autograd: [M, N] in bf16 (or fp32 with `fp32_out`, the sums before rounding). nullopt where it does not apply (other
+// dtypes or layouts, more rows, a CPU without AVX-512 BF16, fast kernels off): the caller runs PyTorch's op.
+std::optional<at::Tensor> bf16_linear(const at::Tensor& x, const at::Tensor& w, bool fp32_out = false);
+
+}  // namespace dtensor

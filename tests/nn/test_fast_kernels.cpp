@@ -1,0 +1,82 @@
+// The bf16 decode matmul (dtensor/core/fast_kernels.h) against its reference: fp32 sums of the bf16 products (within
+// fp32 rounding of a double-precision sum), the bf16 result within one bf16 rounding of PyTorch's at::linear, on the
+// shapes it takes (1 to 8 rows, K with and without a tail of 32, N not a multiple of anything); nullopt where it does
+// not apply; and dtensor::nn::Linear and a column- / row-wise sharded Linear at TP 2 give the reference's values.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "dtensor/api/dtensor_api.h"
+#include "dtensor/core/fast_kernels.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/nn/layers.h"
+#include "dtensor/tp/parallelize.h"
+#include "dtensor/tp/style.h"
+#include "harness/multi_rank.h"
+
+namespace {
+
+bool has_fast_path() {
+  return dtensor::bf16_linear(at::ones({1, 32}, at::kBFloat16), at::ones({4, 32}, at::kBFloat16)).has_value();
+}
+
+TEST(FastKernels, Bf16LinearEqualsTheReferenceWithinOneRounding) {
+  if (!has_fast_path()) GTEST_SKIP() << "this CPU has no AVX-512 BF16 (or DTENSOR_FAST_KERNELS=0): the reference runs";
+  at::manual_seed(0);
+  for (int64_t m : {1, 2, 3, 4, 5, 8}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{7, 32}, {33, 100}, {130, 2048}, {64, 4131}}) {
+      const at::Tensor x = at::randn({m, k}).to(at::kBFloat16), w = at::randn({n, k}).to(at::kBFloat16);
+      const at::Tensor exact = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
+      const at::Tensor sums = *dtensor::bf16_linear(x, w, /*fp32_out=*/true);
+      EXPECT_LE((sums.to(at::kDouble) - exact).abs().max().item<double>(), 1e-5 * exact.abs().max().item<double>())
+          << m << "x" << k << " @ " << n;
+      // bf16 out: the fp32 sum rounded once, as at::linear's; the two sums differ in order only.
+      const at::Tensor got = *dtensor::bf16_linear(x, w), ref = at::linear(x, w);
+      EXPECT_TRUE(((got.to(at::kFloat) - ref.to(at::kFloat)).abs() <= ref.to(at::kFloat).abs() * (1.0 / 128) + 1e-30).all().item<bool>())
+          << m << "x" << k << " @ " << n;
+    }
+  }
+}
+
+TEST(FastKernels, OnlyWhereItApplies) {
+  const at::Tensor w = at::ones({4, 32}, at::kBFloat16);
+  EXPECT_FALSE(dtensor::bf16_linear(at::ones({9, 32}, at::kBFloat16), w));               // more rows: PyTorch's GEMM
+  EXPECT_FALSE(dtensor::bf16_linear(at::ones({1, 32}), w.to(at::kFloat)));                 // fp32
+  EXPECT_FALSE(dtensor::bf16_linear(at::ones({1, 32}, at::kBFloat16), w.t().contiguous().t()));  // w not contiguous
+  EXPECT_FALSE(dtensor::bf16_linear(at::ones({1, 16}, at::kBFloat16), w));               // sizes differ
+  dtensor::FastKernelsGuard off(false);
+  EXPECT_FALSE(dtensor::bf16_linear(at::ones({1, 32}, at::kBFloat16), w));               // switched off
+}
+
+// nn::Linear on plain tensors and sharded at TP 2 (colwise then rowwise: the local mm of each rank through the
+// DTensor kernel) give the reference's result within one bf16 rounding per matmul.
+TEST(FastKernels, LinearAndShardedLinearUseItWithTheReferenceValues) {
+  at::manual_seed(1);
+  dtensor::nn::Linear up(torch::nn::LinearOptions(64, 96).bias(false)), down(torch::nn::LinearOptions(96, 64).bias(false));
+  up->to(at::kBFloat16);
+  down->to(at::kBFloat16);
+  const at::Tensor x = at::randn({1, 1, 64}).to(at::kBFloat16);
+  at::NoGradGuard no_grad;
+  at::Tensor ref;
+  {
+    dtensor::FastKernelsGuard off(false);
+    ref = down(up(x)).to(at::kFloat);
+  }
+  const at::Tensor plain = down(up(x)).to(at::kFloat);
+  EXPECT_LE((plain - ref).abs().max().item<double>(), 2.0 / 128 * ref.abs().max().item<double>());
+  dtensor::testing::run_ranks(2, [&](int, int world) {
+    at::NoGradGuard no_grad_here;  // per thread
+    auto mesh = dtensor::init_device_mesh("cpu", {world});
+    dtensor::nn::Linear a(torch::nn::LinearOptions(64, 96).bias(false)), b(torch::nn::LinearOptions(96, 64).bias(false));
+    a->to(at::kBFloat16);
+    b->to(at::kBFloat16);
+    a->weight.copy_(up->weight);
+    b->weight.copy_(down->weight);
+    dtensor::parallelize_module(*a, mesh, dtensor::ColwiseParallel());
+    dtensor::parallelize_module(*b, mesh, dtensor::RowwiseParallel());
+    const at::Tensor y = b(a(x)).to(at::kFloat);
+    EXPECT_LE((y - ref).abs().max().item<double>(), 3.0 / 128 * ref.abs().max().item<double>());
+  });
+}
+
+}  // namespace

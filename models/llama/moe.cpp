@@ -4,7 +4,7 @@
 
 #include "dtensor/core/chunking.h"
 #include "dtensor/nn/default_device.h"
-#include "dtensor/tp/moe_styles.h"
+#include "dtensor/core/moe_combine.h"
 
 namespace llama {
 

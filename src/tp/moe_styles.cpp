@@ -7,6 +7,7 @@
 
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/chunking.h"
+#include "dtensor/core/moe_combine.h"
 #include "dtensor/mesh/autograd_collectives.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/nn/module_hooks.h"
@@ -189,15 +190,6 @@ at::Tensor partial_output(const at::Tensor& y, const Routing& r) {
 }
 
 }  // namespace
-
-at::Tensor sum_expert_shares(const at::Tensor& shares, const at::Tensor& idx, at::ScalarType dtype) {
-  const int64_t tokens = shares.size(0), k = shares.size(1), h = shares.size(2);
-  const at::Tensor by_expert = at::argsort(idx, /*stable=*/true, -1).unsqueeze(-1).expand({tokens, k, h});
-  const at::Tensor ordered = shares.to(dtype).gather(1, by_expert);
-  at::Tensor out = ordered.select(1, 0);
-  for (int64_t j = 1; j < k; ++j) out = out + ordered.select(1, j);
-  return out;
-}
 
 void ExpertParallel::validate(const torch::nn::Module& m, const std::string& path) const {
   validate_experts(m, path, name());

@@ -66,12 +66,6 @@ struct ExpertParallel : ParallelStyle, ExpertParallelOptions {
 // ExpertParallel on every module of `root` that `keys` match (parallelize_module's key syntax), over the 1-D
 // ("ep") or 2-D ("ep", "tp") `mesh`; then the hooks are linked and gradient sync installed, as
 // parallelize_module does. Validates every match first: a bad key or mesh leaves `root` untouched.
-// The k weighted expert outputs of each token, shares [T, k, H], summed into [T, H] in `dtype`: each share rounded to
-// `dtype`, then added in the order of the tokens' expert ids idx [T, k], each sum rounded (transformers' per-expert
-// index_add_ loop; bit-equal to it in bf16 for any k). Every MoE path sums with it: the plain experts and the
-// expert-parallel combines.
-at::Tensor sum_expert_shares(const at::Tensor& shares, const at::Tensor& idx, at::ScalarType dtype);
-
 void parallelize_experts(torch::nn::Module& root, const DeviceMesh& mesh, const std::vector<std::string>& keys,
                          ExpertParallelOptions options = {});
 

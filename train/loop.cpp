@@ -10,6 +10,8 @@
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/nn/default_device.h"
+#include "dtensor/nn/materialize.h"
 #include "train/checkpointing.h"
 
 namespace train {
@@ -37,6 +39,24 @@ llama::LlamaForCausalLM make_model(const TrainOptions& o) {
   } else {
     llama::load_hf_llama(o.hf_dir, model);  // every rank the whole checkpoint; the plan then shards it
   }
+  return model;
+}
+
+llama::LlamaForCausalLM build_model(const TrainOptions& o, const models::ParallelDims& dims) {
+  llama::LlamaForCausalLM model{nullptr};
+  {
+    dtensor::nn::DefaultDeviceGuard meta(at::kMeta);
+    model = llama::LlamaForCausalLM(o.model);
+  }
+  const llama::ParallelizeConfig config = parallelize_config(o);
+  llama::apply_model_parallel(model, dims, config);  // TP and EP cut the meta parameters: nothing is sent
+  dtensor::nn::to_empty(*model, dims.tp_mesh().device(), param_dtype(o));  // this rank's shards and replicas only
+  if (o.hf_dir.empty()) {
+    model->init_weights(o.seed);  // each rank its part of the seeded values: the same weights at every TP degree
+  } else {
+    llama::load_hf_llama(o.hf_dir, model);  // each rank its slices of the files
+  }
+  llama::apply_data_parallel(model, dims, config);  // DDP's buckets and FSDP's groups take the filled parameters
   return model;
 }
 

@@ -317,8 +317,7 @@ bool loss_parallel_enabled(const models::ParallelDims& dims, const ParallelizeCo
   return dims.tp_enabled() && config.plan == TPPlan::torchtitan && config.tp.loss_parallel;
 }
 
-void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config) {
-  const DeviceMesh& mesh = dims.world_mesh();
+void apply_model_parallel(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config) {
   const bool ep = dims.ep_enabled();
   if (ep) {
     require_experts(model->config);  // before any plan moves a parameter
@@ -342,12 +341,20 @@ void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims
     if (!config.gradient_sync) disable_gradient_sync(*model);
   }
   if (ep) apply_ep(model, dims.expert_mesh());
-  if (ep && dims.dp_enabled()) return replicate_with_experts(model, dims);
+}
+
+void apply_data_parallel(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config) {
   if (!dims.dp_enabled()) return;
+  if (dims.ep_enabled()) return replicate_with_experts(model, dims);
   switch (dims.data_parallel) {
-    case models::DataParallel::ddp: replicate(*model, mesh); break;
-    case models::DataParallel::fsdp: apply_fsdp(model, mesh, config.fsdp); break;
+    case models::DataParallel::ddp: replicate(*model, dims.world_mesh()); break;
+    case models::DataParallel::fsdp: apply_fsdp(model, dims.world_mesh(), config.fsdp); break;
   }
+}
+
+void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config) {
+  apply_model_parallel(model, dims, config);
+  apply_data_parallel(model, dims, config);
 }
 
 std::string to_string(TPPlan plan) { return plan == TPPlan::hf ? "hf" : "torchtitan"; }

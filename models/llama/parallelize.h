@@ -88,6 +88,11 @@ struct ParallelizeConfig {
 // and data parallel is DDP: the dense parameters averaged over all dp ranks, each expert's gradient (already
 // summed over the tokens of its ep group) summed over "dp" and divided by dp. FSDP with EP is refused.
 void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
+// parallelize_llama's two stages. A model built on the meta device takes the first before its parameters exist
+// (dtensor::nn::to_empty keeps the TP gradient-sync hooks) and the second after they are filled: DDP's and FSDP's
+// state holds the parameters themselves (train::build_model).
+void apply_model_parallel(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
+void apply_data_parallel(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
 // Whether a step must hold a LossParallelGuard: the logits come Shard(-1) (vocab).
 bool loss_parallel_enabled(const models::ParallelDims& dims, const ParallelizeConfig& config);
 

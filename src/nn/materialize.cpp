@@ -1,7 +1,9 @@
 #include "dtensor/nn/materialize.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <optional>
 #include <unordered_map>
@@ -30,6 +32,18 @@ at::Tensor empty_like_on(const at::Tensor& t, at::Device device, std::optional<a
   return detail::make_dtensor(at::empty(local.sizes(), local.options().device(device).dtype(to)), std::move(spec));
 }
 
+// The post-accumulate-grad hook of meta parameter `from` (a TP plan's gradient sync) moves to its replacement `to`,
+// so a plan applied on the meta device reduces the materialized parameters' gradients as it would have the meta
+// ones'. Gradient hooks (Tensor.register_hook) are refused: register them on the materialized parameter.
+void move_autograd_hooks(const at::Tensor& from, const at::Tensor& to) {
+  if (!from.requires_grad()) return;
+  DTENSOR_CHECK(torch::autograd::impl::hooks(from).empty(),
+                "dtensor: to_empty: a meta parameter of shape ", from.sizes(),
+                " has gradient hooks (register_hook); register them after to_empty");
+  auto& post = torch::autograd::impl::post_acc_grad_hooks(from);
+  if (post) torch::autograd::impl::set_post_acc_grad_hooks(to, std::move(post));
+}
+
 }  // namespace
 
 int64_t to_empty(torch::nn::Module& module, at::Device device, std::optional<at::ScalarType> dtype) {
@@ -44,6 +58,7 @@ int64_t to_empty(torch::nn::Module& module, at::Device device, std::optional<at:
       const at::Tensor& local = is_dtensor(it->second) ? detail::local_tensor(it->second) : it->second;
       bytes += static_cast<int64_t>(local.nbytes());
       if (t.requires_grad()) it->second.set_requires_grad(true);
+      move_autograd_hooks(t, it->second);
     }
     return it->second;
   };

@@ -38,25 +38,25 @@ const train::Corpus& test_corpus() {
 namespace {
 
 // Ranks as threads on `make_mesh(world)`; rank 0's results.
-RunResult run_ranks_on(const train::TrainOptions& options, int world, bool capture_grads,
+RunResult run_ranks_on(const train::TrainOptions& options, int world, bool capture_grads, Build build,
                        const std::function<dtensor::DeviceMesh(int world)>& make_mesh);
 
 }  // namespace
 
-RunResult run_tp(const train::TrainOptions& options, int tp, bool capture_grads) {
-  return run_ranks_on(options, tp, capture_grads, [&](int world) { return dtensor::init_device_mesh(options.device, {world}); });
+RunResult run_tp(const train::TrainOptions& options, int tp, bool capture_grads, Build build) {
+  return run_ranks_on(options, tp, capture_grads, build, [&](int world) { return dtensor::init_device_mesh(options.device, {world}); });
 }
 
-RunResult run_dp_tp(train::TrainOptions options, int dp, int tp, bool capture_grads) {
+RunResult run_dp_tp(train::TrainOptions options, int dp, int tp, bool capture_grads, Build build) {
   options.dp = dp;
   options.tp = tp;
-  return run_ranks_on(options, dp * tp, capture_grads,
+  return run_ranks_on(options, dp * tp, capture_grads, build,
                       [&](int world) { return train::parallel_dims(options, world).build_mesh(); });
 }
 
 namespace {
 
-RunResult run_ranks_on(const train::TrainOptions& options, int world_size, bool capture_grads,
+RunResult run_ranks_on(const train::TrainOptions& options, int world_size, bool capture_grads, Build build,
                        const std::function<dtensor::DeviceMesh(int world)>& make_mesh) {
   RunResult out;
   std::mutex mu;
@@ -65,9 +65,16 @@ RunResult run_ranks_on(const train::TrainOptions& options, int world_size, bool 
   run_options.expect_all_succeed = false;  // rank errors are thrown below (the tests skip known library gaps)
   const auto errors = dtensor::testing::run_ranks(world_size, [&](int rank, int world) {
     auto mesh = make_mesh(world);
-    llama::LlamaForCausalLM model = train::make_model(options);
-    model->to(mesh.device());
-    const models::ParallelDims dims = train::parallelize(model, options, mesh);
+    llama::LlamaForCausalLM model{nullptr};
+    models::ParallelDims dims;
+    if (build == Build::meta_first) {
+      dims = models::ParallelDims::from_mesh(mesh, options.data_parallel);
+      model = train::build_model(options, dims);
+    } else {
+      model = train::make_model(options);
+      model->to(mesh.device());
+      dims = train::parallelize(model, options, mesh);
+    }
     train::TrainHooks hooks;
     std::map<std::string, at::Tensor> grads;
     if (capture_grads) {

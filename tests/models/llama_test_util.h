@@ -28,11 +28,16 @@ struct RunResult {
 };
 
 
+// How a run builds its model: train::build_model (meta-first, llama_train's path), or the reference path
+// train::make_model (the whole model on every rank) + train::parallelize.
+enum class Build { meta_first, whole_then_shard };
+
 // Trains `options` at TP `tp` (ranks as threads; tp 1 is the plain model). A rank's error throws, naming it.
-RunResult run_tp(const train::TrainOptions& options, int tp, bool capture_grads = false);
+RunResult run_tp(const train::TrainOptions& options, int tp, bool capture_grads = false, Build build = Build::meta_first);
 
 // Trains `options` on a ("dp", "tp") mesh of dp * tp ranks (threads) with options.data_parallel over dp.
-RunResult run_dp_tp(train::TrainOptions options, int dp, int tp, bool capture_grads = false);
+RunResult run_dp_tp(train::TrainOptions options, int dp, int tp, bool capture_grads = false,
+                    Build build = Build::meta_first);
 
 // Loads the HF checkpoint `dir` with llama::from_pretrained at TP `tp` (ranks as threads) under `plan` and
 // returns rank 0's full logits for tokens (and attention mask, when given).

@@ -123,9 +123,7 @@ int main(int argc, char** argv) {
     models::ParallelDims dims = train::parallel_dims(options, world->size());
     const dtensor::DeviceMesh& mesh = dims.build_mesh();
     const dtensor::DeviceMesh tp_mesh = dims.tp_mesh();
-    llama::LlamaForCausalLM model = train::make_model(options);
-    model->to(tp_mesh.device());  // initialised on the CPU (the same weights on every device), then moved
-    llama::parallelize_llama(model, dims, train::parallelize_config(options));
+    llama::LlamaForCausalLM model = train::build_model(options, dims);  // meta-first: each rank only its shards
     const int64_t tokens_per_step = options.batch * options.seq_len;
     if (rank == 0) {
       std::printf("llama_train: device=%s dp=%lld (%s) ep=%lld tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d async_tp=%d | %s | corpus %s, %lld tokens\n",

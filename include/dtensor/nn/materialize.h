@@ -21,8 +21,10 @@ namespace dtensor::nn {
 // whose local shard is meta) gets uninitialized storage of its local shape and dtype on `device`; a DTensor keeps its
 // spec (mesh, placements, global shape) and a parameter its requires_grad. A tensor registered in two places (tied
 // embeddings) stays one tensor. Tensors not on meta are left as they are. With `dtype`, floating tensors are allocated
-// in it (Module.to_empty then .to(dtype), without ever holding the first dtype's storage). Returns the bytes allocated
-// on this rank.
+// in it (Module.to_empty then .to(dtype), without ever holding the first dtype's storage). A parameter's post-accumulate-grad
+// hook (a TP plan's gradient sync) moves to its replacement; gradient hooks (register_hook) are refused. State that holds
+// the parameters themselves (DDP's buckets, FSDP's groups) must come after: apply data parallel to the materialized
+// model. Returns the bytes allocated on this rank.
 int64_t to_empty(torch::nn::Module& module, at::Device device, std::optional<at::ScalarType> dtype = std::nullopt);
 
 // The bytes to_empty(module, device, dtype) would allocate on this rank for its meta tensors (each counted once): the

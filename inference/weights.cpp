@@ -20,6 +20,7 @@
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/core/error.h"
 #include "dtensor/checkpoint/state_dict.h"
+#include "dtensor/mesh/launch_env.h"
 #include "dtensor/mesh/process_group.h"
 #include "dtensor/nn/default_device.h"
 #include "dtensor/nn/materialize.h"
@@ -68,8 +69,9 @@ int64_t available_memory() {
 // The ranks agree (one all-reduce over the TP mesh), so all refuse or none does.
 void check_fits_in_memory(int64_t bytes_per_rank, at::ScalarType dtype, const dtensor::DeviceMesh& tp_mesh) {
   const int64_t available = available_memory();
-  const char* local = std::getenv("LOCAL_WORLD_SIZE");
-  const int64_t ranks = local && *local ? std::max(1, std::atoi(local)) : 1;
+  // The ranks sharing this host's memory: the launcher's LOCAL_WORLD_SIZE (tprun, torchrun); one without a launcher
+  // (a single process, or ranks as threads in a test).
+  const int64_t ranks = std::getenv("RANK") != nullptr ? dtensor::LaunchEnv::from_environ().local_world_size : 1;
   at::Tensor refuse = at::scalar_tensor(available >= 0 && bytes_per_rank * ranks > available ? 1 : 0, at::kLong);
   if (tp_mesh.size() > 1) tp_mesh.get_group(0).all_reduce_(refuse, dtensor::ReduceOp::MAX);
   if (refuse.item<int64_t>() == 0) return;

@@ -6,7 +6,10 @@
 
 namespace models {
 
-const char* dtype_choices() { return "auto, bfloat16, float16, float32"; }
+const std::vector<std::string>& dtype_names() {
+  static const std::vector<std::string> names = {"auto", "bfloat16", "float16", "float32"};
+  return names;
+}
 
 at::ScalarType dtype_from_name(const std::string& name) {
   const std::string bare = name.rfind("torch.", 0) == 0 ? name.substr(6) : name;

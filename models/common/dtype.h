@@ -13,6 +13,7 @@
 #include <c10/core/ScalarType.h>
 
 #include <string>
+#include <vector>
 
 namespace models {
 
@@ -29,7 +30,7 @@ at::ScalarType resolve_dtype(const std::string& requested, const std::string& ch
 // dtensor::Error when `device` cannot compute in `dtype` (a CUDA device without bf16, ...): before any loading.
 void check_computable(at::ScalarType dtype, c10::Device device);
 
-// The choices, for help texts: "auto, bfloat16, float16, float32".
-const char* dtype_choices();
+// What --dtype takes: "auto", "bfloat16", "float16", "float32".
+const std::vector<std::string>& dtype_names();
 
 }  // namespace models

@@ -150,12 +150,4 @@ inline CLI::Validator non_empty() {
   return CLI::Validator([](std::string& s) { return s.empty() ? std::string("must not be empty") : std::string(); }, "");
 }
 
-// --dtype (llama_generate, serve, llama_train): models/common/dtype.h's names; another is a bad flag (exit 2).
-inline CLI::Option* add_dtype(CLI::App& app, std::string& dtype) {
-  return app.add_option("--dtype", dtype,
-                        "the dtype the model computes in: auto (the checkpoint's config.json dtype; float32 for a random "
-                        "init), bfloat16, float16 or float32")
-      ->check(CLI::IsMember({"auto", "bfloat16", "float16", "float32"}));
-}
-
 }  // namespace tools_cli

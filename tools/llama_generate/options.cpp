@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "tokenizer/error.h"
+#include "tools/common/dtype_option.h"
 
 namespace llama_generate {
 namespace {

@@ -1,4 +1,5 @@
 #include "tools/llama_train/options.h"
+#include "tools/common/dtype_option.h"
 
 #include <filesystem>
 

@@ -1,4 +1,5 @@
 #include "options.h"
+#include "tools/common/dtype_option.h"
 
 #include <filesystem>
 

@@ -1,0 +1,21 @@
+// --dtype for the tools that load a model (llama_generate, serve, llama_train), apart from cli.h so that the
+// tools without a model (tprun, tokenize, the benches) do not include the models' headers.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "common/dtype.h"
+
+namespace tools_cli {
+
+// --dtype (llama_generate, serve, llama_train): models/common/dtype.h's names; another is a bad flag (exit 2).
+inline CLI::Option* add_dtype(CLI::App& app, std::string& dtype) {
+  return app.add_option("--dtype", dtype,
+                        "the dtype the model computes in: auto (the checkpoint's config.json dtype; float32 for a random "
+                        "init), bfloat16, float16 or float32")
+      ->check(CLI::IsMember(models::dtype_names()));
+}
+
+}  // namespace tools_cli

@@ -4,8 +4,12 @@
 //   --checkpoint D    ours (llama_train --checkpoint-dir D): D/config.json gives the sizes, the newest committed
 //                     D/step-N (or D itself when it is one) the weights; the model is parallelized first and
 //                     each rank reads only its shards (dtensor::checkpoint::load reshards any saved TP degree);
-//   --hf-dir D        HF's save_pretrained layout: D/config.json, then llama::load_hf_llama copies this
+//   --hf-dir D        HF's save_pretrained layout: D/config.json, then llama::load_hf_llama reads this
 //                     rank's slice of each weight from the memory-mapped safetensors.
+// Both loads map in place (dtensor::checkpoint::LoadOptions::map_in_place): a slice that is one contiguous range of
+// a file in the model's dtype uses the file's private mapping as its storage (no copy, no zeroed pages; the page
+// cache's, shared by the ranks of a host); the others (Shard(1) slices, dtype casts) are copied and their pages given
+// back.
 // Whatever does not fit (a missing file, sizes or names that differ) is a SourceError: exit 2 on every rank.
 #include "inference/weights.h"
 
@@ -139,11 +143,12 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
   }
   try {
     if (!options.hf_dir.empty()) {
-      llama::load_hf_llama(options.hf_dir, model);
+      llama::load_hf_llama(options.hf_dir, model, /*map_in_place=*/true);
     } else {
       // Model entries only: a training checkpoint also holds AdamW state and the data position.
       dtensor::checkpoint::StateDict state = dtensor::checkpoint::module_state_dict(*model);
-      dtensor::checkpoint::load(checkpoint_to_load(options.checkpoint), state, {.allow_unused_names = {"state.*", "train.*"}});
+      dtensor::checkpoint::load(checkpoint_to_load(options.checkpoint), state,
+                                {.allow_unused_names = {"state.*", "train.*"}, .map_in_place = true});
     }
   } catch (const SourceError&) {
     throw;

@@ -155,7 +155,7 @@ at::Tensor full_value(const at::Tensor& t) { return dtensor::is_dtensor(t) ? dte
 
 }  // namespace
 
-void load_hf_llama(const std::string& dir, LlamaForCausalLM& model) {
+void load_hf_llama(const std::string& dir, LlamaForCausalLM& model, bool map_in_place) {
   check_config(dir, config_from_hf_json((fs::path(dir) / "config.json").string()), model->config);
   // Parameters only: HF files hold no buffers of ours. A tied lm_head.weight is embed_tokens' tensor, listed
   // once (module_state_dict) under model.embed_tokens.weight; a file may still store lm_head.weight.
@@ -170,7 +170,7 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model) {
   for (const auto& a : assembled) {
     for (const auto& piece : a.pieces) later.push_back(piece.name);
   }
-  dtensor::checkpoint::load(dir, state, {.allow_unused_names = later, .allow_dtype_cast = true});
+  dtensor::checkpoint::load(dir, state, {.allow_unused_names = later, .allow_dtype_cast = true, .map_in_place = map_in_place});
   // Then a packed weight, or one parameter's pieces, at a time: each is read whole on every rank and cut into its
   // parts' shards, so a rank holds at most one such whole tensor beside its own parameters.
   const auto params = model->named_parameters();
@@ -283,8 +283,8 @@ LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMe
       throw DTENSOR_ERROR("dtensor: from_pretrained: unknown plan '", plan, "' (hf, torchtitan, inference or ep)");
     }
   }
-  dtensor::nn::to_empty(*model, at::kCPU, dt);
-  load_hf_llama(dir, model);
+  dtensor::nn::to_empty(*model, at::kCPU, dt);  // untouched pages: what the file's mapping replaces costs nothing
+  load_hf_llama(dir, model, /*map_in_place=*/true);
   return model;
 }
 

@@ -3,7 +3,7 @@
 //
 //   llama::LlamaForCausalLM model(llama::config_from_hf_json(dir + "/config.json"));
 //   llama::apply_tp(model, tp_mesh);          // or apply_hf_tp: any plan, any TP degree
-//   llama::load_hf_llama(dir, model);         // each rank copies only its slice of each weight
+//   llama::load_hf_llama(dir, model);         // each rank reads only its slice of each weight
 //
 // or in one call, like transformers' from_pretrained(dir, tp_plan="auto"):
 //
@@ -27,7 +27,11 @@ namespace llama {
 // embeddings lm_head.weight need not be stored. Checks first that config.json's sizes match the model's and
 // that every weight is there with its shape; then one error on every rank and the model is untouched.
 // Collective over the world when one is initialized.
-void load_hf_llama(const std::string& dir, LlamaForCausalLM& model);
+// With `map_in_place` (inference: from_pretrained, llama_generate, serve) a weight whose slice on this rank is one
+// contiguous range of a file in the model's dtype (TP 1, a Shard(0) slice, a replica) is not copied: the file's
+// private mapping is its storage (dtensor::checkpoint::LoadOptions::map_in_place), as transformers' and llama.cpp's
+// mmap loading.
+void load_hf_llama(const std::string& dir, LlamaForCausalLM& model, bool map_in_place = false);
 
 // Writes `model` (plain or parallelized) as `save_pretrained` does: config.json and model.safetensors in
 // `dtype`, by default the model's own (as save_pretrained). Collective: every rank gathers one weight at a time, rank 0 writes it (peak memory near one full

@@ -31,7 +31,15 @@ std::string name_list(const std::vector<std::string>& names) {
 struct Copy {
   at::Tensor dst, src;
   const detail::SavedChunk* chunk = nullptr;  // where src lies: its pages are given back after the copy
+  bool in_place = false;  // dst is the whole held tensor and src one contiguous range in its dtype: dst takes src
 };
+
+// Whether `held` (all of what a rank holds of one tensor) can take `src` (the one saved range covering it) as its
+// storage: same dtype, both contiguous, on the CPU, src aligned to its element size.
+bool can_map(const at::Tensor& held, const at::Tensor& src) {
+  return held.scalar_type() == src.scalar_type() && held.device().is_cpu() && held.is_contiguous() &&
+         src.is_contiguous() && reinterpret_cast<uintptr_t>(src.data_ptr()) % src.element_size() == 0;
+}
 
 struct Plan {
   detail::Contents contents;
@@ -77,12 +85,18 @@ Plan make_plan(const std::string& dir, const StateDict& state, const LoadOptions
     }
     // Resharding: the saved chunks that overlap what this rank holds, and only their common parts.
     int64_t covered = 0;
+    const size_t first = plan.copies.size();
     for (const detail::SavedChunk& chunk : e.chunks) {
       const auto part = detail::intersect(h->box, chunk.box);
       if (!part) continue;
       plan.copies.push_back({detail::narrow_to(h->data, h->box, *part),
                              detail::narrow_to(chunk.file->view(*chunk.stored), chunk.box, *part), &chunk});
       covered += part->numel();
+    }
+    if (options.map_in_place && plan.copies.size() == first + 1 && plan.copies.back().dst.numel() == h->data.numel()) {
+      Copy& only = plan.copies.back();
+      only.dst = h->data;  // the held tensor itself (the same TensorImpl as the parameter's, or the DTensor's local)
+      only.in_place = can_map(only.dst, only.src);
     }
     DTENSOR_CHECK(covered == h->box.numel(), where, "the saved chunks of '", name, "' cover ", covered, " of the ",
                   h->box.numel(), " elements of ", h->box.to_string(), " that this rank holds");
@@ -106,8 +120,15 @@ void load(const std::string& dir, StateDict& state, const LoadOptions& options) 
 
   at::NoGradGuard no_grad;
   // A copy reads this rank's slice through the file's mapping; its pages are then given back, so that a rank's
-  // resident memory is what it holds, not the checkpoint it read from.
+  // resident memory is what it holds, not the checkpoint it read from. With map_in_place the tensors that can take
+  // their range of the mapping as storage do (LoadOptions), and the pages are left to the page cache.
+  // A copied range's pages are given back even where an edge page is shared with a tensor loaded in place: nothing
+  // has written to the mapping yet, so that tensor faults the same bytes in again.
   for (auto& c : plan.copies) {
+    if (c.in_place) {
+      c.dst.set_(c.src);
+      continue;
+    }
     c.dst.copy_(c.src);
     c.chunk->file->release_pages(*c.chunk->stored);
   }

@@ -82,7 +82,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   }
   impl->size = st.st_size;
   if (impl->size > 0) {
-    impl->map = mmap(nullptr, static_cast<size_t>(impl->size), PROT_READ, MAP_PRIVATE, fd, 0);
+    // Writable and private: a tensor loaded in place (LoadOptions::map_in_place) may be written; its pages are then
+    // copied, the file is never changed.
+    impl->map = mmap(nullptr, static_cast<size_t>(impl->size), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (impl->map == MAP_FAILED) {
       impl->map = nullptr;
       ::close(fd);

@@ -4,6 +4,7 @@
 // export loads back in transformers with the same logits. tests/oracle/hf_llama_oracle.py is HF's side.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <filesystem>
 #include <mutex>
 
@@ -15,6 +16,7 @@
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
 #include "llama/parallelize.h"
+#include "alloc_counter.h"
 #include "llama_test_util.h"
 
 namespace fs = std::filesystem;
@@ -118,4 +120,55 @@ TEST(LlamaHF, ConfigMismatchIsOneClearError) {
   llama::LlamaForCausalLM model(other);
   const std::string err = dtensor::testing::error_of([&] { llama::load_hf_llama(dir, model); });
   EXPECT_NE(err.find("intermediate_size"), std::string::npos) << err;
+}
+
+// from_pretrained maps in place (dtensor::checkpoint::LoadOptions::map_in_place): a weight whose slice on this rank is
+// one contiguous range of the file in the model's dtype keeps the file's private mapping as its storage. At TP 1 no
+// weight is copied (what stays allocated after the load is < 1% of the parameters); at TP 2 under the hf plan the
+// Shard(1) slices (o_proj, down_proj) are copied, the rest mapped. The logits equal a copying load's, and a write to a
+// mapped weight copies its page: the file is unchanged (a new load gives the copying load's logits again).
+TEST(LlamaHF, WeightsMapInPlaceAndWritesNeverReachTheFile) {
+  const std::string root = fresh("mapped");
+  const std::string dir = root + "/model", ref_path = root + "/expected.safetensors";
+  ASSERT_EQ(oracle({"make", dir, ref_path}).exit_code, 0);
+  const Reference ref = read_reference(ref_path);
+  llama_test::CountingAllocator::install();
+  static std::array<llama_test::AllocCounter, 3> counters;  // outlive every tensor they count: tp 1, tp 2's two ranks
+  for (int tp : {1, 2}) {
+    dtensor::testing::run_ranks(tp, [&](int rank, int world) {
+      auto mesh = dtensor::init_device_mesh("cpu", {world});
+      llama::LlamaForCausalLM mapped{nullptr};
+      {
+        llama_test::CountingAllocator::Scope scope(counters[tp == 1 ? 0 : 1 + rank]);
+        mapped = llama::from_pretrained(dir, &mesh, "hf");
+      }
+      llama::LlamaForCausalLM copied(llama::config_from_hf_json(dir + "/config.json"));
+      if (tp > 1) llama::apply_hf_tp(copied, mesh);
+      llama::load_hf_llama(dir, copied, /*map_in_place=*/false);
+      int64_t param_bytes = 0, shard1_bytes = 0;
+      for (const auto& item : mapped->named_parameters()) {
+        const at::Tensor local = dtensor::is_dtensor(item.value()) ? dtensor::to_local(item.value()) : item.value();
+        param_bytes += static_cast<int64_t>(local.nbytes());
+        if (dtensor::is_dtensor(item.value()) && dtensor::placements(item.value())[0].is_shard(1)) {
+          shard1_bytes += static_cast<int64_t>(local.nbytes());
+        }
+      }
+      const int64_t kept = counters[tp == 1 ? 0 : 1 + rank].current;
+      if (tp == 1) {
+        EXPECT_LT(kept, param_bytes / 100) << "TP 1: " << kept << " of " << param_bytes << " bytes copied";
+      } else {
+        EXPECT_GE(kept, shard1_bytes) << "rank " << rank;
+        EXPECT_LT(kept, shard1_bytes + param_bytes / 100) << "rank " << rank << ": " << kept << " bytes copied, "
+                                                          << shard1_bytes << " in Shard(1) slices";
+      }
+      at::NoGradGuard no_grad;
+      auto full = [](const at::Tensor& t) { return dtensor::is_dtensor(t) ? dtensor::full_tensor(t) : t; };
+      const at::Tensor want = full(copied(ref.tokens));
+      EXPECT_TRUE(at::equal(full(mapped(ref.tokens)), want)) << "TP " << tp;
+      for (const auto& item : mapped->named_parameters()) item.value().add_(1.0);  // copy-on-write, never the file
+      EXPECT_FALSE(at::equal(full(mapped(ref.tokens)), want)) << "TP " << tp;
+      llama::LlamaForCausalLM again = llama::from_pretrained(dir, &mesh, "hf");
+      EXPECT_TRUE(at::equal(full(again(ref.tokens)), want)) << "TP " << tp;
+    });
+  }
 }

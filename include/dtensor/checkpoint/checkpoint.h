@@ -55,6 +55,12 @@ struct LoadOptions {
   // Verify each file's CRC-32 against the index (each file is read once across the job, files split among
   // ranks). Sizes are always checked.
   bool verify_checksums = true;
+  // A tensor whose part on this rank is one contiguous byte range of one file, stored in its own dtype, takes that
+  // range of the file's private mapping as its storage instead of a copy (transformers' and llama.cpp's mmap
+  // loading): nothing is copied or zeroed, pages are read on first use from the page cache, which ranks on one host
+  // share. A write copies the page (MAP_PRIVATE): the file never changes. The mapping lives while a tensor uses it.
+  // Other parts (a Shard(1) slice, a dtype cast, pieces of several chunks) are copied as without it.
+  bool map_in_place = false;
 };
 
 // Loads `dir` into `state`, resharding: each rank computes which saved chunks overlap the shards it holds

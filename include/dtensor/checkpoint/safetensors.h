@@ -48,11 +48,11 @@ class SafetensorsFile {
   const StoredTensor* find(const std::string& name) const;  // nullptr if absent
   const std::map<std::string, std::string>& metadata() const;  // __metadata__ ({} if absent)
 
-  // The stored tensor as a CPU tensor over the mapping (no copy; read-only: never write into it). It keeps the
-  // mapping alive.
+  // The stored tensor as a CPU tensor over the mapping (no copy). The mapping is private: a write copies the page,
+  // the file never changes. It keeps the mapping alive.
   at::Tensor view(const StoredTensor& stored) const;
-  // Gives back this process's resident pages of the mapping under `stored` (madvise MADV_DONTNEED on a read-only
-  // private mapping: the page cache keeps them, a later read faults them in again), so that a rank that has copied
+  // Gives back this process's resident pages of the mapping under `stored` (madvise MADV_DONTNEED on the private
+  // mapping: the page cache keeps them, a later read faults them in again; call it only where nothing was written), so that a rank that has copied
   // its slices out does not keep the file resident beside them. Views stay valid.
   void release_pages(const StoredTensor& stored) const;
   // CRC-32 (zlib's, as Python's zlib.crc32) of the whole file, read through the mapping.

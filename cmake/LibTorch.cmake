@@ -29,4 +29,10 @@ target_include_directories(dtensor_libtorch SYSTEM INTERFACE
   "${TORCH_ROOT}/include" "${TORCH_ROOT}/include/torch/csrc/api/include")
 target_link_libraries(dtensor_libtorch INTERFACE "${DTENSOR_TORCH_CPU_LIB}" "${DTENSOR_C10_LIB}" Threads::Threads)
 target_compile_definitions(dtensor_libtorch INTERFACE _GLIBCXX_USE_CXX11_ABI=${DTENSOR_TORCH_CXX11_ABI})
+# LibTorch's Linux wheels are built with AT_PARALLEL_OPENMP: at::parallel_for is a header template whose threads are an
+# `omp parallel` in the caller's own code. Compiled without -fopenmp it runs every range on the calling thread,
+# silently (torch.utils.cpp_extension passes -fopenmp for the same reason). The soname libgomp.so.1 resolves to the one
+# LibTorch loads: one thread pool.
+target_compile_options(dtensor_libtorch INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fopenmp>)
+target_link_options(dtensor_libtorch INTERFACE $<$<LINK_LANGUAGE:CXX>:-fopenmp>)
 set(DTENSOR_TORCH_LIBDIR "${TORCH_ROOT}/lib")

@@ -4,6 +4,12 @@
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
+#include <ATen/Config.h>
+
+#if AT_PARALLEL_OPENMP && !defined(_OPENMP)
+#error "at::parallel_for would run on one thread: LibTorch uses OpenMP, compile with -fopenmp (cmake/LibTorch.cmake)"
+#endif
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>

@@ -37,7 +37,8 @@ LOGS = os.path.join(BUILD, "flake_check")
 DTENSOR_SUITES = ["Failures", "Rendezvous", "SizeMismatch", "ShmBackend", "ShmAsync", "Tprun", "LaunchEnv",
                   "CheckpointErrors", "CheckpointInterop", "AsyncTP", "Oracle", "Parallelize", "StockModules"]
 LLAMA_SUITES = ["LlamaTrainCli", "LlamaCheckpoint", "LlamaGenerate", "LlamaGenerateCli", "LlamaAsyncTP",
-                "LlamaDataParallelMesh", "LlamaDataParallelCheckpoint", "PagedGenerate", "PlanSearch"]
+                "LlamaDataParallelMesh", "LlamaDataParallelCheckpoint", "PagedGenerate", "PlanSearch",
+                "Parallelisms/BuildModel", "BuildModelMemory", "BuildModelGradientSync"]
 # transformers in a Python process beside each test (or once per process: the HF families and tokenizers)
 LLAMA_ORACLE_SUITES = ["LlamaHF", "Cases/HfFamily", "HfFamilies", "Moe", "TokenizedCorpus"]
 # ctest entries, run through ctest so their commands have one home (tests/CMakeLists.txt).

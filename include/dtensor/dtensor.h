@@ -37,6 +37,7 @@
 #include "dtensor/nn/parameter_replacement.h"
 #include "dtensor/dp/clip_grad.h"
 #include "dtensor/dp/fully_shard.h"
+#include "dtensor/dp/mixed_precision.h"
 #include "dtensor/dp/gradient_sync.h"
 #include "dtensor/dp/replicate.h"
 #include "dtensor/tp/async_tp.h"

@@ -44,13 +44,23 @@ FsdpParamGroup::FsdpParamGroup(std::vector<FsdpParam> params, DeviceMesh mesh, D
     p.local_offset = gathered_numel;
     gathered_numel += p.local_shape[0] * p.row_numel;
   }
-  gathered_ = at::empty({gathered_numel}, local_tensor(params_.front().sharded).options());
+  // Mixed precision: the gathered (compute) parameters in param_dtype, the gradients reduced in reduce_dtype.
+  const at::ScalarType master = local_tensor(params_.front().sharded).scalar_type();
+  compute_dtype_ = options_.mp_policy.param_dtype.value_or(master);
+  reduce_dtype_ = options_.mp_policy.reduce_dtype.value_or(compute_dtype_);
+  gathered_ = at::empty({gathered_numel}, local_tensor(params_.front().sharded).options().dtype(compute_dtype_));
   gathered_bytes_ = gathered_numel * static_cast<int64_t>(gathered_.element_size());
   for (FsdpParam& p : params_) {
     p.gathered_local = alias_of(gathered_, p.local_offset, p.local_shape);
     at::Tensor leaf_local = alias_of(gathered_, p.local_offset, p.local_shape);
     const bool grad = p.sharded.requires_grad();
-    p.unsharded = p.tp_spec ? make_dtensor(leaf_local, *p.tp_spec, grad) : leaf_local.requires_grad_(grad);
+    if (p.tp_spec) {
+      DTensorSpec spec = *p.tp_spec;
+      spec.meta.dtype = compute_dtype_;
+      p.unsharded = make_dtensor(leaf_local, spec, grad);
+    } else {
+      p.unsharded = leaf_local.requires_grad_(grad);
+    }
   }
   resize_storage(gathered_, 0);  // starts sharded
 }
@@ -187,12 +197,13 @@ void FsdpParamGroup::end_of_backward() {
 void FsdpParamGroup::reduce_gradients() {
   at::NoGradGuard no_grad;
   // Copy-in: each gradient's TP-local rows, chunk i at rank i's slot of the flat buffer [dp, S].
-  at::Tensor flat = at::zeros({dp_ * shard_numel_}, gathered_.options());
+  at::Tensor flat = at::zeros({dp_ * shard_numel_}, gathered_.options().dtype(reduce_dtype_));
   std::vector<size_t> reduced;
   for (size_t k = 0; k < params_.size(); ++k) {
     FsdpParam& p = params_[k];
     if (!arrived_[k] || !p.unsharded.grad().defined()) continue;
     at::Tensor g = p.unsharded.grad();
+    if (g.scalar_type() != reduce_dtype_) g = g.to(reduce_dtype_);  // mixed precision: reduced in reduce_dtype
     if (p.tp_spec) {
       // Partial -> Replicate (all-reduce over tp) first: a sequence-parallel norm weight's gradient.
       if (placements(g) != p.tp_spec->placements) g = redistribute(g.detach(), p.tp_spec->placements);
@@ -212,6 +223,7 @@ void FsdpParamGroup::reduce_gradients() {
     FsdpParam& p = params_[k];
     const at::Tensor& local = local_tensor(p.sharded);
     at::Tensor piece = mine.narrow(0, p.flat_offset, local.numel()).view(local.sizes());
+    if (piece.scalar_type() != local.scalar_type()) piece = piece.to(local.scalar_type());  // into the masters' dtype
     if (p.sharded.grad().defined()) {
       local_tensor(p.sharded.grad()).add_(piece);  // accumulation across backwards (micro-batches)
     } else {

@@ -90,6 +90,8 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   bool is_root_;
   FullyShardOptions options_;
   int64_t shard_numel_ = 0;   // S
+  at::ScalarType compute_dtype_ = at::kFloat;  // of the gathered parameters (mp_policy.param_dtype)
+  at::ScalarType reduce_dtype_ = at::kFloat;   // of the gradients' reduce-scatter (mp_policy.reduce_dtype)
   at::Tensor gathered_;        // flat TP-local storage of all params (freed when resharded)
   int64_t gathered_bytes_ = 0;
   bool is_unsharded_ = false;

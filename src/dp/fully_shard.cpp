@@ -179,11 +179,16 @@ void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOp
   }
   // Before forward: gather. After forward: free (not the root), and gather again when the output's
   // gradient arrives, i.e. just before this module's backward.
-  nn::register_forward_pre_hook(module, nn::ForwardPreHook([group](torch::nn::Module&, nn::Args args, nn::KwArgs kwargs) {
+  const MixedPrecisionPolicy mp = options.mp_policy;
+  nn::register_forward_pre_hook(module, nn::ForwardPreHook([group, mp](torch::nn::Module&, nn::Args args, nn::KwArgs kwargs) {
     group->on_forward_start();
+    if (mp.param_dtype && mp.cast_forward_inputs) {
+      for (auto& a : args) a = detail::cast_floating(a, *mp.param_dtype);
+      for (auto& [_, v] : kwargs) v = detail::cast_floating(v, *mp.param_dtype);
+    }
     return std::make_pair(std::move(args), std::move(kwargs));
   }));
-  nn::register_forward_hook(module, nn::ForwardHook([group](torch::nn::Module&, const nn::Args&, c10::IValue output) {
+  nn::register_forward_hook(module, nn::ForwardHook([group, mp](torch::nn::Module&, const nn::Args&, c10::IValue output) {
     const bool will_reshard = !group->is_root() && group->options_reshard_after_forward();
     if (will_reshard && c10::GradMode::is_enabled()) {
       std::weak_ptr<FsdpParamGroup> weak = group;
@@ -199,6 +204,7 @@ void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOp
       }
     }
     group->on_forward_end();
+    if (mp.output_dtype) output = detail::cast_floating(output, *mp.output_dtype);
     return output;
   }));
 }

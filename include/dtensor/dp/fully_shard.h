@@ -33,11 +33,18 @@
 // starts the previous one's, so that gather runs while this module computes (the order is the first
 // forward's; parallel/fsdp_param_group.h).
 //
-// Not done: mixed precision; CPU offload.
+// Mixed precision (FSDP2's MixedPrecisionPolicy, options.mp_policy): the shards stay in their dtype (fp32 masters for
+// the optimizer and checkpoints); the all-gather and the gathered parameters forward reads are in param_dtype; the
+// gradients (param_dtype) are reduce-scattered in reduce_dtype (default param_dtype) and land in the shards' .grad in
+// the shards' dtype; cast_forward_inputs casts each fully_shard module's floating inputs to param_dtype, output_dtype
+// its outputs.
+//
+// Not done: CPU offload.
 #pragma once
 
 #include <torch/nn/module.h>
 
+#include "dtensor/dp/mixed_precision.h"
 #include "dtensor/mesh/device_mesh.h"
 
 namespace dtensor {
@@ -51,6 +58,9 @@ struct FullyShardOptions {
   // name: FSDP2 always prefetches one module ahead. False gathers each module when it runs (the reference
   // path; same numbers).
   bool prefetch = true;
+  // FSDP2's mp_policy: param_dtype for the gathered parameters and forward, reduce_dtype for the gradients'
+  // reduce-scatter (see above). All unset: everything in the parameters' dtype.
+  MixedPrecisionPolicy mp_policy = {};
 };
 
 // `mesh`: a 1-D dp mesh (parameters must be plain), or a 2-D ("dp", "tp") mesh whose TP parameters are

@@ -26,7 +26,9 @@ int main(int argc, char** argv) {
     argv += 2;
     argc -= 2;
   }
-  if (argc != 2 || (device != "cpu" && device != "cuda") || (dtype != "float32" && dtype != "bfloat16" && dtype != "float16")) {
+  // The output path is not a flag: "--help" or a misspelt flag is a usage error, never a file of that name.
+  if (argc != 2 || std::string(argv[1]).rfind("-", 0) == 0 || (device != "cpu" && device != "cuda") ||
+      (dtype != "float32" && dtype != "bfloat16" && dtype != "float16")) {
     std::cerr << "usage: op_coverage [--device cpu|cuda] [--dtype float32|bfloat16|float16] <output.md>" << std::endl;
     return 2;
   }

@@ -8,6 +8,9 @@
 #include <algorithm>
 
 namespace train {
+namespace {
+c10::Device compute_device(const TrainOptions& o) { return o.device == "cuda" ? c10::Device(at::kCUDA) : c10::Device(at::kCPU); }
+}  // namespace
 
 void resolve_options(TrainOptions& o) {
   if (o.memory_budget_mb > 0 && !o.plan_auto) throw ConfigError("--memory-budget-mb needs --plan auto");
@@ -29,6 +32,19 @@ void resolve_options(TrainOptions& o) {
     throw ConfigError(e.what());
   }
   param_dtype(o);  // a dtype we compute in, before any communication
+  if (o.mixed_precision == MixedPrecision::fp16) {
+    // fp16's 5-bit exponent underflows small gradients unless the loss is scaled (PyTorch's GradScaler), which
+    // llama_train does not do: refused rather than trained silently wrong.
+    throw ConfigError("--mixed-precision fp16 needs dynamic loss scaling (PyTorch's GradScaler), which llama_train does "
+                      "not implement; use --mixed-precision bf16 (fp32's range, no scaling needed)");
+  }
+  if (o.mixed_precision != MixedPrecision::off) {
+    try {
+      models::check_computable(*mp_policy(o)->param_dtype, compute_device(o));
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("--mixed-precision: ") + e.what());
+    }
+  }
   if (o.ep > 1) {
     if (o.dp % o.ep != 0) {
       throw ConfigError("--ep " + std::to_string(o.ep) + " does not divide --dp " + std::to_string(o.dp) +
@@ -43,15 +59,46 @@ void resolve_options(TrainOptions& o) {
   }
 }
 
+std::string to_string(MixedPrecision mp) {
+  switch (mp) {
+    case MixedPrecision::bf16: return "bf16";
+    case MixedPrecision::fp16: return "fp16";
+    case MixedPrecision::off: break;
+  }
+  return "off";
+}
+
+MixedPrecision mixed_precision_from_string(const std::string& name) {
+  for (MixedPrecision mp : {MixedPrecision::bf16, MixedPrecision::fp16, MixedPrecision::off}) {
+    if (to_string(mp) == name) return mp;
+  }
+  throw ConfigError("--mixed-precision '" + name + "' is not bf16, fp16 or off");
+}
+
 at::ScalarType param_dtype(const TrainOptions& o) {
+  at::ScalarType dtype;
   try {
-    const std::string stored = o.hf_dir.empty() ? "" : llama::checkpoint_dtype((std::filesystem::path(o.hf_dir) / "config.json").string());
-    const at::ScalarType dtype = models::resolve_dtype(o.dtype, stored);
-    models::check_computable(dtype, o.device == "cuda" ? c10::Device(at::kCUDA) : c10::Device(at::kCPU));
-    return dtype;
+    // Mixed precision keeps fp32 masters whatever the checkpoint stores (its bf16 weights are widened on load).
+    const bool masters = o.mixed_precision != MixedPrecision::off;
+    const std::string stored = o.hf_dir.empty() || masters ? "" : llama::checkpoint_dtype((std::filesystem::path(o.hf_dir) / "config.json").string());
+    dtype = models::resolve_dtype(o.dtype, stored);
+    models::check_computable(dtype, compute_device(o));
   } catch (const std::exception& e) {
     throw ConfigError(std::string("--dtype: ") + e.what());
   }
+  if (o.mixed_precision != MixedPrecision::off && dtype != at::kFloat) {
+    throw ConfigError("--dtype " + o.dtype + " with --mixed-precision " + to_string(o.mixed_precision) +
+                      ": mixed precision keeps the parameters as float32 masters and computes in " +
+                      to_string(o.mixed_precision) + " (for parameters stored in " + o.dtype +
+                      " as well, add --mixed-precision off)");
+  }
+  return dtype;
+}
+
+std::optional<dtensor::MixedPrecisionPolicy> mp_policy(const TrainOptions& o) {
+  if (o.mixed_precision == MixedPrecision::off) return std::nullopt;
+  const at::ScalarType compute = o.mixed_precision == MixedPrecision::bf16 ? at::kBFloat16 : at::kHalf;
+  return dtensor::MixedPrecisionPolicy{.param_dtype = compute, .reduce_dtype = at::kFloat};
 }
 
 void fit_to_corpus(TrainOptions& o, const Corpus& corpus) {
@@ -83,7 +130,8 @@ llama::ParallelizeConfig parallelize_config(const TrainOptions& o) {
   return {.plan = o.plan,
           .tp = {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel, .async_tp = o.async_tp},
           .gradient_sync = o.gradient_sync,
-          .fsdp = {.reshard_after_forward = o.reshard_after_forward, .prefetch = o.fsdp_prefetch}};
+          .fsdp = {.reshard_after_forward = o.reshard_after_forward, .prefetch = o.fsdp_prefetch},
+          .mp_policy = mp_policy(o)};
 }
 
 void check_options(const TrainOptions& o, int64_t world) {

@@ -4,16 +4,25 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/parallel_dims.h"
+#include "dtensor/dp/mixed_precision.h"
 #include "train/data.h"
 #include "llama/config.h"
 #include "llama/parallelize.h"
 
 namespace train {
+
+// --mixed-precision (torchtitan's mixed_precision_param with mixed_precision_reduce float32): the parameters are fp32
+// masters (AdamW's state, clipping and checkpoints in fp32), forward and backward compute in bf16 / fp16, gradients
+// are reduced in fp32. off: everything in --dtype.
+enum class MixedPrecision { off, bf16, fp16 };
+std::string to_string(MixedPrecision mp);
+MixedPrecision mixed_precision_from_string(const std::string& name);  // "bf16" | "fp16" | "off"; else ConfigError
 
 struct TrainOptions {
   int64_t tp = 0;  // 0: the world size / dp
@@ -23,9 +32,12 @@ struct TrainOptions {
   bool reshard_after_forward = true;  // fsdp: free gathered parameters after each block's forward
   bool fsdp_prefetch = true;          // fsdp: the next block's all-gather runs while this one computes
   llama::LlamaConfig model;
-  // The parameters', activations' and gradients' dtype (models/common/dtype.h): "auto" is --hf-dir's config.json
-  // dtype, float32 for a random init. The loss is computed in fp32 (as transformers upcasts the logits).
+  // The parameters' dtype (models/common/dtype.h). With mixed precision off it is also the activations' and
+  // gradients': "auto" is --hf-dir's config.json dtype, float32 for a random init. With mixed precision on the
+  // parameters are fp32 masters ("auto" is float32 whatever the checkpoint holds; another dtype is a ConfigError).
+  // The loss is computed in fp32 either way (as transformers upcasts the logits).
   std::string dtype = "auto";
+  MixedPrecision mixed_precision = MixedPrecision::bf16;
   std::string hf_dir;  // fine-tune this HF checkpoint: `model` is its config.json, make_model loads its weights
   // Text --data through this tokenizer (train/tokenized_corpus.h): --tokenizer DIR, or hf_dir when it holds a
   // tokenizer.json. "": bytes are tokens.
@@ -64,9 +76,11 @@ struct ConfigError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// options.dtype resolved ("auto": --hf-dir's config.json dtype, else float32); a dtype the device cannot compute
-// in is a ConfigError.
+// options.dtype resolved ("auto": float32 under mixed precision, else --hf-dir's config.json dtype or float32); a
+// dtype the device cannot compute in, or masters in another dtype than fp32 under mixed precision, is a ConfigError.
 at::ScalarType param_dtype(const TrainOptions& options);
+// The policy --mixed-precision stands for: {param_dtype bf16 / fp16, reduce_dtype fp32}; nullopt when off.
+std::optional<dtensor::MixedPrecisionPolicy> mp_policy(const TrainOptions& options);
 
 // After the fields are set: checks that they fit together (async TP needs SP and the torchtitan plan, --ep divides
 // --dp and the experts, ...), turns SP and loss parallel off under the hf plan, takes --hf-dir's config.json as

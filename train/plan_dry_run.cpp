@@ -23,6 +23,8 @@ PlanOptions plan_options_of(const train::TrainOptions& o, int64_t tp) {
   p.sequence_parallel = o.sequence_parallel;
   p.loss_parallel = o.loss_parallel;
   p.async_tp = o.async_tp;
+  p.param_dtype = param_dtype(o);
+  p.mp_policy = mp_policy(o);
   return p;
 }
 
@@ -46,11 +48,17 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
   // The same parallelize_llama as llama_train's, so the same plan.
   const llama::ParallelizeConfig config{
       .plan = o.tp_plan,
-      .tp = {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel, .async_tp = o.async_tp}};
+      .tp = {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel, .async_tp = o.async_tp},
+      .mp_policy = o.mp_policy};
   // Held over forward and backward, as llama_train holds it.
   if (loss_parallel) options.step_guard = [] { return std::make_shared<dtensor::LossParallelGuard>(); };
   return dtensor::dry_run<llama::LlamaForCausalLM>(
-      [&] { return llama::LlamaForCausalLM(o.model); }, shape,
+      [&] {
+        llama::LlamaForCausalLM model(o.model);
+        if (o.param_dtype != at::kFloat) model->to(o.param_dtype);
+        return model;
+      },
+      shape,
       [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
         llama::parallelize_llama(model, models::ParallelDims::from_mesh(mesh, o.data_parallel), config);
       },

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,11 @@ struct PlanOptions {
   bool loss_parallel = true;
   bool async_tp = false;   // SP's boundaries through async TP's fused ops, as llama_train's --async-tp
   bool optimizer = true;   // AdamW step (llama_train's optimizer)
+  // Each tensor in its dtype, as llama_train's --dtype and --mixed-precision: the parameters (and so their gradients
+  // and AdamW state) in param_dtype; with mp_policy the forward's copies, activations and TP collectives in its
+  // param_dtype, FSDP's gathers in it and its reduce-scatters in reduce_dtype.
+  at::ScalarType param_dtype = at::kFloat;
+  std::optional<dtensor::MixedPrecisionPolicy> mp_policy;
   std::vector<int> ranks;  // simulated ranks; empty: rank 0 and the last
 };
 

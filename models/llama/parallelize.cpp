@@ -313,6 +313,11 @@ void apply_fsdp(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const 
   dtensor::fully_shard(*model, mesh, options);
 }
 
+void apply_mixed_precision(LlamaForCausalLM& model, const dtensor::MixedPrecisionPolicy& policy) {
+  for (const auto& layer : *model->model->layers) dtensor::mixed_precision(*layer, policy);
+  dtensor::mixed_precision(*model, policy);
+}
+
 bool loss_parallel_enabled(const models::ParallelDims& dims, const ParallelizeConfig& config) {
   return dims.tp_enabled() && config.plan == TPPlan::torchtitan && config.tp.loss_parallel;
 }
@@ -344,12 +349,18 @@ void apply_model_parallel(LlamaForCausalLM& model, const models::ParallelDims& d
 }
 
 void apply_data_parallel(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config) {
+  const bool fsdp = dims.dp_enabled() && !dims.ep_enabled() && dims.data_parallel == models::DataParallel::fsdp;
+  // Without FSDP the masters' gradients are reduced where they accumulate, in fp32 (TP's gradient sync, DDP's
+  // buckets); FSDP gathers in param_dtype and reduce-scatters in reduce_dtype itself.
+  if (config.mp_policy && !fsdp) apply_mixed_precision(model, *config.mp_policy);
   if (!dims.dp_enabled()) return;
   if (dims.ep_enabled()) return replicate_with_experts(model, dims);
-  switch (dims.data_parallel) {
-    case models::DataParallel::ddp: replicate(*model, dims.world_mesh()); break;
-    case models::DataParallel::fsdp: apply_fsdp(model, dims.world_mesh(), config.fsdp); break;
+  if (fsdp) {
+    dtensor::FullyShardOptions options = config.fsdp;
+    if (config.mp_policy) options.mp_policy = *config.mp_policy;
+    return apply_fsdp(model, dims.world_mesh(), options);
   }
+  replicate(*model, dims.world_mesh());
 }
 
 void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config) {

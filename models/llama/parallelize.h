@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include <string>
 
 #include "common/parallel_dims.h"
 #include "dtensor/dp/fully_shard.h"
+#include "dtensor/dp/mixed_precision.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/tp/parallelize.h"
 #include "llama/config.h"
@@ -65,6 +67,9 @@ void apply_inference_ep(LlamaForCausalLM& model, const dtensor::DeviceMesh& ep_m
 // FSDP2 the torchtitan way (apply_fsdp): fully_shard each decoder layer, then the root (embeddings, final
 // norm, lm_head), over the "dp" dim of `mesh` (after apply_tp on mesh["tp"], or on a plain model).
 void apply_fsdp(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const dtensor::FullyShardOptions& options = {});
+// Mixed precision without FSDP, the same granularity: dtensor::mixed_precision on each decoder layer, then the root
+// (embeddings, final norm, lm_head).
+void apply_mixed_precision(LlamaForCausalLM& model, const dtensor::MixedPrecisionPolicy& policy);
 
 // Which TP plan parallelize_llama applies.
 enum class TPPlan {
@@ -79,7 +84,10 @@ struct ParallelizeConfig {
   TPPlan plan = TPPlan::torchtitan;
   TPOptions tp = {};                  // the torchtitan plan's options
   bool gradient_sync = true;          // false: Partial gradients reduced by every op that reads them (PyTorch's way)
-  dtensor::FullyShardOptions fsdp = {};  // with DataParallel::fsdp
+  dtensor::FullyShardOptions fsdp = {};  // with DataParallel::fsdp (its mp_policy is set from mp_policy below)
+  // Mixed precision (torchtitan's mixed_precision_param / _reduce): under FSDP its mp_policy; otherwise
+  // dtensor::mixed_precision on each block, then the root. nullopt: compute in the parameters' dtype.
+  std::optional<dtensor::MixedPrecisionPolicy> mp_policy;
 };
 
 // torchtitan's parallelize_llama: the TP plan on dims.tp_mesh() (nothing at TP 1: the plain model), then, at
@@ -89,8 +97,8 @@ struct ParallelizeConfig {
 // summed over the tokens of its ep group) summed over "dp" and divided by dp. FSDP with EP is refused.
 void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
 // parallelize_llama's two stages. A model built on the meta device takes the first before its parameters exist
-// (dtensor::nn::to_empty keeps the TP gradient-sync hooks) and the second after they are filled: DDP's and FSDP's
-// state holds the parameters themselves (train::build_model).
+// (dtensor::nn::to_empty keeps the TP gradient-sync hooks) and the second after they are filled: DDP's, FSDP's and
+// mixed precision's state holds the parameters themselves (train::build_model).
 void apply_model_parallel(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
 void apply_data_parallel(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
 // Whether a step must hold a LossParallelGuard: the logits come Shard(-1) (vocab).

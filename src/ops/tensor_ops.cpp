@@ -42,7 +42,11 @@ DTensorSpec spec_with(const DTensorSpec& spec, Placements placements, c10::Scala
 
 void to_copy(const c10::OperatorHandle& op, Stack* stack) {
   const at::Tensor& self = input(op, stack, 0).toTensor();
-  c10::Device device = self.device();
+  // The local's device: a dry run's DTensor has meta locals on a cpu mesh, and a cast keeps them meta. A device
+  // argument naming the DTensor's own device (autograd's ToCopyBackward passes the input's options) is the local's.
+  const c10::Device device = detail::local_tensor(self).device();
+  c10::IValue& device_arg = input(op, stack, 3);  // _to_copy(self, *, dtype, layout, device, pin_memory, ...)
+  if (device_arg.isDevice() && device_arg.toDevice() == self.device()) device_arg = c10::IValue(device);
   DTensorSpec spec = dtensor_spec(self);
   call_local(op, stack);
   at::Tensor out = stack->back().toTensor();

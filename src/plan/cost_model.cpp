@@ -94,9 +94,9 @@ double best_seconds(const std::function<void()>& fn, int runs) {
 }
 }  // namespace
 
-double measure_matmul_gflops() {
+double measure_matmul_gflops(at::ScalarType dtype) {
   const int64_t n = 1024;
-  at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+  at::Tensor a = at::randn({n, n}).to(dtype), b = at::randn({n, n}).to(dtype);
   return 2.0 * n * n * n / best_seconds([&] { at::mm(a, b); }, 3) / 1e9;
 }
 

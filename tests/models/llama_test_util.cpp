@@ -27,6 +27,9 @@ train::TrainOptions small_options() {
   o.warmup = 5;
   o.max_norm = 1.0;
   o.seed = 7;
+  // The fp32 reference: TP / DP results equal to one device's to fp32 rounding. Mixed precision has its own tests
+  // (tests/train/test_mixed_precision_training.cpp).
+  o.mixed_precision = train::MixedPrecision::off;
   return o;
 }
 

@@ -3,7 +3,8 @@ and torchtitan's TP + SP plan through PyTorch's parallelize_module: one home for
 (llama_oracle.py) and the benchmark twin (tools/bench/llama_step_bench.py).
 
 cfg is models/llama's config as a dict (config_to_hf_json's keys). PyTorch runs attention through SDPA's
-math kernel: its DTensor has no rule for the CPU flash kernel.
+math kernel: its DTensor has no rule for the CPU flash kernel. cfg["sdpa_flash"] = True (plain tensors only: TP 1)
+lets SDPA choose its kernel, for the benchmarks.
 """
 import torch
 import torch.nn as nn
@@ -44,8 +45,11 @@ def build_llama(cfg):
                 v = v[:, :, None].expand(b, v.shape[1], n_rep, s, hd).reshape(b, -1, s, hd)
             # PyTorch's DTensor has no rule for the CPU flash kernel (aten._scaled_dot_product_flash_attention_for_cpu):
             # its math decomposition runs on the head shards (its causal mask is a plain tensor: implicit_replication).
-            with sdpa_kernel(SDPBackend.MATH), implicit_replication():
+            if cfg.get("sdpa_flash"):
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                with sdpa_kernel(SDPBackend.MATH), implicit_replication():
+                    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             return self.o_proj(out.transpose(1, 2).reshape(b, s, -1))
 
     class MLP(nn.Module):
@@ -82,8 +86,9 @@ def build_llama(cfg):
             inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
             freqs = torch.outer(torch.arange(s, dtype=torch.float32), inv_freq)
             angles = torch.cat((freqs, freqs), dim=-1)
-            cos, sin = angles.cos(), angles.sin()
             h = self.embed_tokens(tokens)
+            # In the activations' dtype, as HF's rotary embedding returns them (bf16 under FSDP's mp_policy).
+            cos, sin = angles.cos().to(h.dtype), angles.sin().to(h.dtype)
             for layer in self.layers:
                 h = layer(h, cos, sin)
             return self.norm(h)

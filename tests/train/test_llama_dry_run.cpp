@@ -107,6 +107,36 @@ TEST(LlamaDryRun, WithoutSequenceOrLossParallelEqualsARealRun) {
   expect_dry_run_equals_real_run(o, 2);
 }
 
+// llama_train's default precision (--mixed-precision bf16): parameters, gradients and AdamW state counted in fp32,
+// the activations' collectives in bf16 (half the fp32 bytes), as a real run moves them; FSDP gathers in bf16.
+TEST(LlamaDryRun, MixedPrecisionCountsEachTensorInItsDtype) {
+  auto o = llama_test::small_options();
+  o.mixed_precision = train::MixedPrecision::bf16;
+  expect_dry_run_equals_real_run(o, 2);
+  o.dp = 2;
+  o.data_parallel = models::DataParallel::fsdp;
+  expect_dry_run_equals_real_run(o, 2);
+  // Against the fp32 plan: the same parameter bytes, every TP all-gather and reduce-scatter half as large.
+  auto off = llama_test::small_options();
+  auto bf16 = off;
+  bf16.mixed_precision = train::MixedPrecision::bf16;
+  const dtensor::RankReport a = train::dry_run_llama(plan_options_of(off, 2)).ranks.front();
+  const dtensor::RankReport b = train::dry_run_llama(plan_options_of(bf16, 2)).ranks.front();
+  EXPECT_EQ(a.param_bytes, b.param_bytes);
+  EXPECT_EQ(a.optimizer_state_bytes, b.optimizer_state_bytes);
+  for (const char* kind : {"all_gather", "reduce_scatter"}) {
+    const auto fp32_bytes = plus(a.bytes(StepPhase::FORWARD), a.bytes(StepPhase::BACKWARD))[kind];
+    EXPECT_GT(fp32_bytes, 0) << kind;
+    EXPECT_EQ(plus(b.bytes(StepPhase::FORWARD), b.bytes(StepPhase::BACKWARD))[kind] * 2, fp32_bytes) << kind;
+  }
+  // Pure bf16 (--dtype bfloat16 --mixed-precision off): parameters and optimizer state at half the bytes.
+  auto pure = off;
+  pure.dtype = "bfloat16";
+  const dtensor::RankReport c = train::dry_run_llama(plan_options_of(pure, 2)).ranks.front();
+  EXPECT_EQ(c.param_bytes * 2, a.param_bytes);
+  EXPECT_EQ(c.optimizer_state_bytes * 2, a.optimizer_state_bytes);
+}
+
 // HF's plan (llama_plan --plan hf, a plan search candidate): local activations, the same collectives as a real run.
 TEST(LlamaDryRun, HfPlanEqualsARealRun) {
   auto o = llama_test::small_options();

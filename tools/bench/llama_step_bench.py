@@ -31,8 +31,10 @@ def worker(args):
     torch.set_num_threads(args.threads)
     dist.init_process_group("gloo")
     world = dist.get_world_size()
-    cfg = dict(vocab_size=256, hidden_size=args.dim, num_hidden_layers=args.layers, num_attention_heads=8,
-               num_key_value_heads=4, intermediate_size=3 * args.dim, rope_theta=500000.0, rms_norm_eps=1e-5)
+    # sdpa_flash at TP 1: plain tensors may take SDPA's flash kernel (its DTensor has no rule for it).
+    cfg = dict(vocab_size=256, hidden_size=args.dim, num_hidden_layers=args.layers, num_attention_heads=args.heads,
+               num_key_value_heads=args.kv_heads, intermediate_size=3 * args.dim, rope_theta=500000.0,
+               rms_norm_eps=1e-5, sdpa_flash=world == 1)
     torch.manual_seed(0)
     model = build_llama(cfg)
     if world > 1:
@@ -46,8 +48,13 @@ def worker(args):
         inputs, labels = window[:, :-1].contiguous(), window[:, 1:].contiguous()
         t0 = time.perf_counter()
         opt.zero_grad()
+        # bf16: torchtitan's TP-without-FSDP recipe, autocast around the forward (fp32 masters, bf16 matmuls);
+        # the loss in fp32 as llama_train computes it.
+        amp = torch.autocast("cpu", dtype=torch.bfloat16) if args.mixed_precision == "bf16" else contextlib.nullcontext()
         with loss_parallel() if world > 1 else contextlib.nullcontext():
-            loss = F.cross_entropy(model(inputs).flatten(0, 1), labels.flatten(0, 1))
+            with amp:
+                logits = model(inputs)
+            loss = F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(0, 1))
             loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=False)
         opt.step()
@@ -60,8 +67,10 @@ def worker(args):
 def main():
     p = argparse.ArgumentParser()
     for name, default in [("dim", 512), ("layers", 4), ("seq-len", 256), ("batch", 8), ("steps", 12), ("repeats", 3),
-                          ("threads", 0)]:
+                          ("threads", 0), ("heads", 8), ("kv-heads", 4)]:
         p.add_argument("--" + name, type=int, default=default)
+    p.add_argument("--mixed-precision", choices=["bf16", "off"], default="bf16",
+                   help="bf16: autocast (fp32 masters, bf16 compute), as llama_train's default; off: fp32")
     p.add_argument("--worker", action="store_true")
     args = p.parse_args()
     if args.worker:
@@ -75,7 +84,7 @@ def main():
         for r in range(args.repeats):
             cmd = [torchrun, "--standalone", "--nproc-per-node", str(nproc), os.path.abspath(__file__), "--worker",
                    "--threads", str(threads)] + [f"--{k}={getattr(args, k.replace('-', '_'))}"
-                                                 for k in ("dim", "layers", "seq-len", "batch", "steps")]
+                                                 for k in ("dim", "layers", "seq-len", "batch", "steps", "mixed-precision")]
             out = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads)), capture_output=True,
                                  text=True, timeout=1200)
             m = re.search(r"median_step_ms=([0-9.]+)", out.stdout)

@@ -25,7 +25,9 @@ int main(int argc, char** argv) {
   try {
     dtensor::CostModel cost = dtensor::default_cost_model();
     if (!o.comm_table.empty()) dtensor::load_comm_table(cost, o.comm_table);
-    cost.matmul_gflops = o.mm_gflops > 0 ? o.mm_gflops : dtensor::measure_matmul_gflops();
+    // The matmuls run in the compute dtype: mixed precision's, else the parameters'.
+    const at::ScalarType compute = o.plan.mp_policy ? *o.plan.mp_policy->param_dtype : o.plan.param_dtype;
+    cost.matmul_gflops = o.mm_gflops > 0 ? o.mm_gflops : dtensor::measure_matmul_gflops(compute);
     cost.memory_gbps = o.memory_gbps > 0 ? o.memory_gbps : dtensor::measure_memory_gbps();
     cost.dtensor_op_us = o.dtensor_op_us >= 0 ? o.dtensor_op_us : dtensor::measure_dtensor_op_us();
     if (o.search) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "dtensor/core/error.h"
+#include "tools/common/dtype_option.h"
 
 namespace llama_plan {
 namespace {
@@ -78,6 +79,9 @@ void define(CLI::App& app, CliOptions& o, ModelFlags& m) {
   app.add_option_function<std::string>("--plan", [&](const std::string& v) { o.plan.tp_plan = llama::tp_plan_from_string(v); },
                                        "the TP pairs: torchtitan's plan or HF's tp_plan")
       ->check(CLI::IsMember({"torchtitan", "hf"}))->default_str("torchtitan");
+  tools_cli::add_dtype(app, o.dtype);
+  app.add_option("--mixed-precision", o.mixed_precision, "as llama_train's: bf16 compute with float32 masters (default), or off")
+      ->check(CLI::IsMember({"bf16", "fp16", "off"}))->capture_default_str();
   app.add_flag_callback("--no-optimizer", [&] { o.plan.optimizer = false; }, "no AdamW step");
   app.add_flag("--search", o.search,
                "search the plan: every composition of the TP pairs, SP, loss parallel, async TP and FSDP / DDP, "
@@ -130,6 +134,21 @@ CliOptions parse_options(const std::vector<std::string>& args) {
     if (given > 0) *field = given;
   }
   if (o.memory_budget_mb > 0 && !o.search) throw UsageError("--memory-budget-mb needs --search");
+  {
+    // llama_train's rules for the two flags (train/options.h): fp32 masters under mixed precision, "auto" float32.
+    train::TrainOptions dtypes;
+    dtypes.dtype = o.dtype;
+    try {
+      dtypes.mixed_precision = train::mixed_precision_from_string(o.mixed_precision);
+      if (dtypes.mixed_precision == train::MixedPrecision::fp16) {
+        throw train::ConfigError("--mixed-precision fp16 is refused by llama_train (it needs loss scaling)");
+      }
+      o.plan.param_dtype = train::param_dtype(dtypes);
+    } catch (const train::ConfigError& e) {
+      throw UsageError(e.what());
+    }
+    o.plan.mp_policy = train::mp_policy(dtypes);
+  }
   if (o.plan.async_tp && !o.plan.sequence_parallel) {
     throw UsageError("--async-tp needs sequence parallel (drop --no-sequence-parallel)");
   }

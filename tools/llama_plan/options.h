@@ -21,6 +21,8 @@ struct CliOptions {
   double mm_gflops = 0;     // 0: measure
   double memory_gbps = 0;   // 0: measure
   double dtensor_op_us = -1;  // < 0: measure
+  std::string dtype = "auto";  // --dtype, --mixed-precision: as llama_train's (PlanOptions' dtypes from them)
+  std::string mixed_precision = "bf16";
   bool help = false;
 };
 

@@ -40,6 +40,11 @@ void define(CLI::App& app, train::TrainOptions& o, Seen& seen) {
                  "fine-tune a Hugging Face checkpoint: its config.json is the model (no size flags then), its weights "
                  "the start");
   tools_cli::add_dtype(app, o.dtype);
+  app.add_option_function<std::string>(
+         "--mixed-precision", [&](const std::string& v) { o.mixed_precision = train::mixed_precision_from_string(v); },
+         "compute in bf16 with float32 master weights, optimizer state and gradient reductions, as torchtitan "
+         "(default); off: compute in --dtype; fp16 is refused (it needs loss scaling)")
+      ->check(CLI::IsMember({"bf16", "fp16", "off"}))->default_str(train::to_string(o.mixed_precision));
   app.add_option("--tokenizer", o.tokenizer_dir,
                  "tokenize text --data with this HF tokenizer (default: --hf-dir's tokenizer.json, else bytes are "
                  "tokens); tokenized once into a cache, with a progress bar")

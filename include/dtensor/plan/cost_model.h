@@ -25,7 +25,7 @@ struct CollectiveCost {
 };
 
 struct CostModel {
-  double matmul_gflops = 0;                            // local fp32 mm throughput
+  double matmul_gflops = 0;                            // local mm throughput in the compute dtype
   // The rest of the step's work (elementwise ops, norms, softmax, copies, the optimizer): memory-bound, so costed as
   // RankReport::allocated_bytes x traffic_per_allocated_byte over this bandwidth. 0: not costed.
   double memory_gbps = 0;
@@ -52,8 +52,8 @@ CostModel default_cost_model();
 // Throws dtensor::Error when the file cannot be read or has no table.
 void load_comm_table(CostModel& model, const std::string& path);
 
-// Times a 1024 x 1024 x 1024 fp32 mm on this machine (best of a few runs); about 0.1 s.
-double measure_matmul_gflops();
+// Times a 1024 x 1024 x 1024 mm in `dtype` (the step's compute dtype) on this machine (best of a few runs); about 0.1 s.
+double measure_matmul_gflops(at::ScalarType dtype = at::kFloat);
 // Times an fp32 add of 4M elements (best of a few runs): GB/s of its reads and writes.
 double measure_memory_gbps();
 // Times a small forward and backward on plain tensors and on replicated DTensors (a fake world: no communication):

@@ -81,7 +81,9 @@ int64_t resume_from_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& m
                 " was written with --seed ", seed.item<int64_t>(), ", this run has --seed ", o.seed,
                 " (the data position would not match)");
   ckpt::StateDict state = training_state(model, optimizer, step, seed);
-  ckpt::load(latest->second, state);
+  // Across precisions: fp32 masters (--mixed-precision) resume as bf16 parameters (--dtype bfloat16
+  // --mixed-precision off) and back, the values converted.
+  ckpt::load(latest->second, state, {.allow_dtype_cast = true});
   ckpt::set_adamw_steps(optimizer, *model, state);
   return step.item<int64_t>();
 }

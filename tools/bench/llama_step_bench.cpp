@@ -11,6 +11,7 @@
 // (./scripts/bench_vs_pytorch.sh llama_step runs both).
 //
 //   llama_step_bench [--dim 512] [--layers 4] [--seq-len 256] [--batch 8] [--steps 12] [--repeats 3]
+//                    [--mixed-precision bf16|off]
 //
 // Needs tprun and llama_train beside it. Prints progress, the table, then a `summary` line.
 #include <unistd.h>
@@ -30,6 +31,7 @@ namespace {
 
 struct Args {
   int64_t dim = 512, layers = 4, seq_len = 256, batch = 8, steps = 12, repeats = 3;
+  std::string mixed_precision = "bf16";  // llama_train's --mixed-precision (its default); off: fp32
 };
 
 struct Config {
@@ -54,7 +56,8 @@ double run_once(const Args& a, const Config& c, const std::string& dir) {
                     std::to_string(c.nproc) + " --master-port 0 " + dir + "/llama_train --dim " + std::to_string(a.dim) +
                     " --layers " + std::to_string(a.layers) + " --heads 8 --kv-heads 4 --ffn-dim " + std::to_string(ffn) +
                     " --seq-len " + std::to_string(a.seq_len) + " --batch " + std::to_string(a.batch) + " --steps " +
-                    std::to_string(a.steps) + " --log-every " + std::to_string(a.steps) + " 2>&1";
+                    std::to_string(a.steps) + " --log-every " + std::to_string(a.steps) + " --mixed-precision " +
+                    a.mixed_precision + " 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) throw std::runtime_error("cannot run " + cmd);
   std::string out;
@@ -92,6 +95,8 @@ int main(int argc, char** argv) {
         ->check(tools_cli::positive());
     app.add_option("--repeats", a.repeats, "runs per configuration (the table gives their median)")
         ->check(tools_cli::positive());
+    app.add_option("--mixed-precision", a.mixed_precision, "llama_train's --mixed-precision: bf16 (its default) or off (fp32)")
+        ->check(CLI::IsMember({"bf16", "off"}))->capture_default_str();
     if (tools_cli::parse(app, std::vector<std::string>(argv + 1, argv + argc))) {
       std::fputs(app.help().c_str(), stdout);
       return 0;

@@ -26,7 +26,6 @@
 #include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/mesh/launch_env.h"
 #include "dtensor/mesh/process_group.h"
-#include "dtensor/nn/default_device.h"
 #include "dtensor/nn/materialize.h"
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
@@ -120,11 +119,7 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
                                    const dtensor::DeviceMesh& tp_mesh) {
   // Built on the meta device and parallelized there; then each rank allocates only its shards and replicas and fills
   // them (the seeded init's part of each tensor, or the checkpoint's slices): no rank ever holds the whole model.
-  llama::LlamaForCausalLM model{nullptr};
-  {
-    dtensor::nn::DefaultDeviceGuard meta(at::kMeta);
-    model = llama::LlamaForCausalLM(config);
-  }
+  llama::LlamaForCausalLM model = llama::meta_model(config);
   try {
     if (tp_mesh.size() > 1 && options.ep > 1) {
       llama::apply_inference_ep(model, tp_mesh);

@@ -10,7 +10,6 @@
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/functional_collectives.h"
-#include "dtensor/nn/default_device.h"
 #include "dtensor/nn/materialize.h"
 #include "train/checkpointing.h"
 
@@ -43,11 +42,7 @@ llama::LlamaForCausalLM make_model(const TrainOptions& o) {
 }
 
 llama::LlamaForCausalLM build_model(const TrainOptions& o, const models::ParallelDims& dims) {
-  llama::LlamaForCausalLM model{nullptr};
-  {
-    dtensor::nn::DefaultDeviceGuard meta(at::kMeta);
-    model = llama::LlamaForCausalLM(o.model);
-  }
+  llama::LlamaForCausalLM model = llama::meta_model(o.model);
   const llama::ParallelizeConfig config = parallelize_config(o);
   llama::apply_model_parallel(model, dims, config);  // TP and EP cut the meta parameters: nothing is sent
   dtensor::nn::to_empty(*model, dims.tp_mesh().device(), param_dtype(o));  // this rank's shards and replicas only

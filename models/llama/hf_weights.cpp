@@ -19,7 +19,6 @@
 #include "dtensor/mesh/process_group.h"
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/tensor/dtensor.h"
-#include "dtensor/nn/default_device.h"
 #include "dtensor/nn/materialize.h"
 #include "llama/hf_config.h"
 #include "llama/parallelize.h"
@@ -265,11 +264,7 @@ LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMe
   const LlamaConfig config = config_from_hf_json((fs::path(dir) / "config.json").string());
   const at::ScalarType dt = models::resolve_dtype(dtype, checkpoint_dtype((fs::path(dir) / "config.json").string()));
   models::check_computable(dt, at::kCPU);
-  LlamaForCausalLM model{nullptr};
-  {
-    dtensor::nn::DefaultDeviceGuard meta(at::kMeta);
-    model = LlamaForCausalLM(config);
-  }
+  LlamaForCausalLM model = meta_model(config);
   if (tp_mesh != nullptr && tp_mesh->size() > 1) {
     if (plan == "hf") {
       apply_hf_tp(model, *tp_mesh);

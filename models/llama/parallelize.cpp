@@ -26,6 +26,7 @@
 #include "dtensor/tp/head_replicated_colwise.h"
 #include "dtensor/tp/moe_styles.h"
 #include "dtensor/tp/style.h"
+#include "dtensor/nn/default_device.h"
 #include "dtensor/nn/parameter_replacement.h"
 
 namespace llama {
@@ -361,6 +362,11 @@ void apply_data_parallel(LlamaForCausalLM& model, const models::ParallelDims& di
     return apply_fsdp(model, dims.world_mesh(), options);
   }
   replicate(*model, dims.world_mesh());
+}
+
+LlamaForCausalLM meta_model(const LlamaConfig& config) {
+  dtensor::nn::DefaultDeviceGuard meta(at::kMeta);
+  return LlamaForCausalLM(config);
 }
 
 void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config) {

@@ -96,6 +96,11 @@ struct ParallelizeConfig {
 // and data parallel is DDP: the dense parameters averaged over all dp ranks, each expert's gradient (already
 // summed over the tokens of its ep group) summed over "dp" and divided by dp. FSDP with EP is refused.
 void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
+// The model for `config` on the meta device: shapes and dtypes, no memory. What the meta-first builds start from
+// (train::build_model, from_pretrained, inference's load_model): the plan cuts it, dtensor::nn::to_empty allocates each
+// rank's shards, then they are filled.
+LlamaForCausalLM meta_model(const LlamaConfig& config);
+
 // parallelize_llama's two stages. A model built on the meta device takes the first before its parameters exist
 // (dtensor::nn::to_empty keeps the TP gradient-sync hooks) and the second after they are filled: DDP's, FSDP's and
 // mixed precision's state holds the parameters themselves (train::build_model).

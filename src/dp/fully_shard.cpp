@@ -17,41 +17,24 @@
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/tensor/shard_layout.h"
 #include "dp/fsdp_param_group.h"
+#include "dp/taken_parameters.h"
 
 namespace dtensor {
 namespace {
 
 using detail::FsdpParam;
 using detail::FsdpParamGroup;
+using detail::ParameterUses;
+using detail::TakenRegistry;
+using detail::untaken_parameters;
 
-// The sharded parameters of every fully_shard call, with their group (weakly: a dead model's entries expire).
-struct Registered {
-  c10::weak_intrusive_ptr<c10::TensorImpl> parameter;
-  std::weak_ptr<FsdpParamGroup> group;
-};
-std::mutex registry_mu;
-std::vector<Registered> registry;
-
-void remember(const at::Tensor& sharded, const std::shared_ptr<FsdpParamGroup>& group) {
-  std::lock_guard<std::mutex> lock(registry_mu);
-  registry.erase(std::remove_if(registry.begin(), registry.end(), [](const auto& r) { return r.parameter.expired(); }),
-                 registry.end());
-  registry.push_back(Registered{c10::weak_intrusive_ptr<c10::TensorImpl>(sharded.getIntrusivePtr()), group});
-}
-
-// The registry's entry for `parameter` (null if none); the caller holds registry_mu.
-const Registered* registered(const at::Tensor& parameter) {
-  for (const auto& r : registry) {
-    if (!r.parameter.expired() && r.parameter._unsafe_get_target() == parameter.unsafeGetTensorImpl()) return &r;
-  }
-  return nullptr;
-}
+// The sharded parameters of every fully_shard call, with their group.
+TakenRegistry<std::weak_ptr<FsdpParamGroup>> registry;
 
 // The group that took `parameter` (null if none).
 std::shared_ptr<FsdpParamGroup> group_of(const at::Tensor& parameter) {
-  std::lock_guard<std::mutex> lock(registry_mu);
-  const Registered* r = registered(parameter);
-  return r ? r->group.lock() : nullptr;
+  const auto group = registry.find(parameter);
+  return group ? group->lock() : nullptr;
 }
 
 class GradientArrived final : public torch::autograd::PostAccumulateGradHook {
@@ -115,11 +98,7 @@ FsdpParam shard_parameter(const at::Tensor& p, const std::string& path, const De
 
 }  // namespace
 
-bool is_fully_sharded(const at::Tensor& parameter) {
-  if (!parameter.defined()) return false;
-  std::lock_guard<std::mutex> lock(registry_mu);
-  return registered(parameter) != nullptr;
-}
+bool is_fully_sharded(const at::Tensor& parameter) { return registry.contains(parameter); }
 
 void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOptions options) {
   const DeviceMesh dp_mesh = data_parallel_mesh(mesh);
@@ -133,31 +112,21 @@ void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOp
   // have several uses). Taking any earlier ones' is what makes this the root.
   bool is_root = false;
   std::vector<std::shared_ptr<FsdpParamGroup>> children;  // the earlier calls' groups under `module`
+  const auto untaken = untaken_parameters(module, [&](const at::Tensor& p) {
+    const auto taken_by = registry.find(p);
+    if (!taken_by) return false;
+    is_root = true;  // taking an earlier call's parameters is what makes this the root
+    auto child = taken_by->lock();
+    if (child && std::find(children.begin(), children.end(), child) == children.end()) children.push_back(child);
+    return true;
+  });
   std::vector<FsdpParam> params;
-  std::vector<at::Tensor> sources;
-  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
-    torch::nn::Module* owner = item.value().get();
-    for (const auto& pi : owner->named_parameters(/*recurse=*/false)) {
-      const at::Tensor& p = pi.value();
-      const std::string path = item.key().empty() ? pi.key() : item.key() + "." + pi.key();
-      if (is_fully_sharded(p)) {
-        is_root = true;
-        auto child = group_of(p);
-        if (child && std::find(children.begin(), children.end(), child) == children.end()) children.push_back(child);
-        continue;
-      }
-      auto same = std::find_if(sources.begin(), sources.end(), [&](const at::Tensor& q) { return q.is_same(p); });
-      if (same != sources.end()) {
-        params[same - sources.begin()].uses.emplace_back(owner, pi.key());
-        continue;
-      }
-      FsdpParam fp = shard_parameter(p, path, mesh, tp_mesh, dp, dp_rank);
-      DTENSOR_CHECK(params.empty() || fp.sharded.scalar_type() == params.front().sharded.scalar_type(),
-                    "dtensor: fully_shard: parameters of one module must share a dtype ('", path, "')");
-      fp.uses.emplace_back(owner, pi.key());
-      params.push_back(std::move(fp));
-      sources.push_back(p);
-    }
+  for (const ParameterUses& u : untaken) {
+    FsdpParam fp = shard_parameter(u.tensor, u.path, mesh, tp_mesh, dp, dp_rank);
+    DTENSOR_CHECK(params.empty() || fp.sharded.scalar_type() == params.front().sharded.scalar_type(),
+                  "dtensor: fully_shard: parameters of one module must share a dtype ('", u.path, "')");
+    fp.uses = u.uses;
+    params.push_back(std::move(fp));
   }
   DTENSOR_CHECK(!params.empty(), "dtensor: fully_shard: module ", module.name(), " has no parameters left to shard");
 
@@ -165,7 +134,7 @@ void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOp
     for (const auto& [owner, name] : p.uses) nn::replace_parameter(*owner, name, p.sharded);
   }
   auto group = std::make_shared<FsdpParamGroup>(std::move(params), mesh, dp_mesh, is_root, options);
-  for (const FsdpParam& p : group->params()) remember(p.sharded, group);
+  for (const FsdpParam& p : group->params()) registry.add(p.sharded, group);
   if (is_root) {  // the root and the groups under it: one forward order, for prefetching
     auto schedule = std::make_shared<detail::FsdpSchedule>();
     group->set_schedule(schedule);

@@ -7,12 +7,12 @@
 
 #include <algorithm>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "dtensor/core/error.h"
 #include "dtensor/nn/module_hooks.h"
 #include "dtensor/nn/parameter_replacement.h"
+#include "dp/taken_parameters.h"
 
 namespace dtensor {
 namespace {
@@ -22,21 +22,7 @@ struct Taken {
   std::vector<std::pair<torch::nn::Module*, std::string>> uses;  // (owner, name): tied weights have two
 };
 
-std::mutex registry_mu;
-std::vector<c10::weak_intrusive_ptr<c10::TensorImpl>> registry;  // every master taken (a dead model's expire)
-
-bool taken(const at::Tensor& p) {
-  std::lock_guard<std::mutex> lock(registry_mu);
-  return std::any_of(registry.begin(), registry.end(), [&](const auto& r) {
-    return !r.expired() && r._unsafe_get_target() == p.unsafeGetTensorImpl();
-  });
-}
-
-void remember(const at::Tensor& p) {
-  std::lock_guard<std::mutex> lock(registry_mu);
-  registry.erase(std::remove_if(registry.begin(), registry.end(), [](const auto& r) { return r.expired(); }), registry.end());
-  registry.emplace_back(p.getIntrusivePtr());
-}
+detail::TakenRegistry<bool> registry;  // every master taken
 
 std::string dtype_text(const std::optional<at::ScalarType>& d) { return d ? c10::toString(*d) : "unset"; }
 
@@ -50,35 +36,26 @@ c10::IValue cast_floating(const c10::IValue& v, at::ScalarType dtype) {
 }
 }  // namespace detail
 
-bool has_mixed_precision(const at::Tensor& parameter) { return parameter.defined() && taken(parameter); }
+bool has_mixed_precision(const at::Tensor& parameter) { return registry.contains(parameter); }
 
 void mixed_precision(torch::nn::Module& module, const MixedPrecisionPolicy& policy) {
   DTENSOR_CHECK(policy.param_dtype && at::isFloatingType(*policy.param_dtype),
                 "dtensor: mixed_precision: param_dtype must be a floating dtype, got ", dtype_text(policy.param_dtype));
   auto params = std::make_shared<std::vector<Taken>>();
-  for (const auto& item : module.named_modules("", /*include_self=*/true)) {
-    torch::nn::Module* owner = item.value().get();
-    for (const auto& pi : owner->named_parameters(/*recurse=*/false)) {
-      const at::Tensor& p = pi.value();
-      const std::string path = item.key().empty() ? pi.key() : item.key() + "." + pi.key();
-      if (taken(p)) continue;
-      auto same = std::find_if(params->begin(), params->end(), [&](const Taken& t) { return t.master.is_same(p); });
-      if (same != params->end()) {
-        same->uses.emplace_back(owner, pi.key());
-        continue;
-      }
-      DTENSOR_CHECK(at::isFloatingType(p.scalar_type()), "dtensor: mixed_precision: parameter '", path, "' is ",
-                    c10::toString(p.scalar_type()), ", not floating");
-      DTENSOR_CHECK(!policy.reduce_dtype || *policy.reduce_dtype == p.scalar_type(),
-                    "dtensor: mixed_precision: reduce_dtype ", dtype_text(policy.reduce_dtype), " differs from parameter '",
-                    path, "''s ", c10::toString(p.scalar_type()),
-                    ": without FSDP gradients are reduced where they accumulate, in the masters' dtype "
-                    "(FullyShardOptions::mp_policy reduces in another)");
-      params->push_back(Taken{p, {{owner, pi.key()}}});
-    }
+  for (const detail::ParameterUses& u :
+       detail::untaken_parameters(module, [](const at::Tensor& p) { return registry.contains(p); })) {
+    const at::Tensor& p = u.tensor;
+    DTENSOR_CHECK(at::isFloatingType(p.scalar_type()), "dtensor: mixed_precision: parameter '", u.path, "' is ",
+                  c10::toString(p.scalar_type()), ", not floating");
+    DTENSOR_CHECK(!policy.reduce_dtype || *policy.reduce_dtype == p.scalar_type(),
+                  "dtensor: mixed_precision: reduce_dtype ", dtype_text(policy.reduce_dtype), " differs from parameter '",
+                  u.path, "''s ", c10::toString(p.scalar_type()),
+                  ": without FSDP gradients are reduced where they accumulate, in the masters' dtype "
+                  "(FullyShardOptions::mp_policy reduces in another)");
+    params->push_back(Taken{p, u.uses});
   }
   DTENSOR_CHECK(!params->empty(), "dtensor: mixed_precision: module ", module.name(), " has no parameters left to take");
-  for (const Taken& t : *params) remember(t.master);
+  for (const Taken& t : *params) registry.add(t.master, true);
   const at::ScalarType compute = *policy.param_dtype;
   // Forward reads the compute copies: master.to(compute) records the cast, whose backward brings the copy's gradient
   // back to the master's dtype, accumulated into master.grad (and its hooks: TP's gradient sync, DDP's buckets).

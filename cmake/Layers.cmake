@@ -2,12 +2,12 @@
 # dtensor_layer(<layer> sources...) builds the layer as an object library whose include path is a view of the
 # tree (build/layer_views/<layer>/): symlinks to its own and its lower layers' public headers (include/dtensor/<l>)
 # and internal headers (src/<l>), nothing else. An include of a higher layer is "file not found".
-file(STRINGS "${PROJECT_SOURCE_DIR}/cmake/layers.txt" _dtensor_layer_lines REGEX "^[a-z]+:")
+file(STRINGS "${PROJECT_SOURCE_DIR}/cmake/layers.txt" _dtensor_layer_lines REGEX "^[a-z][a-z0-9]*:")
 # A changed table re-runs the configure step, which remakes the views.
 set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/cmake/layers.txt")
 set(DTENSOR_LAYERS "")
 foreach(_line IN LISTS _dtensor_layer_lines)
-  string(REGEX MATCH "^([a-z]+):(.*)$" _match "${_line}")
+  string(REGEX MATCH "^([a-z][a-z0-9]*):(.*)$" _match "${_line}")
   string(STRIP "${CMAKE_MATCH_2}" _deps)
   separate_arguments(_deps)
   set(DTENSOR_LAYER_DEPS_${CMAKE_MATCH_1} ${_deps})

@@ -23,7 +23,7 @@ while IFS= read -r line; do
     tree_allowed[${BASH_REMATCH[1]}]=" ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} "
     continue
   fi
-  [[ "$line" =~ ^([a-z]+):(.*)$ ]] || continue
+  [[ "$line" =~ ^([a-z][a-z0-9]*):(.*)$ ]] || continue
   allowed[${BASH_REMATCH[1]}]=" ${BASH_REMATCH[1]} ${BASH_REMATCH[2]} "
 done < "$TABLE"
 

@@ -1,5 +1,7 @@
 #include "train/options.h"
 
+#include <ATen/ATen.h>
+
 #include "common/dtype.h"
 
 #include "llama/hf_config.h"
@@ -37,6 +39,19 @@ void resolve_options(TrainOptions& o) {
     // llama_train does not do: refused rather than trained silently wrong.
     throw ConfigError("--mixed-precision fp16 needs dynamic loss scaling (PyTorch's GradScaler), which llama_train does "
                       "not implement; use --mixed-precision bf16 (fp32's range, no scaling needed)");
+  }
+  if (o.float8) {
+    if (o.async_tp) throw ConfigError("--float8 with --async-tp: async TP's fused matmuls are not float8 (use one of them)");
+    if (o.plan_auto) throw ConfigError("--float8 with --plan auto: the plan search does not cost float8 matmuls yet (name a plan)");
+    try {
+      // A float8 GEMM on the device, tried: a GPU before Ada / Hopper has none.
+      const c10::Device d = compute_device(o);
+      const at::Tensor a = at::ones({16, 16}, at::TensorOptions(d)).to(at::kFloat8_e4m3fn);
+      const at::Tensor one = at::ones({}, at::TensorOptions(d).dtype(at::kFloat));
+      at::_scaled_mm(a, a.t(), one, one, std::nullopt, std::nullopt, at::kFloat).sum().item<double>();
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("--float8: ") + o.device + " cannot run float8 matmuls (at::_scaled_mm): " + e.what());
+    }
   }
   if (o.mixed_precision != MixedPrecision::off) {
     try {
@@ -131,7 +146,8 @@ llama::ParallelizeConfig parallelize_config(const TrainOptions& o) {
           .tp = {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel, .async_tp = o.async_tp},
           .gradient_sync = o.gradient_sync,
           .fsdp = {.reshard_after_forward = o.reshard_after_forward, .prefetch = o.fsdp_prefetch},
-          .mp_policy = mp_policy(o)};
+          .mp_policy = mp_policy(o),
+          .float8 = o.float8 ? std::optional<dtensor::Float8LinearConfig>({.recipe = o.float8_recipe}) : std::nullopt};
 }
 
 void check_options(const TrainOptions& o, int64_t world) {

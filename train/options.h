@@ -11,6 +11,7 @@
 
 #include "common/parallel_dims.h"
 #include "dtensor/dp/mixed_precision.h"
+#include "dtensor/float8/float8_linear.h"
 #include "train/data.h"
 #include "llama/config.h"
 #include "llama/parallelize.h"
@@ -38,6 +39,10 @@ struct TrainOptions {
   // The loss is computed in fp32 either way (as transformers upcasts the logits).
   std::string dtype = "auto";
   MixedPrecision mixed_precision = MixedPrecision::bf16;
+  // --float8 (torchtitan's float8 converter): the decoder's Linear layers (not lm_head, not MoE routers) compute through
+  // float8 matmuls with dynamic scales, in float8_recipe's granularity.
+  bool float8 = false;
+  dtensor::Float8Recipe float8_recipe = dtensor::Float8Recipe::tensorwise;
   std::string hf_dir;  // fine-tune this HF checkpoint: `model` is its config.json, make_model loads its weights
   // Text --data through this tokenizer (train/tokenized_corpus.h): --tokenizer DIR, or hf_dir when it holds a
   // tokenizer.json. "": bytes are tokens.

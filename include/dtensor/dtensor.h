@@ -35,6 +35,7 @@
 #include "dtensor/nn/materialize.h"
 #include "dtensor/nn/module_hooks.h"
 #include "dtensor/nn/parameter_replacement.h"
+#include "dtensor/float8/float8_linear.h"
 #include "dtensor/dp/clip_grad.h"
 #include "dtensor/dp/fully_shard.h"
 #include "dtensor/dp/mixed_precision.h"

@@ -324,6 +324,9 @@ bool loss_parallel_enabled(const models::ParallelDims& dims, const ParallelizeCo
 }
 
 void apply_model_parallel(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config) {
+  // Float8 first, as torchtitan's model converters run before parallelize: the converted layers keep their
+  // parameters, so the plan shards them as any Linear's, and each computes on its shards (float8_linear.h).
+  if (config.float8) dtensor::convert_to_float8_training(*model, *config.float8, dtensor::default_float8_filter);
   const bool ep = dims.ep_enabled();
   if (ep) {
     require_experts(model->config);  // before any plan moves a parameter

@@ -11,6 +11,7 @@
 #include "common/parallel_dims.h"
 #include "dtensor/dp/fully_shard.h"
 #include "dtensor/dp/mixed_precision.h"
+#include "dtensor/float8/float8_linear.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/tp/parallelize.h"
 #include "llama/config.h"
@@ -88,6 +89,9 @@ struct ParallelizeConfig {
   // Mixed precision (torchtitan's mixed_precision_param / _reduce): under FSDP its mp_policy; otherwise
   // dtensor::mixed_precision on each block, then the root. nullopt: compute in the parameters' dtype.
   std::optional<dtensor::MixedPrecisionPolicy> mp_policy;
+  // Float8 training (torchtitan's float8 converter): every Linear but lm_head and the MoE routers computes through
+  // float8 matmuls (dtensor/float8/float8_linear.h), converted before the TP plan. nullopt: none.
+  std::optional<dtensor::Float8LinearConfig> float8;
 };
 
 // torchtitan's parallelize_llama: the TP plan on dims.tp_mesh() (nothing at TP 1: the plain model), then, at

@@ -126,7 +126,9 @@ TEST(LlamaTrainCli, BadValuesExitTwoWithOneErrorLine) {
   const std::vector<std::vector<std::string>> bad = {{"--steps", "0"}, {"--heads", "3"}, {"--data", "/nonexistent/file.txt"},
                                                      {"--seq-len", "7"}, {"--plan", "megatron"}, {"--bogus"},
                                                      {"--mixed-precision", "fp16"}, {"--mixed-precision", "fp8"},
-                                                     {"--dtype", "bfloat16"}};  // bf16 masters under mixed precision
+                                                     {"--dtype", "bfloat16"},  // bf16 masters under mixed precision
+                                                     {"--float8-recipe", "rowwise"},  // needs --float8
+                                                     {"--float8", "--async-tp"}};
   for (const auto& args : bad) {
     std::vector<std::string> argv = {bin_path("llama_train")};
     argv.insert(argv.end(), args.begin(), args.end());

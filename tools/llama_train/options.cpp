@@ -45,6 +45,13 @@ void define(CLI::App& app, train::TrainOptions& o, Seen& seen) {
          "compute in bf16 with float32 master weights, optimizer state and gradient reductions, as torchtitan "
          "(default); off: compute in --dtype; fp16 is refused (it needs loss scaling)")
       ->check(CLI::IsMember({"bf16", "fp16", "off"}))->default_str(train::to_string(o.mixed_precision));
+  CLI::Option* float8 = app.add_flag("--float8", o.float8,
+               "the decoder's Linear layers (not lm_head) compute through float8 matmuls with dynamic scales "
+               "(torchao's Float8Linear; dims divisible by 16)");
+  app.add_option_function<std::string>(
+         "--float8-recipe", [&](const std::string& v) { o.float8_recipe = dtensor::float8_recipe_from_string(v); },
+         "with --float8: tensorwise (one scale per tensor, e5m2 gradients; default) or rowwise (a scale per row)")
+      ->check(CLI::IsMember({"tensorwise", "rowwise"}))->default_str("tensorwise")->needs(float8);
   app.add_option("--tokenizer", o.tokenizer_dir,
                  "tokenize text --data with this HF tokenizer (default: --hf-dir's tokenizer.json, else bytes are "
                  "tokens); tokenized once into a cache, with a progress bar")

@@ -44,6 +44,7 @@
 #include "dtensor/tp/async_tp.h"
 #include "dtensor/tp/distribute_module.h"
 #include "dtensor/tp/enable_async_tp.h"
+#include "dtensor/tp/float8_styles.h"
 #include "dtensor/tp/local_styles.h"
 #include "dtensor/tp/parallelize.h"
 #include "dtensor/tp/style.h"

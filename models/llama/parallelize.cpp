@@ -23,6 +23,7 @@
 #include "dtensor/dp/gradient_sync.h"
 #include "dtensor/dp/replicate.h"
 #include "dtensor/tp/enable_async_tp.h"
+#include "dtensor/tp/float8_styles.h"
 #include "dtensor/tp/head_replicated_colwise.h"
 #include "dtensor/tp/moe_styles.h"
 #include "dtensor/tp/style.h"
@@ -196,25 +197,33 @@ ParallelizePlan torchtitan_plan(const LlamaConfig& c, int64_t tp, const TPOption
   const Placement logits = o.loss_parallel ? Placement(Shard(-1)) : Placement(Replicate());
   // k, v: GQA heads replicated on the ranks that share them when the TP degree exceeds the kv heads.
   const HeadReplicatedColwiseParallel kv({.num_heads = c.num_key_value_heads, .head_dim = c.head_dim()});
-  const RowwiseParallel rowwise_out({.output_layouts = act});
+  // Float8 tensorwise: the same layouts through the float8 styles (their sharded inputs gathered in float8).
+  const auto rowwise_out = o.float8 ? ParallelStyleRef(Float8RowwiseParallel({.output_layouts = act}))
+                                    : ParallelStyleRef(RowwiseParallel({.output_layouts = act}));
+  const auto colwise = [&](ColwiseParallelOptions options) {
+    return o.float8 ? ParallelStyleRef(Float8ColwiseParallel(options)) : ParallelStyleRef(ColwiseParallel(options));
+  };
+  const auto prepare_input = [&](PrepareModuleInputOptions options) {
+    return o.float8 ? ParallelStyleRef(PrepareFloat8ModuleInput(options)) : ParallelStyleRef(PrepareModuleInput(options));
+  };
 
   ParallelizePlan plan = {
       {"model.embed_tokens", RowwiseParallel({.input_layouts = Replicate(), .output_layouts = act})},
       {"lm_head", ColwiseParallel({.input_layouts = act, .output_layouts = logits, .use_local_output = !o.loss_parallel})},
       // (x, cos, sin, mask)
-      {"model.layers.*.self_attn", PrepareModuleInput({.input_layouts = {act, Replicate(), Replicate(), Replicate()},
-                                                       .desired_input_layouts = {Replicate(), Replicate(), Replicate(),
-                                                                                 Replicate()}})},
-      {"model.layers.*.self_attn.q_proj", ColwiseParallel({.use_local_output = false})},  // views see global shapes
+      {"model.layers.*.self_attn", prepare_input({.input_layouts = {act, Replicate(), Replicate(), Replicate()},
+                                                  .desired_input_layouts = {Replicate(), Replicate(), Replicate(),
+                                                                            Replicate()}})},
+      {"model.layers.*.self_attn.q_proj", colwise({.use_local_output = false})},  // views see global shapes
       {"model.layers.*.self_attn.k_proj", kv},
       {"model.layers.*.self_attn.v_proj", kv},
       {"model.layers.*.self_attn.o_proj", rowwise_out},
   };
   for (const auto& l : layers_where(c, false)) {
-    plan.emplace_back("model.layers." + l + ".mlp", PrepareModuleInput({.input_layouts = {act}, .desired_input_layouts = {Replicate()}}));
+    plan.emplace_back("model.layers." + l + ".mlp", prepare_input({.input_layouts = {act}, .desired_input_layouts = {Replicate()}}));
   }
   for (const auto& out : mlp_out(c)) plan.emplace_back(out, rowwise_out);
-  for (const auto& in : mlp_in(c)) plan.emplace_back(in, ColwiseParallel());
+  for (const auto& in : mlp_in(c)) plan.emplace_back(in, colwise({}));
   add_sparse_mlps(c, act, plan);
   add_qk_norms(c, plan);
   if (o.sequence_parallel) {
@@ -336,8 +345,12 @@ void apply_model_parallel(LlamaForCausalLM& model, const models::ParallelDims& d
   if (dims.tp_enabled()) {
     const DeviceMesh tp_mesh = dims.tp_mesh();
     ParallelizePlan plan;
+    TPOptions tp = config.tp;
+    // torchtitan's enable_float8_tensorwise_tp: the float8 styles where the layers are float8 tensorwise (the
+    // rowwise recipe keeps the plain styles: high-precision collectives).
+    tp.float8 = config.float8 && config.float8->recipe == dtensor::Float8Recipe::tensorwise;
     switch (config.plan) {
-      case TPPlan::torchtitan: plan = torchtitan_plan(model->config, tp_mesh.size(), config.tp); break;
+      case TPPlan::torchtitan: plan = torchtitan_plan(model->config, tp_mesh.size(), tp); break;
       case TPPlan::hf: plan = hf_plan(model->config, tp_mesh.size()); break;
     }
     const bool async_tp = config.plan == TPPlan::torchtitan && config.tp.async_tp;

@@ -26,6 +26,10 @@ struct TPOptions {
   // q/k/v, gate/up and lm_head matmuls, the reduce-scatters with o_proj's and down_proj's
   // (dtensor/tp/enable_async_tp.h).
   bool async_tp = false;
+  // torchtitan's enable_float8_tensorwise_tp (the projections converted to float8 tensorwise first): the block's
+  // styles become Float8ColwiseParallel / Float8RowwiseParallel / PrepareFloat8ModuleInput
+  // (dtensor/tp/float8_styles.h), so that sequence parallel's all-gathers move float8 bytes.
+  bool float8 = false;
 };
 
 // torchtitan's plan for a TP degree `tp`. Heads are never split: throws dtensor::Error naming the module,

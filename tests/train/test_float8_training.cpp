@@ -46,5 +46,14 @@ TEST(Float8Training, LossesFollowBf16AtTp1AndTp2) {
     EXPECT_LT(vs_bf16, kFloat8VsBf16);
     EXPECT_LT(tp_diff, kTp2VsTp1);
     EXPECT_LT(tp1.losses.back(), tp1.losses.front() - 1.0);
+    // At TP 2 with sequence parallel, tensorwise takes the float8 styles: each layer's two input all-gathers
+    // (attention, MLP) and two backward all-gathers (o_proj's and down_proj's output gradients) move 1 byte per
+    // element instead of bf16's 2; the embedding's and lm_head's stay bf16. Rowwise keeps the plain styles.
+    const auto bf16_tp2 = llama_test::run_tp(bf16, 2);
+    const auto bytes = [](const llama_test::RunResult& r) { return r.steps.at(0).fwd_bwd_bytes.at("all_gather"); };
+    const int64_t layers = o.model.num_hidden_layers, per_gather = bytes(bf16_tp2) / (4 * layers + 2);  // bf16 bytes
+    EXPECT_EQ(bytes(bf16_tp2) % (4 * layers + 2), 0);
+    EXPECT_EQ(bytes(tp2), recipe == dtensor::Float8Recipe::tensorwise ? 4 * layers * per_gather / 2 + 2 * per_gather
+                                                                      : bytes(bf16_tp2));
   }
 }

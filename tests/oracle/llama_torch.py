@@ -105,25 +105,39 @@ def build_llama(cfg):
     return LlamaForCausalLM()
 
 
-def apply_torchtitan_tp(model, mesh):
-    # torchtitan's apply_tp (models/llama3/infra/parallelize.py), on HF's names.
+def apply_torchtitan_tp(model, mesh, float8=False):
+    """torchtitan's apply_tp (models/llama3/infra/parallelize.py), on HF's names. float8: its
+    enable_float8_tensorwise_tp form, torchao's float8 styles (the Linear layers converted by torchao first); the
+    attention's rotary tables pass through as plain tensors there (torchao's PrepareFloat8ModuleInput would cast every
+    input with a layout), so q/k/v hand local heads to the attention."""
+    if float8:
+        from torchao.float8.float8_tensor_parallel import (Float8ColwiseParallel, Float8RowwiseParallel,
+                                                           PrepareFloat8ModuleInput)
+        colwise, rowwise, prepare = Float8ColwiseParallel, Float8RowwiseParallel, PrepareFloat8ModuleInput
+    else:
+        colwise, rowwise, prepare = ColwiseParallel, RowwiseParallel, PrepareModuleInput
     parallelize_module(model, mesh, {
         "model.embed_tokens": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
         "model.norm": SequenceParallel(),
         "lm_head": ColwiseParallel(input_layouts=Shard(1), use_local_output=False),
     })
+    if float8:
+        attention = {"self_attn": prepare(input_layouts=(Shard(1), None, None), desired_input_layouts=(Replicate(), None, None)),
+                     "self_attn.q_proj": colwise(), "self_attn.k_proj": colwise(), "self_attn.v_proj": colwise()}
+    else:
+        attention = {"self_attn": PrepareModuleInput(input_layouts=(Shard(1), Replicate(), Replicate()),
+                                                     desired_input_layouts=(Replicate(), Replicate(), Replicate())),
+                     "self_attn.q_proj": ColwiseParallel(use_local_output=False),
+                     "self_attn.k_proj": ColwiseParallel(use_local_output=False),
+                     "self_attn.v_proj": ColwiseParallel(use_local_output=False)}
     for layer in model.model.layers:
         parallelize_module(layer, mesh, {
             "input_layernorm": SequenceParallel(),
-            "self_attn": PrepareModuleInput(input_layouts=(Shard(1), Replicate(), Replicate()),
-                                            desired_input_layouts=(Replicate(), Replicate(), Replicate())),
-            "self_attn.q_proj": ColwiseParallel(use_local_output=False),
-            "self_attn.k_proj": ColwiseParallel(use_local_output=False),
-            "self_attn.v_proj": ColwiseParallel(use_local_output=False),
-            "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1)),
+            **attention,
+            "self_attn.o_proj": rowwise(output_layouts=Shard(1)),
             "post_attention_layernorm": SequenceParallel(),
-            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
-            "mlp.gate_proj": ColwiseParallel(),
-            "mlp.up_proj": ColwiseParallel(),
-            "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "mlp": prepare(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.gate_proj": colwise(),
+            "mlp.up_proj": colwise(),
+            "mlp.down_proj": rowwise(output_layouts=Shard(1)),
         })

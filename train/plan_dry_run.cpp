@@ -25,6 +25,7 @@ PlanOptions plan_options_of(const train::TrainOptions& o, int64_t tp) {
   p.async_tp = o.async_tp;
   p.param_dtype = param_dtype(o);
   p.mp_policy = mp_policy(o);
+  if (o.float8) p.float8 = dtensor::Float8LinearConfig{.recipe = o.float8_recipe};
   return p;
 }
 
@@ -49,7 +50,8 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
   const llama::ParallelizeConfig config{
       .plan = o.tp_plan,
       .tp = {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel, .async_tp = o.async_tp},
-      .mp_policy = o.mp_policy};
+      .mp_policy = o.mp_policy,
+      .float8 = o.float8};
   // Held over forward and backward, as llama_train holds it.
   if (loss_parallel) options.step_guard = [] { return std::make_shared<dtensor::LossParallelGuard>(); };
   return dtensor::dry_run<llama::LlamaForCausalLM>(

@@ -33,6 +33,9 @@ struct PlanOptions {
   // param_dtype, FSDP's gathers in it and its reduce-scatters in reduce_dtype.
   at::ScalarType param_dtype = at::kFloat;
   std::optional<dtensor::MixedPrecisionPolicy> mp_policy;
+  // As llama_train's --float8: the projections' matmuls in float8 (their operands' casts, the TP-wide amax all-reduces,
+  // the float8 styles' all-gathers at 1 byte per element under tensorwise).
+  std::optional<dtensor::Float8LinearConfig> float8;
   std::vector<int> ranks;  // simulated ranks; empty: rank 0 and the last
 };
 

@@ -19,9 +19,9 @@ const at::Tensor* tensor_arg(const c10::ArrayRef<const c10::IValue>& in, size_t 
 // FLOPs of one call by its schema name; 0 for anything else.
 double flops_of(const char* name, const c10::ArrayRef<const c10::IValue>& in) {
   auto is = [&](const char* n) { return std::strcmp(name, n) == 0; };
-  if (is("aten::mm") || is("aten::addmm") || is("aten::bmm") || is("aten::baddbmm")) {
-    // mm(a, b) / bmm(a, b): a [.., m, k] x b [.., k, n]; addmm(c, a, b) / baddbmm(c, a, b)
-    const size_t first = is("aten::mm") || is("aten::bmm") ? 0 : 1;
+  if (is("aten::mm") || is("aten::addmm") || is("aten::bmm") || is("aten::baddbmm") || is("aten::_scaled_mm")) {
+    // mm(a, b) / bmm(a, b) / _scaled_mm(a, b, scales...): a [.., m, k] x b [.., k, n]; addmm(c, a, b) / baddbmm(c, a, b)
+    const size_t first = is("aten::addmm") || is("aten::baddbmm") ? 1 : 0;
     const at::Tensor* a = tensor_arg(in, first);
     const at::Tensor* b = tensor_arg(in, first + 1);
     if (!a || !b || a->dim() < 2 || b->dim() < 2) return 0;

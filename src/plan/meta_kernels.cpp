@@ -90,9 +90,30 @@ at::Tensor& logical_not_out_meta(const at::Tensor& self, at::Tensor& out) {
   return into(out, broadcast_meta({self}, out.scalar_type()));
 }
 
+// Float8 training's casts and matmul (dtensor/float8/float8_linear.h): abs.out (the functional abs allocates and calls
+// it) keeps self's shape in out's dtype; max() is a 0-d tensor of self's dtype; _scaled_mm(a [m, k], b [k, n], ...) is
+// [m, n] in out_dtype (default: a's).
+at::Tensor& abs_out_meta(const at::Tensor& self, at::Tensor& out) {
+  refuse_shape_inference("abs.out");
+  return into(out, broadcast_meta({self}, out.scalar_type()));
+}
+at::Tensor max_meta(const at::Tensor& self) {
+  refuse_shape_inference("max");
+  return at::empty({}, self.options());
+}
+at::Tensor scaled_mm_meta(const at::Tensor& a, const at::Tensor& b, const at::Tensor&, const at::Tensor&,
+                          const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+                          std::optional<at::ScalarType> out_dtype, bool) {
+  refuse_shape_inference("_scaled_mm");
+  return at::empty({a.size(0), b.size(1)}, a.options().dtype(out_dtype.value_or(a.scalar_type())));
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, Meta, m) {
+  m.impl("abs.out", TORCH_FN(abs_out_meta));
+  m.impl("max", TORCH_FN(max_meta));
+  m.impl("_scaled_mm", TORCH_FN(scaled_mm_meta));
   m.impl("logical_not.out", TORCH_FN(logical_not_out_meta));
   m.impl("where.self", TORCH_FN(where_meta));
   m.impl("where.self_out", TORCH_FN(where_out_meta));

@@ -137,6 +137,27 @@ TEST(LlamaDryRun, MixedPrecisionCountsEachTensorInItsDtype) {
   EXPECT_EQ(c.optimizer_state_bytes * 2, a.optimizer_state_bytes);
 }
 
+// llama_train --float8 (tensorwise: the float8 styles; rowwise: the plain ones): the same collectives and bytes as a
+// real run, the block's all-gathers at 1 byte per element, every op with a meta kernel, the float8 matmuls' FLOPs
+// counted as the matmuls they replace.
+TEST(LlamaDryRun, Float8EqualsARealRun) {
+  for (const auto recipe : {dtensor::Float8Recipe::tensorwise, dtensor::Float8Recipe::rowwise}) {
+    SCOPED_TRACE(dtensor::to_string(recipe));
+    auto o = llama_test::small_options();
+    o.float8 = true;
+    o.float8_recipe = recipe;
+    const auto p = plan_options_of(o, 2);
+    std::string missing;
+    for (const auto& op : dtensor::find_missing_meta_kernels([&] { train::dry_run_llama(p); })) missing += " " + op;
+    ASSERT_TRUE(missing.empty()) << "no meta kernel for" << missing;
+    expect_dry_run_equals_real_run(o, 2);
+    auto plain = o;
+    plain.float8 = false;
+    EXPECT_EQ(train::dry_run_llama(p).ranks.front().matmul_flops,
+              train::dry_run_llama(plan_options_of(plain, 2)).ranks.front().matmul_flops);
+  }
+}
+
 // HF's plan (llama_plan --plan hf, a plan search candidate): local activations, the same collectives as a real run.
 TEST(LlamaDryRun, HfPlanEqualsARealRun) {
   auto o = llama_test::small_options();

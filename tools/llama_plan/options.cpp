@@ -82,6 +82,9 @@ void define(CLI::App& app, CliOptions& o, ModelFlags& m) {
   tools_cli::add_dtype(app, o.dtype);
   app.add_option("--mixed-precision", o.mixed_precision, "as llama_train's: bf16 compute with float32 masters (default), or off")
       ->check(CLI::IsMember({"bf16", "fp16", "off"}))->capture_default_str();
+  CLI::Option* float8 = app.add_flag("--float8", o.float8, "as llama_train's: the projections' matmuls in float8");
+  app.add_option("--float8-recipe", o.float8_recipe, "with --float8: tensorwise (default) or rowwise")
+      ->check(CLI::IsMember({"tensorwise", "rowwise"}))->needs(float8);
   app.add_flag_callback("--no-optimizer", [&] { o.plan.optimizer = false; }, "no AdamW step");
   app.add_flag("--search", o.search,
                "search the plan: every composition of the TP pairs, SP, loss parallel, async TP and FSDP / DDP, "
@@ -149,6 +152,7 @@ CliOptions parse_options(const std::vector<std::string>& args) {
     }
     o.plan.mp_policy = train::mp_policy(dtypes);
   }
+  if (o.float8) o.plan.float8 = dtensor::Float8LinearConfig{.recipe = dtensor::float8_recipe_from_string(o.float8_recipe)};
   if (o.plan.async_tp && !o.plan.sequence_parallel) {
     throw UsageError("--async-tp needs sequence parallel (drop --no-sequence-parallel)");
   }

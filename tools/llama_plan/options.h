@@ -23,6 +23,8 @@ struct CliOptions {
   double dtensor_op_us = -1;  // < 0: measure
   std::string dtype = "auto";  // --dtype, --mixed-precision: as llama_train's (PlanOptions' dtypes from them)
   std::string mixed_precision = "bf16";
+  bool float8 = false;  // --float8, --float8-recipe: as llama_train's
+  std::string float8_recipe = "tensorwise";
   bool help = false;
 };
 

@@ -37,6 +37,11 @@ def worker(args):
                rms_norm_eps=1e-5, sdpa_flash=world == 1)
     torch.manual_seed(0)
     model = build_llama(cfg)
+    if args.float8:  # torchao's Float8Linear on every Linear but lm_head (its float8 TP styles need a float8
+        # all-gather, which Gloo lacks: TP keeps the plain styles)
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+        convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"),
+                                   module_filter_fn=lambda mod, fqn: fqn != "lm_head")
     if world > 1:
         apply_torchtitan_tp(model, init_device_mesh("cpu", (world,), mesh_dim_names=("tp",)))
     params = list(model.parameters())
@@ -71,6 +76,7 @@ def main():
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--mixed-precision", choices=["bf16", "off"], default="bf16",
                    help="bf16: autocast (fp32 masters, bf16 compute), as llama_train's default; off: fp32")
+    p.add_argument("--float8", action="store_true", help="torchao's float8 tensorwise Linear layers (not lm_head)")
     p.add_argument("--worker", action="store_true")
     args = p.parse_args()
     if args.worker:

@@ -3,6 +3,8 @@ backward, clipping, AdamW; torchtitan's TP + SP plan with loss parallel at TP 2)
 
   ours     tprun llama_train --mixed-precision bf16|off      (fp32 masters, bf16 compute, fp32 reductions)
   PyTorch  torch.autocast("cpu", bfloat16) around the forward  (the same recipe: fp32 parameters, bf16 matmuls)
+and, as "bf16+float8", both with float8 tensorwise Linear layers (ours --float8 with its float8 styles at TP 2;
+torchao's convert_to_float8_training under PyTorch's plain styles: Gloo has no float8 all-gather)
 
 at TP 1 (one process, 2 threads) and TP 2 (two processes, 1 thread each), with the bf16 and fp32 matmul peaks of
 this machine measured in the same run (2048^3 mm, 2 threads), the step's model FLOP/s (6 x matmul parameters x
@@ -22,6 +24,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+comm_bytes = {}  # (precision, TP) -> our communication bytes per step
 
 
 def matmul_peak_gflops(dtype_name, threads=2, n=2048):
@@ -46,26 +49,33 @@ def model_flops(a):
 
 
 def ours(bin_dir, a, mp, nproc):
+    """(median step ms, communication bytes per step) of llama_train; mp "bf16+float8" adds --float8."""
     threads = 2 // nproc
+    float8 = mp.endswith("+float8")
+    mp = mp.split("+")[0]
     cmd = [os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(nproc), "--master-port", "0", "llama_train",
            "--dim", str(a.dim), "--layers", str(a.layers), "--heads", str(a.heads), "--kv-heads", str(a.kv_heads),
            "--ffn-dim", str(3 * a.dim), "--seq-len", str(a.seq_len), "--batch", str(a.batch), "--steps", str(a.steps),
-           "--log-every", str(a.steps), "--mixed-precision", mp]
+           "--log-every", str(a.steps), "--mixed-precision", mp] + (["--float8"] if float8 else [])
     out = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads), DTENSOR_BACKEND="shm"),
                          capture_output=True, text=True, timeout=1200)
     m = re.search(r"median_step_ms=([0-9.]+)", out.stdout)
-    if out.returncode != 0 or not m:
+    c = re.search(r"comm_bytes_per_step=([0-9]+)", out.stdout)
+    if out.returncode != 0 or not m or not c:
         sys.exit(f"error: llama_train failed:\n{out.stdout}\n{out.stderr[-3000:]}")
+    comm_bytes[(mp + ("+float8" if float8 else ""), nproc)] = int(c.group(1))
     return float(m.group(1))
 
 
 def theirs(a, mp, nproc):
     threads = 2 // nproc
+    float8 = mp.endswith("+float8")
+    mp = mp.split("+")[0]
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     cmd = [torchrun, "--standalone", "--nproc-per-node", str(nproc), os.path.join(HERE, "llama_step_bench.py"),
            "--worker", "--threads", str(threads), f"--dim={a.dim}", f"--layers={a.layers}", f"--heads={a.heads}",
            f"--kv-heads={a.kv_heads}", f"--seq-len={a.seq_len}", f"--batch={a.batch}", f"--steps={a.steps}",
-           f"--mixed-precision={mp}"]
+           f"--mixed-precision={mp}"] + (["--float8"] if float8 else [])
     out = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads)), capture_output=True, text=True,
                          timeout=1200)
     m = re.search(r"median_step_ms=([0-9.]+)", out.stdout)
@@ -86,7 +96,7 @@ def main():
         p.error("--steps must be at least 5 (3 warm-up steps are skipped)")
     flops = model_flops(a)
     rows = []  # (mp, who, tp, ms)
-    plan = [(mp, who, tp) for mp in ("bf16", "off") for tp in (1, 2) for who in ("ours", "PyTorch")
+    plan = [(mp, who, tp) for mp in ("bf16", "off", "bf16+float8") for tp in (1, 2) for who in ("ours", "PyTorch")
             if not (a.no_pytorch and who == "PyTorch")]
     peaks = {"bfloat16": [], "float32": []}
     for r in range(a.repeats):
@@ -103,20 +113,23 @@ def main():
     print(f"\n# Llama step: dim {a.dim}, {a.layers} layers, {a.heads} heads ({a.kv_heads} kv), ffn {3 * a.dim}, seq "
           f"{a.seq_len}, batch {a.batch}; two cores; {flops / 1e9:.1f} GFLOP per step")
     print(f"# matmul peak (2048^3, 2 threads): bf16 {peak['bfloat16']:.0f} GFLOP/s, fp32 {peak['float32']:.0f} GFLOP/s")
-    print(f"{'precision':10s} {'who':8s} {'TP':>3s} {'step ms':>9s} {'vs PyTorch':>11s} {'TP2/TP1':>8s} "
-          f"{'GFLOP/s':>8s} {'% peak':>7s}")
+    print(f"{'precision':12s} {'who':8s} {'TP':>3s} {'step ms':>9s} {'vs PyTorch':>11s} {'TP2/TP1':>8s} "
+          f"{'GFLOP/s':>8s} {'% peak':>7s} {'comm MB':>8s}")
     for mp, who, tp in plan:
         ms = med[(mp, who, tp)]
         vs = ms / med[(mp, "PyTorch", tp)] if (mp, "PyTorch", tp) in med else float("nan")
         gf = flops / (ms / 1e3) / 1e9
-        pk = peak["bfloat16" if mp == "bf16" else "float32"]
-        print(f"{mp:10s} {who:8s} {tp:3d} {ms:9.1f} {vs:10.2f}x {ms / med[(mp, who, 1)]:8.2f} {gf:8.0f} "
-              f"{100 * gf / pk:6.0f}%")
+        pk = peak["float32" if mp == "off" else "bfloat16"]
+        mb = f"{comm_bytes[(mp, tp)] / 1e6:8.1f}" if who == "ours" and tp > 1 else f"{'-':>8s}"
+        print(f"{mp:12s} {who:8s} {tp:3d} {ms:9.1f} {vs:10.2f}x {ms / med[(mp, who, 1)]:8.2f} {gf:8.0f} "
+              f"{100 * gf / pk:6.0f}% {mb}")
     s = med[("bf16", "ours", 1)]
     fields = [f"ours_bf16_tp1_ms={s:.1f}", f"ours_bf16_tp2_ms={med[('bf16', 'ours', 2)]:.1f}",
               f"ours_tp2_over_tp1={med[('bf16', 'ours', 2)] / s:.3f}",
               f"ours_bf16_pct_of_peak={100 * flops / (s / 1e3) / 1e9 / peak['bfloat16']:.1f}",
               f"bf16_peak_gflops={peak['bfloat16']:.0f}"]
+    fields += [f"ours_float8_tp1_ms={med[('bf16+float8', 'ours', 1)]:.1f}",
+               f"ours_float8_comm_bytes_tp2={comm_bytes[('bf16+float8', 2)]}", f"ours_bf16_comm_bytes_tp2={comm_bytes[('bf16', 2)]}"]
     if not a.no_pytorch:
         fields += [f"pytorch_autocast_tp1_ms={med[('bf16', 'PyTorch', 1)]:.1f}",
                    f"ours_over_pytorch_tp1={s / med[('bf16', 'PyTorch', 1)]:.3f}"]

@@ -35,15 +35,18 @@ PY = sys.executable
 LOGS = os.path.join(BUILD, "flake_check")
 
 DTENSOR_SUITES = ["Failures", "Rendezvous", "SizeMismatch", "ShmBackend", "ShmAsync", "Tprun", "LaunchEnv",
-                  "CheckpointErrors", "CheckpointInterop", "AsyncTP", "Oracle", "Parallelize", "StockModules"]
+                  "CheckpointErrors", "CheckpointInterop", "AsyncTP", "Oracle", "Parallelize", "StockModules",
+                  "MixedPrecision", "Float8Linear", "Float8Styles"]
 LLAMA_SUITES = ["LlamaTrainCli", "LlamaCheckpoint", "LlamaGenerate", "LlamaGenerateCli", "LlamaAsyncTP",
                 "LlamaDataParallelMesh", "LlamaDataParallelCheckpoint", "PagedGenerate", "PlanSearch",
-                "Parallelisms/BuildModel", "BuildModelMemory", "BuildModelGradientSync"]
+                "Parallelisms/BuildModel", "BuildModelMemory", "BuildModelGradientSync", "MixedPrecisionTraining",
+                "Float8Training", "LlamaDryRun"]
 # transformers in a Python process beside each test (or once per process: the HF families and tokenizers)
 LLAMA_ORACLE_SUITES = ["LlamaHF", "Cases/HfFamily", "HfFamilies", "Moe", "TokenizedCorpus"]
 # ctest entries, run through ctest so their commands have one home (tests/CMakeLists.txt).
 ORACLES = ["toy_tp_vs_pytorch", "llama_vs_pytorch", "llama_fsdp_tp_vs_pytorch", "llama_generate_vs_hf",
-           "text_generate_vs_hf", "tokenizer", "serve_vs_hf", "inference", "config_fuzz_vs_hf"]
+           "text_generate_vs_hf", "tokenizer", "serve_vs_hf", "inference", "config_fuzz_vs_hf",
+           "llama_mixed_precision_vs_pytorch", "llama_float8_vs_torchao"]
 GENERATORS = ["oracle_generate", "oracle_styles_generate"]  # backend-independent: PyTorch alone
 CTEST = shutil.which("ctest", path=os.path.dirname(PY) + os.pathsep + os.environ.get("PATH", "")) or "ctest"
 

@@ -108,8 +108,15 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
     train_step(model, batch, context, rec, after_backward);
     result.steps.push_back(rec);
     if (hooks.after_step) hooks.after_step(rec);
-    if (o.checkpoint_every > 0 && ((step + 1) % o.checkpoint_every == 0 || step + 1 == end)) {
+    const bool stop = hooks.stop_requested && step + 1 < end && hooks.stop_requested(step);
+    const bool periodic = o.checkpoint_every > 0 && ((step + 1) % o.checkpoint_every == 0 || step + 1 == end);
+    if ((periodic || stop) && !o.checkpoint_dir.empty()) {
       save_checkpoint(o, model, optimizer, step + 1);
+      result.saved_step = step + 1;
+    }
+    if (stop) {
+      result.stopped_early = true;
+      break;
     }
   }
   for (const auto& p : params) result.grad_bytes_per_rank += local_bytes(p.grad());

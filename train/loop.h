@@ -21,6 +21,10 @@ struct TrainHooks {
   std::function<void(int64_t step, llama::LlamaForCausalLM& model)> after_backward;
   // Runs on every rank after each step.
   std::function<void(const StepRecord&)> after_step;
+  // Asked on every rank after each step (after after_step); the answer must be the same on every rank (llama_train
+  // all-reduces its SIGTERM flag). True: a checkpoint of this step is saved (with options.checkpoint_dir) and the run
+  // stops there, as torchtitan's preemption handling; --resume continues with the same losses.
+  std::function<bool(int64_t step)> stop_requested;
 };
 
 struct TrainResult {
@@ -30,6 +34,8 @@ struct TrainResult {
   int64_t grad_bytes_per_rank = 0;       // after the last step's backward (local shards)
   int64_t optimizer_bytes_per_rank = 0;  // AdamW's exp_avg and exp_avg_sq after the last step (local shards)
   int64_t num_params = 0;  // of the whole model
+  bool stopped_early = false;   // stop_requested said so
+  int64_t saved_step = 0;       // the last checkpoint this run saved (0: none)
 };
 
 // The model for `options`, initialized from options.seed (the same on every rank) or, with options.hf_dir,

@@ -8,15 +8,12 @@
 #include <string>
 
 #include "dtensor/api/dtensor_api.h"
+#include "harness/temp_dir.h"
 
 namespace dtensor::testing {
 
-// A new empty directory under the system's temp dir (not removed: gtest runs are short-lived).
-inline std::string fresh_dir(const std::string& tag) {
-  std::string pattern = (std::filesystem::temp_directory_path() / ("dtensor_ckpt_" + tag + "_XXXXXX")).string();
-  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return pattern;
-}
+// A new empty directory under the system's temp dir, removed when the test binary ends (harness/temp_dir.h).
+inline std::string fresh_dir(const std::string& tag) { return temp_dir("ckpt_" + tag); }
 
 // The global value of a DTensor (collective) or the tensor itself.
 inline at::Tensor full_value(const at::Tensor& t) { return is_dtensor(t) ? full_tensor(t) : t; }

@@ -10,6 +10,7 @@
 #include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 #include "harness/subprocess.h"
+#include "harness/temp_dir.h"
 
 using namespace dtensor;
 using namespace dtensor::testing;
@@ -20,7 +21,8 @@ namespace {
 ProcessResult run_pytorch(int nproc, const std::string& mode, const std::string& dir, const std::string& ref) {
   return run_process({DTENSOR_PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", std::to_string(nproc),
                       DTENSOR_SOURCE_DIR "/tests/oracle/dcp_interop.py", mode, dir, ref},
-                     {{"OMP_NUM_THREADS", "1"}}, 240);
+                     // TMPDIR: torchrun's torchelastic_* folders go with the test's own temporary directories
+                     {{"OMP_NUM_THREADS", "1"}, {"TMPDIR", temp_dir("torchrun")}}, 240);
 }
 
 // A training-like state at TP 2 and its full values.

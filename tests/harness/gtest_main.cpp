@@ -22,10 +22,17 @@
 
 #include "dtensor/mesh/process_group.h"
 #include "harness/subprocess.h"
+#include "harness/temp_dir.h"
 
 namespace {
 
 int64_t backend_uses() { return dtensor::detail::real_worlds_created() + dtensor::testing::processes_started(); }
+
+// The tests' temporary directories go when the binary ends.
+class TempDirs : public ::testing::Environment {
+ public:
+  void TearDown() override { dtensor::testing::remove_temp_dirs(); }
+};
 
 class BackendSuiteRecorder : public ::testing::EmptyTestEventListener {
  public:
@@ -46,6 +53,7 @@ class BackendSuiteRecorder : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new TempDirs);
   std::string binary = argv[0];
   binary = binary.substr(binary.find_last_of('/') + 1);
   const std::string key = binary + " " + GTEST_FLAG_GET(filter);

@@ -10,6 +10,7 @@
 #include "harness/multi_rank.h"
 #include "inference/generate.h"
 #include "llama/hf_weights.h"
+#include "harness/temp_dir.h"
 
 namespace fs = std::filesystem;
 namespace ckpt = dtensor::checkpoint;
@@ -36,8 +37,7 @@ std::vector<std::string> case_names() {
 
 const std::string& root() {
   static const std::string dir = [] {
-    std::string pattern = (fs::temp_directory_path() / "dtensor_hf_families_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    const std::string pattern = dtensor::testing::temp_dir("hf_families");
     const dtensor::testing::ProcessResult made = oracle({"make", pattern});
     if (made.exit_code != 0) throw std::runtime_error("hf_family_oracle.py make failed:\n" + made.output);
     return pattern;

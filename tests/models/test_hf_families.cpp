@@ -36,6 +36,7 @@
 #include "hf_family_cases.h"
 #include "llama_test_util.h"
 #include "alloc_counter.h"
+#include "harness/temp_dir.h"
 
 namespace fs = std::filesystem;
 namespace ckpt = dtensor::checkpoint;
@@ -341,8 +342,7 @@ TEST(HfConfig, ExportThenImportGivesTheSameConfigForEveryFamily) {
 // Tied embeddings allow exactly lm_head.weight to stay unread: any other tensor of the file that the config
 // does not use (here StarCoder2's linear biases under use_bias false) is an error naming it.
 TEST(HfFamilies, TheLoaderIgnoresNoCheckpointTensor) {
-  const std::string dir = (fs::temp_directory_path() / ("dtensor_unused_" + std::to_string(::getpid()))).string();
-  fs::remove_all(dir);
+  const std::string dir = dtensor::testing::temp_dir("unused") + "/starcoder2";
   fs::copy(root() + "/starcoder2", dir, fs::copy_options::recursive);
   std::ifstream in(dir + "/config.json");
   nlohmann::json config = nlohmann::json::parse(in);

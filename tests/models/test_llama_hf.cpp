@@ -18,6 +18,7 @@
 #include "llama/parallelize.h"
 #include "alloc_counter.h"
 #include "llama_test_util.h"
+#include "harness/temp_dir.h"
 
 namespace fs = std::filesystem;
 namespace ckpt = dtensor::checkpoint;
@@ -27,9 +28,7 @@ using dtensor::testing::run_process;
 namespace {
 
 std::string fresh(const std::string& tag) {
-  std::string pattern = (fs::temp_directory_path() / ("dtensor_hf_" + tag + "_XXXXXX")).string();
-  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return pattern;
+  return dtensor::testing::temp_dir("hf_" + tag);
 }
 
 ProcessResult oracle(const std::vector<std::string>& args) {

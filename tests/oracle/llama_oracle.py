@@ -201,8 +201,10 @@ def run_both(bin_dir, nproc, our_args, worker_args, timeout):
         if ours.returncode != 0:
             sys.exit(f"llama_train failed:\n{ours.stdout}\n{ours.stderr}")
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+        # TMPDIR: torchrun's torchelastic_* folders go with this temporary directory
         ref = subprocess.run([torchrun, "--standalone", "--nproc-per-node", str(nproc), os.path.abspath(__file__),
-                              "--worker", dump, *worker_args], env=env, capture_output=True, text=True, timeout=timeout)
+                              "--worker", dump, *worker_args], env=dict(env, TMPDIR=tmp), capture_output=True, text=True,
+                             timeout=timeout)
         if ref.returncode != 0:
             sys.exit(f"PyTorch run failed:\n{ref.stdout}\n{ref.stderr}")
     return ours.stdout, ref.stdout

@@ -58,8 +58,9 @@ def main():
         f.write(PYTORCH_TP)
         script = f.name
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    ref = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", script], env=env,
-                         capture_output=True, text=True, timeout=300)
+    with tempfile.TemporaryDirectory() as tmp:  # torchrun's torchelastic_* folders go with it
+        ref = subprocess.run([torchrun, "--standalone", "--nproc-per-node", "2", script], env=dict(env, TMPDIR=tmp),
+                             capture_output=True, text=True, timeout=300)
     os.unlink(script)
     if ref.returncode != 0:
         sys.exit(f"PyTorch run failed:\n{ref.stdout}\n{ref.stderr}")

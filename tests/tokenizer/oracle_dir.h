@@ -8,12 +8,12 @@
 #include <string>
 
 #include "harness/subprocess.h"
+#include "harness/temp_dir.h"
 
 namespace tokenizer_testing {
 
 inline std::string make_oracle_dir(const std::string& script, const std::string& prefix) {
-  std::string dir = (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
-  if (mkdtemp(dir.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  const std::string dir = dtensor::testing::temp_dir(prefix);  // dtensor_<prefix>_XXXXXX, removed at exit
   const auto made = dtensor::testing::run_process(
       {DTENSOR_PYTHON, std::string(DTENSOR_SOURCE_DIR) + "/tests/oracle/" + script, "make", dir},
       {{"OMP_NUM_THREADS", "1"}, {"RAYON_NUM_THREADS", "1"}, {"TOKENIZERS_PARALLELISM", "false"},

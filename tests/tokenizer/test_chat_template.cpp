@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string& chat_root() {
-  static const std::string dir = tokenizer_testing::make_oracle_dir("hf_chat_template_oracle.py", "dtensor_chat_templates");
+  static const std::string dir = tokenizer_testing::make_oracle_dir("hf_chat_template_oracle.py", "chat_templates");
   return dir;
 }
 

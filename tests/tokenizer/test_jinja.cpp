@@ -13,6 +13,7 @@
 #include "harness/subprocess.h"
 #include "tokenizer/error.h"
 #include "tokenizer/jinja/template.h"
+#include "harness/temp_dir.h"
 
 namespace fs = std::filesystem;
 using tokenizer::jinja::Template;
@@ -21,7 +22,7 @@ namespace {
 
 std::vector<nlohmann::ordered_json> jinja_cases() {
   static const std::vector<nlohmann::ordered_json> rows = [] {
-    const std::string out = (fs::temp_directory_path() / ("dtensor_jinja_" + std::to_string(getpid()) + ".jsonl")).string();
+    const std::string out = dtensor::testing::temp_dir("jinja") + "/cases.jsonl";
     const auto made = dtensor::testing::run_process(
         {DTENSOR_PYTHON, DTENSOR_SOURCE_DIR "/tests/oracle/jinja_oracle.py", out},
         {{"HF_HUB_OFFLINE", "1"}, {"TRANSFORMERS_VERBOSITY", "error"}}, 300);

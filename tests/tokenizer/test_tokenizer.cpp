@@ -26,7 +26,7 @@ namespace {
 const std::vector<std::string> kKinds = {"gpt2", "llama3", "qwen2", "llama2", "gemma", "spm"};
 
 const std::string& root() {
-  static const std::string dir = tokenizer_testing::make_oracle_dir("hf_tokenizer_oracle.py", "dtensor_tokenizers");
+  static const std::string dir = tokenizer_testing::make_oracle_dir("hf_tokenizer_oracle.py", "tokenizers");
   return dir;
 }
 

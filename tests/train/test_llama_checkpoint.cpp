@@ -3,12 +3,18 @@
 // state round-trips across TP degrees; loading at TP 2 allocates at most about half the model per rank.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <array>
+#include <chrono>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
+#include <thread>
 
 #include "models/alloc_counter.h"
 #include "train/checkpointing.h"
@@ -19,6 +25,7 @@
 #include "harness/multi_rank.h"
 #include "harness/subprocess.h"
 #include "models/llama_test_util.h"
+#include "harness/temp_dir.h"
 
 namespace fs = std::filesystem;
 namespace ckpt = dtensor::checkpoint;
@@ -28,9 +35,7 @@ using llama_test::run_tp;
 namespace {
 
 std::string fresh(const std::string& tag) {
-  std::string pattern = (fs::temp_directory_path() / ("dtensor_llama_ckpt_" + tag + "_XXXXXX")).string();
-  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return pattern;
+  return dtensor::testing::temp_dir("llama_ckpt_" + tag);
 }
 
 train::TrainOptions twelve_steps() {
@@ -220,6 +225,57 @@ dtensor::testing::ProcessResult run_llama_train(const std::vector<std::string>& 
 }
 
 }  // namespace
+
+// Preemption (torchtitan's, TorchElastic's): SIGTERM to tprun, forwarded to every rank, during training. Every rank
+// stops at the same step boundary (the flag is all-reduced), the checkpoint of that step is saved, the ranks exit 0;
+// --resume continues with the uninterrupted run's losses, bit for bit.
+TEST(LlamaCheckpoint, SigtermSavesAtTheNextStepBoundaryAndResumes) {
+  using dtensor::testing::bin_path;
+  const std::string dir = fresh("preempt") + "/ck";
+  const std::vector<std::string> train = {bin_path("tprun"), "--nproc-per-node", "2", "--master-port", "0",
+                                          "--grace-seconds", "60", bin_path("llama_train"), "--dim", "64", "--layers",
+                                          "2", "--heads", "4", "--kv-heads", "2", "--ffn-dim", "128", "--seq-len", "16",
+                                          "--batch", "4", "--steps", "5000", "--log-every", "1", "--checkpoint-dir", dir};
+  const std::string log = fresh("preempt_log") + "/out.txt";
+  const int pid = dtensor::testing::start_process(train, {}, log);
+  // Bounded: until step 10 is logged (at most 120 s), then SIGTERM.
+  bool started = false;
+  for (int i = 0; i < 1200 && !started; ++i) {
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    started = text.find("step    10  loss") != std::string::npos;
+    if (!started) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(::kill(pid, SIGTERM), 0);
+  const auto stopped = dtensor::testing::wait_process(pid, log, 120);
+  ASSERT_TRUE(started) << stopped.output;
+  EXPECT_EQ(stopped.exit_code, 128 + SIGTERM) << stopped.output;  // tprun reports the signal; the ranks exited 0
+  EXPECT_NE(stopped.output.find("preempted=1"), std::string::npos) << stopped.output;
+  const auto latest = train::latest_checkpoint(dir);
+  ASSERT_TRUE(latest.has_value()) << stopped.output;
+  const int64_t at = latest->first;
+  EXPECT_GE(at, 10);
+  EXPECT_LT(at, 5000);
+  EXPECT_NE(stopped.output.find("preempted (SIGTERM) after step " + std::to_string(at) + ": checkpoint"), std::string::npos)
+      << stopped.output;
+
+  auto until = [&](std::vector<std::string> argv, std::vector<std::string> extra) {
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return dtensor::testing::run_process(argv, {}, 300);
+  };
+  const std::string stop_after = std::to_string(at + 3);
+  auto uninterrupted_argv = train;
+  uninterrupted_argv.back() = fresh("preempt_ref");  // its own --checkpoint-dir
+  const auto uninterrupted = until(uninterrupted_argv, {"--stop-after", stop_after});
+  const auto resumed = until(train, {"--resume", "--stop-after", stop_after});
+  ASSERT_EQ(uninterrupted.exit_code, 0) << uninterrupted.output;
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed_from=" + std::to_string(at)), std::string::npos) << resumed.output;
+  for (int64_t step = at + 1; step <= at + 3; ++step) {
+    EXPECT_EQ(loss_at(resumed.output, static_cast<int>(step)), loss_at(uninterrupted.output, static_cast<int>(step)))
+        << "step " << step;
+  }
+}
 
 // Real processes: a rank killed (SIGKILL) while saving step 8 leaves step 4 whole and loadable, and the killed save
 // at most as a ".partial" staging directory nobody takes for a checkpoint; --resume continues from step 4,

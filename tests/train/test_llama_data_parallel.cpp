@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "models/llama_test_util.h"
+#include "harness/temp_dir.h"
 
 using llama_test::max_rel_diff;
 using llama_test::run_dp_tp;
@@ -100,11 +101,7 @@ TEST(LlamaDataParallelMemory, FsdpBytesPerRankAreOneOverDpTimesTp) {
   EXPECT_EQ(ddp.param_bytes_per_rank, 4 * (tp_sharded / 2 + norms));
 }
 
-std::string fresh_dir(const std::string& tag) {
-  std::string pattern = (std::filesystem::temp_directory_path() / ("dtensor_dp_ckpt_" + tag + "_XXXXXX")).string();
-  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-  return pattern;
-}
+std::string fresh_dir(const std::string& tag) { return dtensor::testing::temp_dir("dp_ckpt_" + tag); }
 
 // Checkpoints cross layouts: a run on the 2-D mesh under FSDP (parameters and AdamW state
 // (_StridedShard(0), Shard(0)) and friends) stopped after step 6 resumes on the 1-D TP 2 mesh, and a 1-D

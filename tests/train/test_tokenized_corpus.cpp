@@ -9,12 +9,12 @@
 #include "harness/subprocess.h"
 #include "tokenizer/tokenizer.h"
 #include "train/tokenized_corpus.h"
+#include "harness/temp_dir.h"
 
 namespace fs = std::filesystem;
 
 TEST(TokenizedCorpus, TokenizesOnceCachesAndRoundTrips) {
-  std::string root = (fs::temp_directory_path() / "dtensor_tokcorpus_XXXXXX").string();
-  ASSERT_NE(mkdtemp(root.data()), nullptr);
+  const std::string root = dtensor::testing::temp_dir("tokcorpus");
   const auto made = dtensor::testing::run_process(
       {DTENSOR_PYTHON, DTENSOR_SOURCE_DIR "/tests/oracle/hf_tokenizer_oracle.py", "make", root, "--kinds", "gpt2"},
       {{"OMP_NUM_THREADS", "1"}, {"RAYON_NUM_THREADS", "1"}, {"TOKENIZERS_PARALLELISM", "false"}}, 300);

@@ -6,10 +6,12 @@
 //
 // Rank 0 prints one progress line per logged step and, last, a machine-readable `summary` line.
 // A bad command line prints one `error:` line on rank 0 and exits 2 on every rank, before any communication.
+#include <signal.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <map>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +31,19 @@
 #include "tools/llama_train/options.h"
 
 namespace {
+
+// Preemption (torchtitan / TorchElastic): SIGTERM (tprun forwards its own) asks for a checkpoint at the next step
+// boundary and a clean exit; a second SIGTERM ends the process (SA_RESETHAND).
+volatile std::sig_atomic_t preempt_requested = 0;
+void on_sigterm(int) { preempt_requested = 1; }
+
+void install_preemption_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigterm;
+  sa.sa_flags = SA_RESTART | SA_RESETHAND;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+}
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -155,12 +170,29 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     };
+    // Every rank stops at the same step: a rank's SIGTERM flag is all-reduced (MAX) at each step boundary, one tiny
+    // collective outside the step's accounting.
+    install_preemption_handler();
+    hooks.stop_requested = [&](int64_t) {
+      if (world_mesh.size() == 1) return preempt_requested != 0;
+      const at::Tensor flag = at::full({1}, preempt_requested ? 1.0 : 0.0, at::kDouble);
+      return dtensor::all_reduce(flag, dtensor::ReduceOp::MAX, world_mesh, 0).item<double>() > 0;
+    };
     if (rank == 0 && options.resume) {
       const auto latest = train::latest_checkpoint(options.checkpoint_dir);
       std::printf("%s\n", latest ? ("resuming from " + latest->second).c_str() : "no checkpoint to resume from: starting at step 0");
       std::fflush(stdout);
     }
     const auto result = train::run(model, options, corpus, dims, hooks);
+    if (rank == 0 && result.stopped_early) {
+      const int64_t at = result.steps.empty() ? result.start_step : result.steps.back().step + 1;
+      if (result.saved_step > 0) {
+        std::printf("preempted (SIGTERM) after step %lld: checkpoint %s saved; --resume continues from it\n",
+                    static_cast<long long>(at), train::checkpoint_path(options.checkpoint_dir, result.saved_step).c_str());
+      } else {
+        std::printf("preempted (SIGTERM) after step %lld: no --checkpoint-dir, nothing saved\n", static_cast<long long>(at));
+      }
+    }
     if (rank == 0 && result.steps.empty()) {
       std::printf("summary final_loss=nan steps_run=0 resumed_from=%lld\n", static_cast<long long>(result.start_step));
     } else if (rank == 0) {
@@ -172,11 +204,11 @@ int main(int argc, char** argv) {
       const double med = median(ms);
       const auto& last = result.steps.back();
       std::printf("summary final_loss=%.6f median_step_ms=%.3f median_comm_ms=%.3f tokens_per_s=%.1f collectives_per_step=%lld "
-                  "comm_bytes_per_step=%lld param_bytes_per_rank=%lld steps_run=%zu resumed_from=%lld\n",
+                  "comm_bytes_per_step=%lld param_bytes_per_rank=%lld steps_run=%zu resumed_from=%lld preempted=%d\n",
                   last.loss, med, median(comm_ms), static_cast<double>(tokens_per_step) / (med / 1000.0),
                   static_cast<long long>(last.total_counts()), static_cast<long long>(last.total_bytes()),
                   static_cast<long long>(result.param_bytes_per_rank), result.steps.size(),
-                  static_cast<long long>(result.start_step));
+                  static_cast<long long>(result.start_step), result.stopped_early ? 1 : 0);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -299,6 +299,16 @@ def main_fsdp_2d(bin_dir):
     print("Llama FSDP+TP (dp 2 x tp 2) losses and collectives match PyTorch's fully_shard + parallelize_module")
 
 
+def worst_difference(a, b, header, name):
+    """Prints both 20-step curves under `header`; exits unless both have 20 steps; the largest relative difference."""
+    print(header)
+    for i, (x, y) in enumerate(zip(a, b)):
+        print(f"{i + 1:4d}  {x:.6f}          {y:.6f}")
+    if len(a) != 20 or len(b) != 20:
+        sys.exit(f"{name}: expected 20 losses each, got {len(a)} and {len(b)}")
+    return max(abs(x - y) / abs(x) for x, y in zip(a, b))
+
+
 def main_mixed_precision(bin_dir):
     """llama_train's default precision (fp32 masters, bf16 compute, fp32 reductions) against PyTorch's two recipes on
     the same weights and batches, 20 steps each: TP 2 against torch.autocast(bf16) over parallelize_module, and
@@ -314,12 +324,7 @@ def main_mixed_precision(bin_dir):
         ours, theirs = run_both(bin_dir, nproc, ours_args + mp, worker_args, 900)
         a, _, _ = parse_theirs(theirs)
         b, _, _ = parse_ours(ours)
-        print(f"step  PyTorch bf16      dtensor-cpp bf16   ({name})")
-        for i, (x, y) in enumerate(zip(a, b)):
-            print(f"{i + 1:4d}  {x:.6f}          {y:.6f}")
-        if len(a) != 20 or len(b) != 20:
-            sys.exit(f"{name}: expected 20 losses each, got {len(a)} and {len(b)}")
-        worst[name] = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+        worst[name] = worst_difference(a, b, f"step  PyTorch bf16      dtensor-cpp bf16   ({name})", name)
         print(f"{name}: max relative loss difference {worst[name]:.2e} (bound {MP_BOUND})")
     bad = {k: v for k, v in worst.items() if v > MP_BOUND}
     if bad:
@@ -339,12 +344,7 @@ def main_float8(bin_dir):
         ours, theirs = run_both(bin_dir, 2, [*FP32, "--float8", "--float8-recipe", recipe], ["1", "off", recipe], 900)
         a, ca, _ = parse_theirs(theirs)
         b, cb, _ = parse_ours(ours)
-        print(f"step  torchao float8      dtensor-cpp float8   ({recipe}, TP 2)")
-        for i, (x, y) in enumerate(zip(a, b)):
-            print(f"{i + 1:4d}  {x:.6f}          {y:.6f}")
-        if len(a) != 20 or len(b) != 20:
-            sys.exit(f"{recipe}: expected 20 losses each, got {len(a)} and {len(b)}")
-        worst[recipe] = max(abs(x - y) / abs(x) for x, y in zip(a, b))
+        worst[recipe] = worst_difference(a, b, f"step  torchao float8      dtensor-cpp float8   ({recipe}, TP 2)", recipe)
         print(f"{recipe}: max relative loss difference {worst[recipe]:.2e} (bound {FLOAT8_BOUND[recipe]})")
         def gathers(comm):
             count, nbytes = dict(e.split("=") for e in comm.split()).get("all_gather", "0:0").split(":")

@@ -34,11 +34,12 @@ void resolve_options(TrainOptions& o) {
     throw ConfigError(e.what());
   }
   param_dtype(o);  // a dtype we compute in, before any communication
-  if (o.mixed_precision == MixedPrecision::fp16) {
-    // fp16's 5-bit exponent underflows small gradients unless the loss is scaled (PyTorch's GradScaler), which
-    // llama_train does not do: refused rather than trained silently wrong.
-    throw ConfigError("--mixed-precision fp16 needs dynamic loss scaling (PyTorch's GradScaler), which llama_train does "
-                      "not implement; use --mixed-precision bf16 (fp32's range, no scaling needed)");
+  if (const auto policy = mp_policy(o)) {  // fp16 is refused there
+    try {
+      models::check_computable(*policy->param_dtype, compute_device(o));
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("--mixed-precision: ") + e.what());
+    }
   }
   if (o.float8) {
     if (o.async_tp) throw ConfigError("--float8 with --async-tp: async TP's fused matmuls are not float8 (use one of them)");
@@ -51,13 +52,6 @@ void resolve_options(TrainOptions& o) {
       at::_scaled_mm(a, a.t(), one, one, std::nullopt, std::nullopt, at::kFloat).sum().item<double>();
     } catch (const std::exception& e) {
       throw ConfigError(std::string("--float8: ") + o.device + " cannot run float8 matmuls (at::_scaled_mm): " + e.what());
-    }
-  }
-  if (o.mixed_precision != MixedPrecision::off) {
-    try {
-      models::check_computable(*mp_policy(o)->param_dtype, compute_device(o));
-    } catch (const std::exception& e) {
-      throw ConfigError(std::string("--mixed-precision: ") + e.what());
     }
   }
   if (o.ep > 1) {
@@ -112,8 +106,13 @@ at::ScalarType param_dtype(const TrainOptions& o) {
 
 std::optional<dtensor::MixedPrecisionPolicy> mp_policy(const TrainOptions& o) {
   if (o.mixed_precision == MixedPrecision::off) return std::nullopt;
-  const at::ScalarType compute = o.mixed_precision == MixedPrecision::bf16 ? at::kBFloat16 : at::kHalf;
-  return dtensor::MixedPrecisionPolicy{.param_dtype = compute, .reduce_dtype = at::kFloat};
+  if (o.mixed_precision == MixedPrecision::fp16) {
+    // fp16's 5-bit exponent underflows small gradients unless the loss is scaled (PyTorch's GradScaler), which
+    // llama_train does not do: refused rather than trained silently wrong.
+    throw ConfigError("--mixed-precision fp16 needs dynamic loss scaling (PyTorch's GradScaler), which llama_train does "
+                      "not implement; use --mixed-precision bf16 (fp32's range, no scaling needed)");
+  }
+  return dtensor::MixedPrecisionPolicy{.param_dtype = at::kBFloat16, .reduce_dtype = at::kFloat};
 }
 
 void fit_to_corpus(TrainOptions& o, const Corpus& corpus) {

@@ -84,7 +84,8 @@ struct ConfigError : std::runtime_error {
 // options.dtype resolved ("auto": float32 under mixed precision, else --hf-dir's config.json dtype or float32); a
 // dtype the device cannot compute in, or masters in another dtype than fp32 under mixed precision, is a ConfigError.
 at::ScalarType param_dtype(const TrainOptions& options);
-// The policy --mixed-precision stands for: {param_dtype bf16 / fp16, reduce_dtype fp32}; nullopt when off.
+// The policy --mixed-precision stands for: {param_dtype bf16, reduce_dtype fp32}; nullopt when off. fp16 is a
+// ConfigError (it needs loss scaling).
 std::optional<dtensor::MixedPrecisionPolicy> mp_policy(const TrainOptions& options);
 
 // After the fields are set: checks that they fit together (async TP needs SP and the torchtitan plan, --ep divides

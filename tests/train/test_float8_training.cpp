@@ -33,6 +33,7 @@ TEST(Float8Training, LossesFollowBf16AtTp1AndTp2) {
   auto bf16 = llama_test::small_options();
   bf16.mixed_precision = train::MixedPrecision::bf16;
   const auto reference = llama_test::run_tp(bf16, 1);
+  const auto bf16_tp2 = llama_test::run_tp(bf16, 2);
   for (const auto recipe : {dtensor::Float8Recipe::tensorwise, dtensor::Float8Recipe::rowwise}) {
     const auto o = float8_options(recipe);
     const auto tp1 = llama_test::run_tp(o, 1);
@@ -49,7 +50,6 @@ TEST(Float8Training, LossesFollowBf16AtTp1AndTp2) {
     // At TP 2 with sequence parallel, tensorwise takes the float8 styles: each layer's two input all-gathers
     // (attention, MLP) and two backward all-gathers (o_proj's and down_proj's output gradients) move 1 byte per
     // element instead of bf16's 2; the embedding's and lm_head's stay bf16. Rowwise keeps the plain styles.
-    const auto bf16_tp2 = llama_test::run_tp(bf16, 2);
     const auto bytes = [](const llama_test::RunResult& r) { return r.steps.at(0).fwd_bwd_bytes.at("all_gather"); };
     const int64_t layers = o.model.num_hidden_layers, per_gather = bytes(bf16_tp2) / (4 * layers + 2);  // bf16 bytes
     EXPECT_EQ(bytes(bf16_tp2) % (4 * layers + 2), 0);

@@ -143,14 +143,11 @@ CliOptions parse_options(const std::vector<std::string>& args) {
     dtypes.dtype = o.dtype;
     try {
       dtypes.mixed_precision = train::mixed_precision_from_string(o.mixed_precision);
-      if (dtypes.mixed_precision == train::MixedPrecision::fp16) {
-        throw train::ConfigError("--mixed-precision fp16 is refused by llama_train (it needs loss scaling)");
-      }
       o.plan.param_dtype = train::param_dtype(dtypes);
+      o.plan.mp_policy = train::mp_policy(dtypes);  // fp16: llama_train's error
     } catch (const train::ConfigError& e) {
       throw UsageError(e.what());
     }
-    o.plan.mp_policy = train::mp_policy(dtypes);
   }
   if (o.float8) o.plan.float8 = dtensor::Float8LinearConfig{.recipe = dtensor::float8_recipe_from_string(o.float8_recipe)};
   if (o.plan.async_tp && !o.plan.sequence_parallel) {

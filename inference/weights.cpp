@@ -26,6 +26,7 @@
 #include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/mesh/launch_env.h"
 #include "dtensor/mesh/process_group.h"
+#include "dtensor/mesh/watchdog.h"
 #include "dtensor/nn/materialize.h"
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
@@ -119,6 +120,7 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
                                    const dtensor::DeviceMesh& tp_mesh) {
   // Built on the meta device and parallelized there; then each rank allocates only its shards and replicas and fills
   // them (the seeded init's part of each tensor, or the checkpoint's slices): no rank ever holds the whole model.
+  const dtensor::watchdog::Phase phase("loading weights", std::chrono::minutes(30));  // ranks read at their own pace
   llama::LlamaForCausalLM model = llama::meta_model(config);
   try {
     if (tp_mesh.size() > 1 && options.ep > 1) {

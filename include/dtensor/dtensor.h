@@ -20,6 +20,7 @@
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/mesh/launch_env.h"
 #include "dtensor/mesh/process_group.h"
+#include "dtensor/mesh/watchdog.h"
 #include "dtensor/tensor/dtensor.h"
 #include "dtensor/tensor/placement.h"
 #include "dtensor/tensor/shard_layout.h"

@@ -17,6 +17,7 @@
 #include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
+#include "dtensor/mesh/watchdog.h"
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/tensor/dtensor.h"
 #include "dtensor/nn/materialize.h"
@@ -261,6 +262,7 @@ LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMe
                                  const std::string& dtype) {
   // Built on the meta device, parallelized there, then each rank allocates only its shards and replicas and reads
   // them from the file: a rank never holds the whole model (dtensor/nn/materialize.h).
+  const dtensor::watchdog::Phase phase("loading weights", std::chrono::minutes(30));  // ranks read at their own pace
   const LlamaConfig config = config_from_hf_json((fs::path(dir) / "config.json").string());
   const at::ScalarType dt = models::resolve_dtype(dtype, checkpoint_dtype((fs::path(dir) / "config.json").string()));
   models::check_computable(dt, at::kCPU);

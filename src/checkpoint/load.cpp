@@ -8,6 +8,7 @@
 #include "checkpoint/chunks.h"
 #include "checkpoint/contents.h"
 #include "dtensor/checkpoint/checkpoint.h"
+#include "dtensor/mesh/watchdog.h"
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
 
@@ -107,6 +108,7 @@ Plan make_plan(const std::string& dir, const StateDict& state, const LoadOptions
 }  // namespace
 
 void load(const std::string& dir, StateDict& state, const LoadOptions& options) {
+  const watchdog::Phase phase("checkpoint load", std::chrono::minutes(30));
   const auto group_ptr = detail::checkpoint_group();
   ProcessGroup* group = group_ptr.get();
   Plan plan;

@@ -18,6 +18,7 @@
 #include "checkpoint/chunks.h"
 #include "checkpoint/contents.h"
 #include "dtensor/checkpoint/checkpoint.h"
+#include "dtensor/mesh/watchdog.h"
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
@@ -62,6 +63,7 @@ std::string error_text(const std::exception& e) { return e.what(); }
 }  // namespace
 
 void save(const std::string& dir, const StateDict& state, const SaveOptions& options) {
+  const watchdog::Phase phase("checkpoint save", std::chrono::minutes(30));  // the peers wait for the slowest writer
   const auto group_ptr = detail::checkpoint_group();
   ProcessGroup* group = group_ptr.get();
   const int rank = detail::group_rank(group);

@@ -1,7 +1,12 @@
 #include "dtensor/mesh/launch_env.h"
 #include "dtensor/core/error.h"
 
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
@@ -60,6 +65,24 @@ LaunchEnv LaunchEnv::from_environ() {
   env.local_world_size = static_cast<int>(local_world);
   env.master_addr = *addr;
   env.master_port = static_cast<int>(port);
+  if (auto fd_text = get("DTENSOR_MASTER_LISTEN_FD"); fd_text && rank == 0) {
+    const long fd = parse_int("DTENSOR_MASTER_LISTEN_FD", *fd_text);
+    int listening = 0;
+    socklen_t size = sizeof listening;
+    sockaddr_storage addr{};
+    socklen_t addr_size = sizeof addr;
+    DTENSOR_CHECK(fd >= 0 && fd <= INT32_MAX &&
+                      getsockopt(static_cast<int>(fd), SOL_SOCKET, SO_ACCEPTCONN, &listening, &size) == 0 && listening &&
+                      getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&addr), &addr_size) == 0,
+                  "dtensor: DTENSOR_MASTER_LISTEN_FD=", *fd_text,
+                  " is not a listening socket inherited from the launcher (it is set by tprun for rank 0 only)");
+    const int bound_port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                                            : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    DTENSOR_CHECK(bound_port == port, "dtensor: DTENSOR_MASTER_LISTEN_FD=", *fd_text, " listens on port ", bound_port,
+                  ", not on MASTER_PORT=", port);
+    fcntl(static_cast<int>(fd), F_SETFD, FD_CLOEXEC);  // the store's, not for programs this rank starts
+    env.master_listen_fd = static_cast<int>(fd);
+  }
   return env;
 }
 

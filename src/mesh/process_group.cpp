@@ -13,6 +13,7 @@
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/comm_hooks.h"
 #include "mesh/deadline.h"
+#include "mesh/heartbeat.h"
 #include "mesh/group_text.h"
 #include "mesh/shm/shm_backend.h"
 #include "mesh/size_agreement.h"
@@ -132,6 +133,7 @@ void Work::wait() {
   DTENSOR_CHECK(!state->health->failed || state->work->isCompleted(), "dtensor: ", state->what,
                 " was not waited for: the group failed earlier (", state->health->why(), ")");
   bool completed = false;
+  detail::CollectiveWaitMark mark;  // tprun's watchdog: blocked in a collective, then progress
   try {
     completed = state->work->wait(state->timeout);
   } catch (const dtensor::Error&) {
@@ -148,6 +150,7 @@ void Work::wait() {
     state->health->fail(why);
     throw DTENSOR_ERROR("dtensor: ", why);
   }
+  mark.succeeded();
   if (state->finish) state->finish();
 }
 
@@ -211,6 +214,7 @@ Work ProcessGroup::start(const char* collective, int64_t bytes, bool async_op,
   detail::notify_comm_observers(CommEvent{collective, bytes, size(), &ranks_, async_op});
   c10::intrusive_ptr<c10d::Work> work;
   try {
+    detail::CollectiveWaitMark mark;  // the shared-memory backend blocks here, at issue
     work = issue();
   } catch (const dtensor::Error& e) {
     // The shm backend runs the collective at issue: a peer that failed it fails the group (a size mismatch

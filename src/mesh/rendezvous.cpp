@@ -95,6 +95,7 @@ c10::intrusive_ptr<c10d::Store> connect_store(const LaunchEnv& env, milliseconds
   options.numWorkers = env.world_size;
   options.waitWorkers = false;  // wait_for_all_ranks waits, and says for whom
   options.timeout = timeout;
+  if (env.rank == 0 && env.master_listen_fd >= 0) options.masterListenFd = env.master_listen_fd;  // the launcher's
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   try {
     // Rank 0 binds at once; the others retry connecting until rank 0 serves, which they report.

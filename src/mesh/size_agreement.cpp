@@ -13,6 +13,8 @@
 //   all_gather rows: same ndim and sizes after dim 0 (the row counts may differ: an uneven gather)
 #include "mesh/size_agreement.h"
 
+#include "mesh/heartbeat.h"
+
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
@@ -188,8 +190,10 @@ void agree_on_sizes(ProcessGroup& group, SizedCollective collective, const at::T
   opts.timeout = group.timeout();
   const std::string what = std::string(name_of(static_cast<int64_t>(collective))) + " on " + group.describe();
   try {
+    CollectiveWaitMark mark;  // tprun's watchdog: blocked in a collective, then progress
     auto work = group.backend()._allgather_base(all, mine, opts);
     if (!work->wait(group.timeout())) throw std::runtime_error("timed out");
+    mark.succeeded();
   } catch (const std::exception& e) {
     const std::string msg = message_of(e);
     std::string why = group.with_member_states(what + " failed while the ranks compared sizes (within " +

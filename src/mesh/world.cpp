@@ -19,6 +19,7 @@
 #include "mesh/cuda_support.h"
 #include "mesh/deadline.h"
 #include "mesh/group_text.h"
+#include "mesh/heartbeat.h"
 #include "mesh/host_identity.h"
 #include "mesh/host_staged_backend.h"
 #include "mesh/rendezvous.h"
@@ -343,6 +344,7 @@ std::shared_ptr<World> init_process_group(InitOptions options) {
                         " ms: the store (served by rank 0) stopped answering (rank 0, or a rank in the middle of "
                         "a store request, froze?)");
   }
+  detail::start_heartbeat(env.rank);  // under tprun: its watchdog sees this rank from now on
   return install(std::make_shared<World>(std::move(store), env.rank, env.world_size, std::move(options)));
 }
 

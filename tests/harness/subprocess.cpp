@@ -38,6 +38,10 @@ int start_process(const std::vector<std::string>& argv, const std::map<std::stri
       if (v.empty()) unsetenv(k.c_str());
       else setenv(k.c_str(), v.c_str(), 1);
     }
+    // A ReservedPort's socket (close-on-exec in the test) is inherited by the rank given it, and only by it.
+    if (auto it = env.find("DTENSOR_MASTER_LISTEN_FD"); it != env.end() && !it->second.empty()) {
+      fcntl(std::atoi(it->second.c_str()), F_SETFD, 0);
+    }
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -85,17 +89,27 @@ std::string bin_path(const std::string& program) {
   return path;
 }
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+ReservedPort::ReservedPort(Mode mode) : mode_(mode) {
+  fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // start_process makes it inheritable for rank 0 only
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) throw std::runtime_error("bind failed");
   socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      (mode == SERVED && listen(fd_, 2048) != 0) || getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    throw std::runtime_error("ReservedPort: cannot bind a loopback port");
+  }
+  port_ = ntohs(addr.sin_port);
+}
+
+ReservedPort::~ReservedPort() {
+  if (fd_ >= 0) close(fd_);
+}
+
+std::map<std::string, std::string> ReservedPort::env(int rank) const {
+  std::map<std::string, std::string> e{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port_)}};
+  if (rank == 0 && mode_ == SERVED) e["DTENSOR_MASTER_LISTEN_FD"] = std::to_string(fd_);
+  return e;
 }
 
 }  // namespace dtensor::testing

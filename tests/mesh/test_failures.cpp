@@ -24,6 +24,12 @@ std::map<std::string, std::string> rank_env(int rank, int world, int port) {
           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"DTENSOR_TIMEOUT_SEC", "5"}};
 }
 
+std::map<std::string, std::string> rank_env(int rank, int world, const ReservedPort& port) {
+  auto env = rank_env(rank, world, port.port());
+  for (const auto& [k, v] : port.env(rank)) env[k] = v;
+  return env;
+}
+
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
@@ -45,7 +51,7 @@ TEST(Failures, ThreadRankThatThrowsMakesPeersTimeOut) {
 
 TEST(Failures, ProcessThatDiesMakesPeerExitWithError) {
   // No launcher: the surviving rank must notice by itself.
-  int port = free_port();
+  const ReservedPort port;
   std::string out0 = "/tmp/dtensor_fail0_" + std::to_string(getpid()), out1 = out0 + "_1";
   int p0 = start_process({bin_path("dist_e2e"), "die", "1", "7"}, rank_env(0, 2, port), out0);
   int p1 = start_process({bin_path("dist_e2e"), "die", "1", "7"}, rank_env(1, 2, port), out1);
@@ -91,7 +97,7 @@ TEST(Failures, HangingRankMakesPeersTimeOut) {
 TEST(Failures, FrozenRankIsNamedOnGloo) {
   // Rank 1 stops itself (SIGSTOP) between two collectives, on Gloo: rank 0 times out, and its error says that
   // rank 1 is stopped, not dead (Gloo's own error names neither). No launcher.
-  int port = free_port();
+  const ReservedPort port;
   std::string out0 = "/tmp/dtensor_stop0_" + std::to_string(getpid()), out1 = out0 + "_1";
   auto env = [&](int rank) {
     auto e = rank_env(rank, 2, port);
@@ -115,7 +121,8 @@ TEST(Failures, KilledStoreServerIsNamedOnGloo) {
   // Rank 0, whose process serves the job's store, SIGKILLs itself mid-all-reduce, on Gloo. The survivors'
   // errors still say what became of it: they describe the members from what they read when the group was
   // made, not from the store, which died with rank 0. No launcher.
-  const int world = 3, port = free_port();
+  const int world = 3;
+  const ReservedPort port;
   const std::string out = "/tmp/dtensor_kill_server_" + std::to_string(getpid()) + "_";
   std::vector<int> pids;
   for (int r = 0; r < world; ++r) {
@@ -160,7 +167,8 @@ TEST(Failures, BusyPortIsReported) {
 }
 
 TEST(Failures, PeerThatNeverArrivesTimesOut) {
-  auto env = rank_env(0, 2, free_port());
+  const ReservedPort port;
+  auto env = rank_env(0, 2, port);
   env["DTENSOR_TIMEOUT_SEC"] = "2";
   auto r = run_process({bin_path("dist_e2e"), "ok"}, env, 60);
   EXPECT_FALSE(r.timed_out);

@@ -16,11 +16,12 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-std::map<std::string, std::string> rank_env(int rank, int world, int port, const std::string& timeout_s) {
-  return {{"RANK", std::to_string(rank)},         {"WORLD_SIZE", std::to_string(world)},
-          {"LOCAL_RANK", std::to_string(rank)},   {"LOCAL_WORLD_SIZE", std::to_string(world)},
-          {"MASTER_ADDR", "127.0.0.1"},           {"MASTER_PORT", std::to_string(port)},
-          {"DTENSOR_TIMEOUT_SEC", timeout_s}};
+std::map<std::string, std::string> rank_env(int rank, int world, const ReservedPort& port, const std::string& timeout_s) {
+  std::map<std::string, std::string> env{{"RANK", std::to_string(rank)},       {"WORLD_SIZE", std::to_string(world)},
+                                         {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(world)},
+                                         {"DTENSOR_TIMEOUT_SEC", timeout_s}};
+  for (const auto& [k, v] : port.env(rank)) env[k] = v;
+  return env;
 }
 
 }  // namespace
@@ -47,8 +48,9 @@ TEST(Rendezvous, ThreadRankReportsAndNamesTheMissingRanks) {
 }
 
 TEST(Rendezvous, ProcessRankZeroReportsTheRankThatNeverStarts) {
-  int port = free_port();
-  auto r = run_process({bin_path("dist_e2e"), "ok"}, rank_env(0, 2, port, "2"), 60);
+  const ReservedPort reserved;
+  const int port = reserved.port();
+  auto r = run_process({bin_path("dist_e2e"), "ok"}, rank_env(0, 2, reserved, "2"), 60);
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   std::string where = "127.0.0.1:" + std::to_string(port);
@@ -60,8 +62,9 @@ TEST(Rendezvous, ProcessRankZeroReportsTheRankThatNeverStarts) {
 
 TEST(Rendezvous, ProcessReportsTheStoreThatIsNotServed) {
   // Rank 0 (the store's server) never starts: rank 1 reports the address it keeps trying.
-  int port = free_port();
-  auto r = run_process({bin_path("dist_e2e"), "ok"}, rank_env(1, 2, port, "2"), 60);
+  const ReservedPort reserved(ReservedPort::REFUSING);
+  const int port = reserved.port();
+  auto r = run_process({bin_path("dist_e2e"), "ok"}, rank_env(1, 2, reserved, "2"), 60);
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   std::string where = "127.0.0.1:" + std::to_string(port);

@@ -261,14 +261,15 @@ TEST(ShmBackend, PeerThatStopsTimesOutNamingIt) {
 TEST(ShmBackend, KilledRankMakesPeersFailAndLeavesNothingInDevShm) {
   // No launcher (tprun would stop the survivors itself): the survivors must notice on their own.
   auto before = dtensor_segments();
-  const int world = 3, port = free_port();
+  const int world = 3;
+  const ReservedPort port;
   const std::string out = "/tmp/dtensor_shm_kill_" + std::to_string(getpid());
   std::vector<int> pids;
   for (int r = 0; r < world; ++r) {
     std::map<std::string, std::string> env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(world)},
                                            {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", "3"},
-                                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
                                            {"DTENSOR_TIMEOUT_SEC", "5"}};
+    for (const auto& [k, v] : port.env(r)) env[k] = v;
     pids.push_back(start_process({bin_path("dist_e2e"), "kill_mid", "1"}, env, out + std::to_string(r)));
   }
   auto killed = wait_process(pids[1], out + "1", 60);
@@ -292,14 +293,15 @@ TEST(ShmBackend, JobKilledDuringGroupCreationLeavesNothingInDevShm) {
   // Rank 1 never joins the new group; rank 0 creates its segment and waits for rank 1 to map it; then the
   // whole job is SIGKILLed (as a launcher or a scheduler would). Nothing may stay in /dev/shm.
   auto before = dtensor_segments();
-  const int world = 2, port = free_port();
+  const int world = 2;
+  const ReservedPort port;
   const std::string out = "/tmp/dtensor_shm_group_kill_" + std::to_string(getpid());
   std::vector<int> pids;
   for (int r = 0; r < world; ++r) {
     std::map<std::string, std::string> env{{"RANK", std::to_string(r)}, {"WORLD_SIZE", std::to_string(world)},
                                            {"LOCAL_RANK", std::to_string(r)}, {"LOCAL_WORLD_SIZE", "2"},
-                                           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
                                            {"DTENSOR_TIMEOUT_SEC", "60"}, {"DTENSOR_BACKEND", ""}};
+    for (const auto& [k, v] : port.env(r)) env[k] = v;
     pids.push_back(start_process({bin_path("dist_e2e"), "hang_in_group", "1"}, env, out + std::to_string(r)));
   }
   // Wait (bounded) until rank 0 is inside the group creation, then give it time to create the segment.

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -28,11 +27,16 @@ import traceback
 from peer_exit import end_process_group
 
 
-def free_port():
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def agent_store(world_size, timeout_s):
+    """The workers' store, served by this process on a port it binds itself (port 0: the kernel's choice, held from
+    then on), as torchrun's agent serves it: the workers connect as clients (TORCHELASTIC_USE_AGENT_STORE), so no
+    port is chosen, released and taken again later, which another process could take in between."""
+    import datetime
+
+    import torch.distributed as dist
+
+    return dist.TCPStore("127.0.0.1", 0, world_size, True, datetime.timedelta(seconds=timeout_s),
+                         wait_for_workers=False)
 
 
 def error_text(e):
@@ -46,6 +50,7 @@ def _worker(rank, world_size, port, setup, run_case, cases, outdir, pg_timeout_s
     t_start = time.time()
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
+    os.environ["TORCHELASTIC_USE_AGENT_STORE"] = "True"  # the launcher serves the store (agent_store)
     os.environ["RANK"] = str(rank)
     os.environ["WORLD_SIZE"] = str(world_size)
     import datetime
@@ -91,7 +96,8 @@ def _launch_once(world_size, setup, run_case, cases, tmp, total_timeout_s, pg_ti
     (they would only wait for it until the timeout); first_failure is its exit code (negative: a signal), or None."""
     import multiprocessing as mp
 
-    port = free_port()
+    store = agent_store(world_size, pg_timeout_s + total_timeout_s)
+    port = store.port
     mp_ctx = mp.get_context("spawn")
     procs = [mp_ctx.Process(target=_worker, args=(r, world_size, port, setup, run_case, cases, tmp, pg_timeout_s))
              for r in range(world_size)]

@@ -4,6 +4,7 @@
 //   dist_e2e die R CODE         rank R exits with CODE before a collective the others enter
 //   dist_e2e throw R            rank R throws an uncaught exception before the collective
 //   dist_e2e hang R SECONDS     rank R sleeps instead of joining the collective
+//   dist_e2e phase R SECONDS    rank R sleeps as `hang`, but in a watchdog::Phase with a long allowance; then joins
 //   dist_e2e kill_mid R         all ranks all-reduce 16 MiB tensors in a loop; rank R SIGKILLs itself
 //                               200 ms after the first, in the middle of one
 //   dist_e2e mismatch           rank r all-reduces a [4 - r, 2] tensor: the ranks disagree on its size
@@ -26,6 +27,7 @@
 
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/mesh/watchdog.h"
 
 using namespace dtensor;
 
@@ -83,6 +85,10 @@ int main(int argc, char** argv) {
     if (rank == target) {
       if (scenario == "die") std::_Exit(argc > 3 ? std::atoi(argv[3]) : 3);
       if (scenario == "throw") throw std::logic_error("rank " + std::to_string(rank) + " gives up");  // not caught
+      if (scenario == "phase") {
+        const watchdog::Phase phase("a long test phase", std::chrono::seconds(600));
+        std::this_thread::sleep_for(std::chrono::seconds(argc > 3 ? std::atoi(argv[3]) : 60));
+      }
       if (scenario == "hang") {
         std::this_thread::sleep_for(std::chrono::seconds(argc > 3 ? std::atoi(argv[3]) : 60));
         return 0;

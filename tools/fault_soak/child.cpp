@@ -42,7 +42,7 @@ void take_lines(Child& c) {
 }  // namespace
 
 Child spawn_child(const std::vector<std::string>& argv, const std::map<std::string, std::string>& set,
-                  const std::vector<std::string>& unset) {
+                  const std::vector<std::string>& unset, int pass_fd) {
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e, key = kv.substr(0, kv.find('='));
@@ -68,6 +68,7 @@ Child spawn_child(const std::vector<std::string>& argv, const std::map<std::stri
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);  // dup2 clears close-on-exec on 1 and 2
   posix_spawn_file_actions_adddup2(&actions, err[1], 2);
+  if (pass_fd >= 0) posix_spawn_file_actions_adddup2(&actions, pass_fd, 3);  // inheritable there
   Child c;
   int rc = posix_spawn(&c.pid, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);

@@ -26,9 +26,10 @@ struct Child {
 
 // Starts argv[0] with the soak's environment, `set` added or replaced and `unset` removed. Pipes are
 // close-on-exec in the parent, so a child of one trial never holds another trial's pipe open.
+// `pass_fd` >= 0 is given to the child as its fd 3 (the store's listening socket, for rank 0).
 // Throws std::runtime_error when it cannot start.
 Child spawn_child(const std::vector<std::string>& argv, const std::map<std::string, std::string>& set,
-                  const std::vector<std::string>& unset);
+                  const std::vector<std::string>& unset, int pass_fd = -1);
 
 // Reads what the children wrote, waiting at most `wait` for something to read, then reaps the ones that
 // exited (recording when).

@@ -9,7 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <memory>
+#include <stdexcept>
 #include <set>
 #include <sstream>
 
@@ -20,22 +23,24 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// A port no one listens on now (bound, read back, released). Another trial may take it in between; the
-// soak reports such a trial as a setup error, which the counts keep apart from ours.
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
+// The store's port, held by the trial (listening) until it ends and handed to rank 0 as its fd 3, so no other
+// trial or connection can take it between the choice and rank 0's start (as tprun does: tools/tprun/spawn.h).
+struct HeldPort {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+  HeldPort() {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 2048) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      throw std::runtime_error(std::string("cannot hold a loopback port: ") + std::strerror(errno));
+    }
     port = ntohs(addr.sin_port);
   }
-  close(fd);
-  return port;
-}
+  ~HeldPort() { if (fd >= 0) close(fd); }
+};
 
 // "phase=all_reduce rank=1 pid=4242" (possibly after tprun's "[rank1]: " prefix).
 bool parse_marker(const std::string& line, std::string& phase, int& rank, int& pid) {
@@ -108,6 +113,7 @@ TrialResult run_trial(const TrialSpec& spec, const Settings& settings) {
   TrialResult result;
   result.spec = spec;
   std::vector<Child> procs;  // by hand: one per rank; under tprun: tprun alone
+  std::unique_ptr<HeldPort> held;  // by hand: the store's port
   std::map<std::string, std::string> env = {{"DTENSOR_TIMEOUT_SEC", std::to_string(settings.timeout_s)},
                                             {"DTENSOR_BACKEND", spec.backend}};
   const std::vector<std::string> launcher_vars = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
@@ -118,12 +124,15 @@ TrialResult run_trial(const TrialSpec& spec, const Settings& settings) {
                                    "--grace-seconds", "1", settings.worker},
                                   env, launcher_vars));
     } else {
+      held = std::make_unique<HeldPort>();
       env["MASTER_ADDR"] = "127.0.0.1";
-      env["MASTER_PORT"] = std::to_string(free_port());
+      env["MASTER_PORT"] = std::to_string(held->port);
       env["WORLD_SIZE"] = env["LOCAL_WORLD_SIZE"] = std::to_string(spec.world);
       for (int r = 0; r < spec.world; ++r) {
         env["RANK"] = env["LOCAL_RANK"] = std::to_string(r);
-        procs.push_back(spawn_child({settings.worker}, env, {}));
+        auto rank_env = env;
+        if (r == 0) rank_env["DTENSOR_MASTER_LISTEN_FD"] = "3";
+        procs.push_back(spawn_child({settings.worker}, rank_env, {"DTENSOR_MASTER_LISTEN_FD"}, r == 0 ? held->fd : -1));
       }
     }
   } catch (const std::exception& e) {

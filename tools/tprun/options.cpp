@@ -65,7 +65,12 @@ void define(CLI::App& app, Options& o) {
                  "when a rank fails, stop every rank (on every host) and start them all again, up to N times; ranks "
                  "see TORCHELASTIC_RESTART_COUNT")
       ->check(CLI::Range(0L, 1000L));
-  app.add_option("--grace-seconds", o.grace_seconds, "wait before SIGKILL after SIGTERM")->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--grace-seconds", o.grace_seconds, "after SIGTERM (a failure elsewhere, or preemption: llama_train saves a checkpoint), wait this long before SIGKILL (torchrun's 30 s)")->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--watchdog-timeout", o.watchdog_timeout_s,
+                 "stop the job (or restart it, --max-restarts) when a rank sends no heartbeat for S seconds (frozen: "
+                 "SIGSTOP, stuck in the kernel), or makes no progress outside a collective for S seconds while another "
+                 "rank waits for it in one (long phases such as checkpoint saves get more); 0: off")
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_flag_callback("--no-prefix", [&] { o.prefix = false; }, "do not prefix output lines with [rank<N>]:");
 }
 

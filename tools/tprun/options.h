@@ -12,7 +12,10 @@ struct Options {
   long node_rank = 0;
   std::string master_addr = "127.0.0.1";
   long master_port = 29500;
-  double grace_seconds = 5;
+  double grace_seconds = 30;  // torchrun's: time for a preemption save (SIGTERM) before SIGKILL
+  // The watchdog (heartbeats.h): a rank without a heartbeat, or without progress while others wait for it in a
+  // collective, for this long is named and the job stopped (or restarted). 0: off.
+  double watchdog_timeout_s = 30;
   // torchrun's --max-restarts: when a rank fails, every rank of the job (every host's) is stopped and started
   // again, up to this many times; ranks see TORCHELASTIC_RESTART_COUNT (and resume from their newest
   // checkpoint, e.g. llama_train --resume). restart_count: the round being run (set by the launcher).

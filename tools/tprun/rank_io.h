@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "heartbeats.h"
+
 namespace tprun {
 
 struct Stream {
@@ -18,6 +20,7 @@ struct Rank {
   pid_t pid = -1;     // also the child's process group id
   bool reaped = false;
   Stream out, err;
+  Heartbeat hb;       // tprun's watchdog (heartbeats.h)
   bool streams_open() const { return out.fd >= 0 || err.fd >= 0; }
 };
 

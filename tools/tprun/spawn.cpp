@@ -1,6 +1,7 @@
 #include "spawn.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -55,7 +56,7 @@ void block_handled_signals(int how) {
   sigprocmask(how, &set, nullptr);
 }
 
-std::vector<std::string> rank_environment(const Options& o, long port, long local) {
+std::vector<std::string> rank_environment(const Options& o, long port, long local, int listen_fd, int heartbeat_fd) {
   long rank = o.node_rank * o.nproc + local;
   long world = o.nnodes * o.nproc;
   const std::pair<const char*, std::string> vars[] = {
@@ -67,22 +68,32 @@ std::vector<std::string> rank_environment(const Options& o, long port, long loca
       {"MASTER_PORT", std::to_string(port)},   {"TORCHELASTIC_RUN_ID", "none"},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(o.restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)}};
+  // Another launcher's (a tprun running this one) are never passed on: the fds are not this rank's.
+  const char* ours[] = {"DTENSOR_MASTER_LISTEN_FD", "TPRUN_HEARTBEAT_FD", "TPRUN_HEARTBEAT_INTERVAL_MS"};
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
     std::string key = kv.substr(0, kv.find('='));
-    bool overridden = std::any_of(std::begin(vars), std::end(vars),
-                                  [&](const auto& v) { return key == v.first; });
+    bool overridden = std::any_of(std::begin(vars), std::end(vars), [&](const auto& v) { return key == v.first; }) ||
+                      std::any_of(std::begin(ours), std::end(ours), [&](const char* k) { return key == k; });
     if (!overridden) env.push_back(kv);
   }
   for (const auto& [k, v] : vars) env.push_back(std::string(k) + "=" + v);
+  if (listen_fd >= 0) env.push_back("DTENSOR_MASTER_LISTEN_FD=" + std::to_string(listen_fd));
+  if (heartbeat_fd >= 0) {
+    // A tenth of the timeout, within [0.1 s, 1 s]: several heartbeats fit in any timeout.
+    const long every = std::clamp(static_cast<long>(o.watchdog_timeout_s * 100), 100L, 1000L);
+    env.push_back("TPRUN_HEARTBEAT_FD=" + std::to_string(heartbeat_fd));
+    env.push_back("TPRUN_HEARTBEAT_INTERVAL_MS=" + std::to_string(every));
+  }
   if (o.nproc > 1 && !std::getenv("OMP_NUM_THREADS")) env.push_back("OMP_NUM_THREADS=1");
   return env;
 }
 
 // Runs in the forked child: never returns.
 [[noreturn]] void exec_rank(const Options& o, const std::string& path,
-                            std::vector<std::string>& env, int out_w, int err_w) {
+                            std::vector<std::string>& env, int out_w, int err_w, const std::vector<int>& inherit) {
+  for (int fd : inherit) fcntl(fd, F_SETFD, 0);  // the store's socket, the heartbeat pipe: this rank's only
   setpgid(0, 0);  // own process group, so kill(-pid) reaches the whole tree
   for (int s : kHandled) signal(s, SIG_DFL);
   signal(SIGPIPE, SIG_DFL);
@@ -112,22 +123,56 @@ std::vector<std::string> rank_environment(const Options& o, long port, long loca
 
 int signal_pipe() { return g_sigpipe[0]; }
 
-// Asks the kernel for a free port by binding 127.0.0.1:0. The port is only
-// free "right now"; rank 0 is expected to bind it soon after (as torchrun).
-long pick_free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::fprintf(stderr, "tprun: error: cannot pick a free port: %s\n",
-                 std::strerror(errno));
-    std::exit(1);
+StoreSocket reserve_store_port(const std::string& addr, long port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(addr.c_str(), nullptr, &hints, &found) != 0 || found == nullptr) {
+    std::fprintf(stderr, "tprun: warning: cannot resolve --master-addr '%s': rank 0 binds the store's port itself\n",
+                 addr.c_str());
+    return {};
   }
-  close(fd);
-  return ntohs(addr.sin_port);
+  sockaddr_storage where{};
+  socklen_t size = 0;
+  const int family = found->ai_family;
+  if (family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&where);
+    const bool loopback = (ntohl(reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    in->sin_family = AF_INET;
+    in->sin_addr = loopback ? reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr : in_addr{htonl(INADDR_ANY)};
+    in->sin_port = htons(static_cast<uint16_t>(port));
+    size = sizeof *in;
+  } else {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&where);
+    const in6_addr& a = reinterpret_cast<sockaddr_in6*>(found->ai_addr)->sin6_addr;
+    in6->sin6_family = AF_INET6;
+    in6->sin6_addr = IN6_IS_ADDR_LOOPBACK(&a) ? a : in6addr_any;
+    in6->sin6_port = htons(static_cast<uint16_t>(port));
+    size = sizeof *in6;
+  }
+  freeaddrinfo(found);
+  const int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1, zero = 0;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);  // as c10d: TIME_WAIT does not block
+  if (fd >= 0 && family == AF_INET6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&where), size) != 0 || listen(fd, 2048) != 0) {
+    const int err = errno;
+    if (fd >= 0) close(fd);
+    if (err == EADDRINUSE) {
+      std::fprintf(stderr, "tprun: error: cannot serve the rendezvous store on %s:%ld: the port is already in use "
+                           "(another job? choose another --master-port, or 0 for a free one)\n", addr.c_str(), port);
+      std::exit(1);
+    }
+    std::fprintf(stderr, "tprun: warning: cannot listen on %s:%ld for the store (%s): rank 0 binds it itself\n",
+                 addr.c_str(), port, std::strerror(err));
+    return {};
+  }
+  socklen_t len = sizeof where;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&where), &len);
+  const long bound = ntohs(family == AF_INET ? reinterpret_cast<sockaddr_in*>(&where)->sin_port
+                                             : reinterpret_cast<sockaddr_in6*>(&where)->sin6_port);
+  return {fd, bound};
 }
 
 // A bare program name is looked up next to the tprun executable first, so
@@ -147,28 +192,37 @@ std::string resolve_program(const std::string& prog) {
 }
 
 // Forks one rank; returns false (with a message) if fork or pipe failed.
-bool spawn_rank(const Options& o, const std::string& path, long port, Rank& r) {
+bool spawn_rank(const Options& o, const std::string& path, const StoreSocket& store, Rank& r) {
   // Close-on-exec, so no rank inherits another rank's pipe (or EOF never
   // comes). On failure tprun stops anyway, so a leaked fd does not matter.
-  int out_p[2], err_p[2];
-  if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0) {
+  int out_p[2], err_p[2], hb_p[2] = {-1, -1};
+  if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0 ||
+      (o.watchdog_timeout_s > 0 && pipe2(hb_p, O_CLOEXEC) != 0)) {
     std::perror("tprun: error: pipe2");
     return false;
   }
-  std::vector<std::string> env = rank_environment(o, port, r.local);
+  const int listen_fd = r.global == 0 ? store.fd : -1;
+  std::vector<std::string> env = rank_environment(o, store.port, r.local, listen_fd, hb_p[1]);
+  std::vector<int> inherit;
+  for (int fd : {listen_fd, hb_p[1]}) if (fd >= 0) inherit.push_back(fd);
   block_handled_signals(SIG_BLOCK);  // no handler may run in the child
   pid_t pid = fork();
-  if (pid == 0) exec_rank(o, path, env, out_p[1], err_p[1]);
+  if (pid == 0) exec_rank(o, path, env, out_p[1], err_p[1], inherit);
   int fork_errno = errno;
   if (pid > 0) setpgid(pid, pid);  // also in the parent, to avoid a race
   block_handled_signals(SIG_UNBLOCK);
   close(out_p[1]);
   close(err_p[1]);
+  if (hb_p[1] >= 0) close(hb_p[1]);
   if (pid < 0) {
     std::fprintf(stderr, "tprun: error: fork: %s\n", std::strerror(fork_errno));
     close(out_p[0]); close(err_p[0]);
+    if (hb_p[0] >= 0) close(hb_p[0]);
     return false;
   }
+  if (hb_p[0] >= 0) fcntl(hb_p[0], F_SETFL, O_NONBLOCK);
+  r.hb = Heartbeat{};
+  r.hb.fd = hb_p[0];
   r.pid = pid;
   r.out = {out_p[0], 1, {}};
   r.err = {err_p[0], 2, {}};

@@ -46,9 +46,9 @@ class Launcher {
  public:
   Launcher(const Options& o, JobWatch* watch) : opt_(o), watch_(watch) {}
 
-  int run(const std::string& path, long port) {
+  int run(const std::string& path, const StoreSocket& store) {
     for (;;) {
-      run_round(path, port);
+      run_round(path, store);
       if (stop_signal_) return 128 + stop_signal_;  // like torchrun: signal wins
       const bool failed = failed_rank_ >= 0 || spawn_failed_ || remote_failed_;
       if (!failed) {
@@ -71,13 +71,13 @@ class Launcher {
   }
 
  private:
-  void run_round(const std::string& path, long port) {
+  void run_round(const std::string& path, const StoreSocket& store) {
     ranks_.resize(static_cast<size_t>(opt_.nproc));
     for (long l = 0; l < opt_.nproc; ++l) {
       Rank& r = ranks_[static_cast<size_t>(l)];
       r.local = l;
       r.global = opt_.node_rank * opt_.nproc + l;
-      if (!spawn_rank(opt_, path, port, r)) {
+      if (!spawn_rank(opt_, path, store, r)) {
         ranks_.resize(static_cast<size_t>(l));  // only the ones started
         spawn_failed_ = true;
         begin_stop(SIGTERM);
@@ -125,6 +125,28 @@ class Launcher {
                                                   : "exited with status " + std::to_string(WEXITSTATUS(status));
       watch_->fail("host " + JobWatch::hostname() + " (node " + std::to_string(opt_.node_rank) + "): rank " +
                    std::to_string(r.global) + " " + how);
+    }
+    begin_stop(SIGTERM);
+  }
+
+  // The watchdog (heartbeats.h): a frozen or stalled rank fails the job like a rank that exited.
+  void check_heartbeats() {
+    if (stopping_ || opt_.watchdog_timeout_s <= 0) return;
+    std::vector<WatchedRank> watched;
+    for (const Rank& r : ranks_)
+      if (!r.reaped) watched.push_back({r.global, r.pid, &r.hb});
+    const auto timeout = std::chrono::milliseconds(static_cast<long>(opt_.watchdog_timeout_s * 1000));
+    const auto verdict = watchdog_verdict(watched, timeout, Clock::now());
+    if (!verdict) return;
+    std::fprintf(stderr, "tprun: watchdog: %s; stopping every rank\n", verdict->why.c_str());
+    failed_rank_ = verdict->rank;
+    // The named rank cannot act on SIGTERM (stopped, or stuck): SIGKILL at once, so its peers see it gone and
+    // end within a poll instead of waiting out their collectives; the others get SIGTERM and the grace period.
+    for (const Rank& r : ranks_)
+      if (r.global == verdict->rank) kill(-r.pid, SIGKILL);
+    if (watch_) {
+      watch_->fail("host " + JobWatch::hostname() + " (node " + std::to_string(opt_.node_rank) + "): watchdog: " +
+                   verdict->why);
     }
     begin_stop(SIGTERM);
   }
@@ -192,6 +214,7 @@ class Launcher {
     for (;;) {
       reap();
       check_watch();
+      check_heartbeats();
       auto now = Clock::now();
       if (stopping_ && !killed_ && now >= kill_deadline_) {
         killed_ = true;
@@ -200,7 +223,8 @@ class Launcher {
       if (all_reaped()) {
         // Leftover grandchildren may hold a pipe open: drain for a bounded time.
         if (!drain_deadline)
-          drain_deadline = now + std::max(grace(), Clock::duration(std::chrono::seconds(1)));
+          drain_deadline = now + std::clamp(grace(), Clock::duration(std::chrono::seconds(1)),
+                                            Clock::duration(std::chrono::seconds(5)));
         bool open = std::any_of(ranks_.begin(), ranks_.end(),
                                 [](const Rank& r) { return r.streams_open(); });
         if (!open || now >= *drain_deadline) break;
@@ -216,14 +240,19 @@ class Launcher {
   // caller) for output or signals and handles whatever is ready.
   void poll_once() {
     std::vector<pollfd> fds{{signal_pipe(), POLLIN, 0}};
-    std::vector<std::pair<Rank*, Stream*>> owners{{nullptr, nullptr}};
-    for (Rank& r : ranks_)
+    std::vector<std::pair<Rank*, Stream*>> owners{{nullptr, nullptr}};  // Stream nullptr: the heartbeat pipe
+    for (Rank& r : ranks_) {
       for (Stream* s : {&r.out, &r.err})
         if (s->fd >= 0) { fds.push_back({s->fd, POLLIN, 0}); owners.emplace_back(&r, s); }
+      if (r.hb.fd >= 0) { fds.push_back({r.hb.fd, POLLIN, 0}); owners.emplace_back(&r, nullptr); }
+    }
     if (poll(fds.data(), fds.size(), 100) <= 0) return;  // timeout or EINTR
     if (fds[0].revents) drain_signal_pipe();
-    for (size_t i = 1; i < fds.size(); ++i)
-      if (fds[i].revents) read_stream(*owners[i].first, *owners[i].second, opt_.prefix);
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (!fds[i].revents) continue;
+      if (owners[i].second) read_stream(*owners[i].first, *owners[i].second, opt_.prefix);
+      else owners[i].first->hb.read(Clock::now());
+    }
   }
 
   Options opt_;  // restart_count advances with each round
@@ -243,7 +272,19 @@ int main(int argc, char** argv) {
   for (int fd = 0; fd <= 2; ++fd)
     if (fcntl(fd, F_GETFD) < 0) open("/dev/null", O_RDWR);
   tprun::Options opt = tprun::parse_args(argc, argv);
-  long port = opt.master_port == 0 ? tprun::pick_free_port() : opt.master_port;
+  // One host: the store's listening socket is made now (a free port for 0), and rank 0 serves on it.
+  tprun::StoreSocket store;
+  if (opt.nnodes == 1) {
+    store = tprun::reserve_store_port(opt.master_addr, opt.master_port);
+    if (store.fd < 0 && opt.master_port == 0) {
+      std::fprintf(stderr, "tprun: error: --master-port 0: cannot pick a free port on %s\n", opt.master_addr.c_str());
+      return 1;
+    }
+    if (store.fd < 0) store.port = opt.master_port;
+  } else {
+    store.port = opt.master_port;
+  }
+  const long port = store.port;
   if (opt.nproc > 1 && !std::getenv("OMP_NUM_THREADS"))
     std::fprintf(stderr, "tprun: note: setting OMP_NUM_THREADS=1 for each rank to avoid "
                          "overloading the system; tune it for your application as needed\n");
@@ -272,6 +313,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "tprun: rendezvous at %s: this host (%s) is node %ld of %ld\n", opt.rdzv_endpoint.c_str(),
                    tprun::JobWatch::hostname().c_str(), opt.node_rank, opt.nnodes);
   }
+  // Several hosts: node 0 (known once the job watch has numbered the hosts) makes the store's socket.
+  if (opt.nnodes > 1 && opt.node_rank == 0) {
+    store = tprun::reserve_store_port(opt.master_addr, opt.master_port);
+    store.port = opt.master_port;
+  }
   tprun::Launcher launcher(opt, watch.get());
-  return launcher.run(tprun::resolve_program(opt.command[0]), port);
+  return launcher.run(tprun::resolve_program(opt.command[0]), store);
 }

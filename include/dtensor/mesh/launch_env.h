@@ -12,8 +12,14 @@ struct LaunchEnv {
   int local_world_size = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // DTENSOR_MASTER_LISTEN_FD (c10d's TCPStoreOptions::masterListenFd): a socket already listening on
+  // MASTER_PORT, inherited from the launcher (tprun, the test harness) by rank 0, which serves the store on it
+  // instead of binding the port itself; so no other process can take the port between the launcher's choice
+  // and rank 0's start. -1: none.
+  int master_listen_fd = -1;
 
-  // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+  // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and, on rank 0,
+  // DTENSOR_MASTER_LISTEN_FD: it must be a listening socket on MASTER_PORT).
   // Throws dtensor::Error naming the variable when one is missing, not an integer, or inconsistent
   // (RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE, port out of range, ...).
   // LOCAL_RANK / LOCAL_WORLD_SIZE default to RANK / WORLD_SIZE when both are unset.

@@ -19,12 +19,18 @@ std::string sse(const json& chunk) { return "data: " + chunk.dump() + "\n\n"; }
 
 }  // namespace
 
-HttpServer::HttpServer(ServingLoop& loop, Metrics& metrics, ApiLimits limits)
-    : loop_(loop), metrics_(metrics), limits_(std::move(limits)), server_(std::make_unique<httplib::Server>()) {
+HttpServer::HttpServer(ServingLoop& loop, Metrics& metrics, ApiLimits limits, HttpLimits http_limits)
+    : loop_(loop),
+      metrics_(metrics),
+      limits_(std::move(limits)),
+      http_limits_(http_limits),
+      server_(std::make_unique<httplib::Server>()) {
   httplib::Server& s = *server_;
-  // One thread per open request (a handler waits for its request's tokens): room for many concurrent clients.
-  s.new_task_queue = [] { return new httplib::ThreadPool(128); };
-  s.set_payload_max_length(16 << 20);
+  // One thread per open request (a handler waits for its request's tokens), and room beyond the limit to answer
+  // 429s, /health and /metrics while it is reached.
+  const size_t threads = static_cast<size_t>(http_limits_.max_open_requests) + 32;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.set_payload_max_length(http_limits_.max_body_bytes);
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (loop_.failed()) return send_error(res, 503, "the server has failed", "server_error");
     res.set_content("{\"status\":\"ok\"}", "application/json");
@@ -40,9 +46,18 @@ HttpServer::HttpServer(ServingLoop& loop, Metrics& metrics, ApiLimits limits)
   s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) { completions(req.body, false, &res); });
   s.Post("/v1/chat/completions",
          [this](const httplib::Request& req, httplib::Response& res) { completions(req.body, true, &res); });
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    // Only where no handler answered (a route that does not exist); a handler's own error body stays.
-    if (res.status == 404 && res.body.empty()) send_error(res, 404, "no route " + req.method + " " + req.path, "not_found_error");
+  s.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Only where no handler answered (no such route, a body over the limit, a malformed request); a handler's own
+    // error body stays.
+    if (!res.body.empty()) return;
+    if (res.status == 404) return send_error(res, 404, "no route " + req.method + " " + req.path, "not_found_error");
+    if (res.status == 413) {
+      metrics_.request_done(req.path, 413);
+      return send_error(res, 413, "the body is larger than the server's limit of " +
+                                      std::to_string(http_limits_.max_body_bytes) + " bytes (--max-request-bytes)",
+                        "invalid_request_error");
+    }
+    send_error(res, res.status, "the request was refused (HTTP " + std::to_string(res.status) + ")", "invalid_request_error");
   });
 }
 
@@ -96,9 +111,18 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
     metrics_.request_done(endpoint, 400);
     return send_error(res, 400, e.what(), "invalid_request_error");
   }
+  // A slot among the open requests, or 429 at once (vLLM's and OpenAI's status for "try again later").
+  if (open_.fetch_add(1) >= http_limits_.max_open_requests) {
+    --open_;
+    metrics_.request_done(endpoint, 429);
+    return send_error(res, 429, "the server is at its limit of " + std::to_string(http_limits_.max_open_requests) +
+                                    " open requests (--max-num-seqs + --max-queued-requests): retry later",
+                      "rate_limit_error");
+  }
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
   auto request = std::make_shared<Request>(api, id, static_cast<int64_t>(std::time(nullptr)));
   if (!loop_.submit(request)) {
+    --open_;
     metrics_.request_done(endpoint, 503);
     return send_error(res, 503, "the server has failed or is shutting down", "server_error");
   }
@@ -114,7 +138,6 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
   const std::string model = limits_.model_name;
   const int64_t prompt_tokens = static_cast<int64_t>(api.prompt_ids.size());
   if (!api.stream) {
-    ++open_;
     std::string text;
     std::vector<Event> events;
     while (true) {
@@ -142,7 +165,6 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
     close();
     return;
   }
-  ++open_;
   auto finished = std::make_shared<bool>(false);
   auto started = std::make_shared<bool>(false);
   res.set_header("Cache-Control", "no-cache");

@@ -21,9 +21,17 @@ class Server;
 
 namespace serve {
 
+// What one client may ask of the server, checked before any work: a body over max_body_bytes is answered 413
+// from its Content-Length (never read whole, never parsed); past max_open_requests requests being answered
+// (running, queued, or streaming), a new one is answered 429 at once.
+struct HttpLimits {
+  size_t max_body_bytes = 4 << 20;
+  int64_t max_open_requests = 144;
+};
+
 class HttpServer {
  public:
-  HttpServer(ServingLoop& loop, Metrics& metrics, ApiLimits limits);
+  HttpServer(ServingLoop& loop, Metrics& metrics, ApiLimits limits, HttpLimits http_limits = {});
   ~HttpServer();
   // Binds host:port (0: any free port) and returns the port. Throws std::runtime_error when it cannot.
   int bind(const std::string& host, int port);
@@ -39,6 +47,7 @@ class HttpServer {
   ServingLoop& loop_;
   Metrics& metrics_;
   ApiLimits limits_;
+  HttpLimits http_limits_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::atomic<int64_t> next_id_{0}, open_{0};

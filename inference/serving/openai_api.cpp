@@ -1,6 +1,8 @@
 #include "inference/serving/openai_api.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <functional>
 #include <set>
 
@@ -26,15 +28,19 @@ const std::set<std::string>& known_fields(bool chat) {
 double number(const json& body, const char* field, double fallback) {
   if (!body.contains(field) || body[field].is_null()) return fallback;
   if (!body[field].is_number()) throw bad(field, std::string("'") + field + "' must be a number");
-  return body[field].get<double>();
+  const double v = body[field].get<double>();
+  if (!std::isfinite(v)) throw bad(field, std::string("'") + field + "' must be a finite number");
+  return v;
 }
 
 std::optional<int64_t> integer(const json& body, const char* field) {
   if (!body.contains(field) || body[field].is_null()) return std::nullopt;
   const json& v = body[field];
-  if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))) {
-    throw bad(field, std::string("'") + field + "' must be an integer");
-  }
+  // An integral float (3.0) is an integer too; anything past int64's range is not (never cast: undefined).
+  const bool in_range = v.is_number_integer() ? !(v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX)
+                                              : v.is_number_float() && std::abs(v.get<double>()) < 9.2e18 &&
+                                                    v.get<double>() == std::trunc(v.get<double>());
+  if (!in_range) throw bad(field, std::string("'") + field + "' must be an integer within int64's range");
   return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
 }
 
@@ -155,7 +161,16 @@ std::string error_body(const std::string& message, const std::string& type, cons
 }
 
 ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimits& limits) {
-  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  // Depth is bounded while parsing, before anything deeper exists: every later walk of the body (copies, the
+  // chat template) is then bounded too. (100,000 nested '[' once overflowed rank 0's stack in a copy.)
+  const int max_depth = limits.max_json_depth;
+  const json::parser_callback_t bounded = [max_depth](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) && depth >= max_depth) {
+      throw bad("", "the body nests arrays and objects deeper than " + std::to_string(max_depth) + " levels");
+    }
+    return true;
+  };
+  json body = json::parse(body_text, bounded, /*allow_exceptions=*/false);
   if (body.is_discarded()) throw bad("", "the body is not valid JSON");
   if (!body.is_object()) throw bad("", "the body must be a JSON object");
   const auto& known = known_fields(chat);

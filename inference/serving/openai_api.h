@@ -49,9 +49,11 @@ struct ApiLimits {
   std::string model_name;
   int64_t max_model_len = 0;  // prompt + max_tokens
   int64_t vocab_size = 0;     // the model's: prompt token ids below it
+  int max_json_depth = 64;    // nesting of the body's arrays and objects, checked while parsing
 };
 
-// Parses and checks a POST body. Throws ApiError (400) for malformed JSON, an unknown field, a wrong type, a
+// Parses and checks a POST body. Throws ApiError (400) for malformed JSON (invalid UTF-8 included), nesting deeper
+// than max_json_depth (refused while parsing: nothing deeper is ever built or walked), an unknown field, a wrong type, a
 // value out of range (max_tokens < 1, temperature < 0, top_p outside (0, 1], ...), an unsupported option (n > 1,
 // logprobs, ...), a model other than ours, or a prompt that does not fit max_model_len.
 ApiRequest parse_request(const std::string& body, bool chat, const ApiLimits& limits);

@@ -73,10 +73,10 @@ def hf_greedy(model, torch, prompt_ids, max_new_tokens, eos):
 class Server:
     """`tprun --nproc-per-node TP serve --hf-dir DIR --port 0 ARGS`; .url once it prints `serving`."""
 
-    def __init__(self, bin_dir, model_dir, tp=2, args=(), ready_timeout=120, threads=1):
+    def __init__(self, bin_dir, model_dir, tp=2, args=(), ready_timeout=120, threads=1, tprun_args=()):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         self.proc = subprocess.Popen([os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(tp), "--master-port", "0",
-                                      "serve", "--hf-dir", model_dir, "--port", "0", *args],
+                                      *tprun_args, "serve", "--hf-dir", model_dir, "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines, self.err_lines = [], []
         ready = threading.Event()

@@ -7,6 +7,8 @@
 //   dist_e2e phase R SECONDS    rank R sleeps as `hang`, but in a watchdog::Phase with a long allowance; then joins
 //   dist_e2e kill_mid R         all ranks all-reduce 16 MiB tensors in a loop; rank R SIGKILLs itself
 //                               200 ms after the first, in the middle of one
+//   dist_e2e stop_once R        as stop_mid with SIGSTOP in the first round of a tprun --max-restarts job; in later
+//                               rounds (TORCHELASTIC_RESTART_COUNT > 0) as `ok`
 //   dist_e2e mismatch           rank r all-reduces a [4 - r, 2] tensor: the ranks disagree on its size
 //   dist_e2e hang_in_group R    the ranks create a new same-host group, but rank R sleeps instead; the
 //                               others print "creating group" first (rank 0 then waits inside the creation)
@@ -33,6 +35,10 @@ using namespace dtensor;
 
 int main(int argc, char** argv) {
   std::string scenario = argc > 1 ? argv[1] : "ok";
+  if (scenario == "stop_once") {
+    const char* round = std::getenv("TORCHELASTIC_RESTART_COUNT");
+    scenario = round != nullptr && std::atoi(round) > 0 ? "ok" : "stop_mid";
+  }
   int target = argc > 2 ? std::atoi(argv[2]) : -1;
   try {
     auto world = init_process_group();

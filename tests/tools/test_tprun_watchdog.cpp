@@ -46,6 +46,19 @@ TEST(TprunWatchdog, NamesAFrozenRankAndStopsTheJob) {
   EXPECT_FALSE(contains(r.output, "collective completed")) << r.output;
 }
 
+TEST(TprunWatchdog, AFrozenRankRestartsTheJobWithMaxRestarts) {
+  // Rank 1 freezes in the first round only: the watchdog fails that round, tprun restarts every rank, and the
+  // second round completes.
+  auto r = run_process(tprun({"--watchdog-timeout", "2", "--grace-seconds", "1", "--max-restarts", "1", "dist_e2e",
+                              "stop_once", "1"}),
+                       kLongTimeout, 60);
+  ASSERT_FALSE(r.timed_out) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(contains(r.output, "is frozen: no heartbeat for")) << r.output;
+  EXPECT_TRUE(contains(r.output, "tprun: restarting every rank (restart 1 of at most 1)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank1]: sum=1 gathered=0,1")) << r.output;
+}
+
 TEST(TprunWatchdog, NamesARankThatNeverCallsTheCollectiveItsPeersWaitIn) {
   // Rank 1 sleeps (alive: its heartbeat goes on) instead of joining the all-reduce rank 0 waits in.
   auto r = run_process(tprun({"--watchdog-timeout", "2", "--grace-seconds", "1", "dist_e2e", "hang", "1", "100"}),

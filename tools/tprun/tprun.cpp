@@ -231,9 +231,11 @@ class Launcher {
       }
       poll_once();
     }
-    for (Rank& r : ranks_)
+    for (Rank& r : ranks_) {
       for (Stream* s : {&r.out, &r.err})
         if (s->fd >= 0) close_stream(r, *s, opt_.prefix);
+      if (r.hb.fd >= 0) close(r.hb.fd), r.hb.fd = -1;
+    }
   }
 
   // Waits (at most 100 ms: SIGCHLD and deadlines are re-checked by the

@@ -1,6 +1,11 @@
 #include "hf_family_cases.h"
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
@@ -10,6 +15,7 @@
 #include "harness/multi_rank.h"
 #include "inference/generate.h"
 #include "llama/hf_weights.h"
+#include "harness/subprocess.h"
 #include "harness/temp_dir.h"
 
 namespace fs = std::filesystem;
@@ -36,11 +42,30 @@ std::vector<std::string> case_names() {
 }
 
 const std::string& root() {
+  // The cases depend only on the oracle script and the Python that runs it: made once per build (about 45 s) into
+  // build/oracle/hf_families_<key>, and read by every later process (both passes of scripts/test.sh, each ctest
+  // entry). Made beside it and renamed into place whole, so a reader never sees half of them. Read-only to tests.
   static const std::string dir = [] {
-    const std::string pattern = dtensor::testing::temp_dir("hf_families");
-    const dtensor::testing::ProcessResult made = oracle({"make", pattern});
-    if (made.exit_code != 0) throw std::runtime_error("hf_family_oracle.py make failed:\n" + made.output);
-    return pattern;
+    std::ifstream script(DTENSOR_SOURCE_DIR "/tests/oracle/hf_family_oracle.py", std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(script)), std::istreambuf_iterator<char>());
+    std::ostringstream key;
+    key << std::hex << std::hash<std::string>{}(text + DTENSOR_PYTHON);
+    const fs::path cache = fs::path(dtensor::testing::bin_path("")).parent_path().parent_path() / "oracle" /
+                           ("hf_families_" + key.str());
+    if (fs::exists(cache / "COMPLETE")) return cache.string();
+    const fs::path making = cache.string() + ".making." + std::to_string(getpid());
+    fs::remove_all(making);
+    fs::create_directories(making);
+    const dtensor::testing::ProcessResult made = oracle({"make", making.string()});
+    if (made.exit_code != 0) {
+      fs::remove_all(making);
+      throw std::runtime_error("hf_family_oracle.py make failed:\n" + made.output);
+    }
+    std::ofstream(making / "COMPLETE") << "made by hf_family_oracle.py\n";
+    std::error_code ec;
+    fs::rename(making, cache, ec);  // another process may have renamed its own first: then use that one
+    if (ec) fs::remove_all(making);
+    return cache.string();
   }();
   return dir;
 }

@@ -199,11 +199,12 @@ TEST(HfFamilies, Phi3RecomputesPastOriginalMaxAsTransformers) {
 // transformers loads each export back and gets the reference logits.
 TEST(HfFamilies, ExportLoadsBackInTransformers) {
   std::vector<std::string> args = {"check"};
+  const std::string exports = dtensor::testing::temp_dir("hf_export");
   for (const std::string name : {"llama_tied", "llama_bias", "rope_llama3", "rope_yarn", "rope_longrope", "mistral",
                                  "qwen2_sliding", "qwen3", "gemma", "gemma2", "gemma3", "granite", "starcoder2", "olmo",
                                  "olmo2", "cohere", "cohere2", "phi3", "phi3_longrope", "glm", "mixtral", "qwen2_moe",
                                  "qwen3_moe"}) {
-    const std::string exported = root() + "/export_" + name;
+    const std::string exported = exports + "/export_" + name;  // root() is shared: read-only
     dtensor::testing::run_ranks(2, [&](int, int world) {
       auto mesh = dtensor::init_device_mesh("cpu", {world});
       llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/" + name, &mesh, "hf");

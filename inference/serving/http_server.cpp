@@ -139,12 +139,14 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
   const int64_t prompt_tokens = static_cast<int64_t>(api.prompt_ids.size());
   if (!api.stream) {
     std::string text;
+    std::vector<TokenLogprob> logprobs;
     std::vector<Event> events;
     while (true) {
       if (!request->take(events, std::chrono::milliseconds(200))) continue;
       bool done = false;
       for (const Event& e : events) {
         text += e.text;
+        logprobs.insert(logprobs.end(), e.logprobs.begin(), e.logprobs.end());
         if (e.error_status) {
           metrics_.request_done(endpoint, e.error_status);
           send_error(res, e.error_status, e.error, "server_error");
@@ -153,7 +155,7 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
         }
         if (!e.finish_reason.empty()) {
           res.set_content(completion_response(api, id, request->created, model, text, e.finish_reason, prompt_tokens,
-                                              request->completion_tokens)
+                                              request->completion_tokens, logprobs)
                               .dump(),
                           "application/json");
           done = true;
@@ -167,10 +169,11 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
   }
   auto finished = std::make_shared<bool>(false);
   auto started = std::make_shared<bool>(false);
+  auto offset = std::make_shared<int64_t>(0);  // completions' text_offset of the next token
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, request, api, id, model, prompt_tokens, finished, started](size_t, httplib::DataSink& sink) {
+      [this, request, api, id, model, prompt_tokens, finished, started, offset](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         if (!*started) {
           *started = true;
@@ -187,8 +190,10 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
             sink.done();
             return true;
           }
-          if (!e.text.empty() || !e.finish_reason.empty()) {
-            if (!write(sse(stream_chunk(api, id, request->created, model, e.text, e.finish_reason)))) return false;
+          if (!e.text.empty() || !e.finish_reason.empty() || !e.logprobs.empty()) {
+            const json chunk = stream_chunk(api, id, request->created, model, e.text, e.finish_reason, false, e.logprobs, *offset);
+            for (const TokenLogprob& t : e.logprobs) *offset += static_cast<int64_t>(t.text.size());
+            if (!write(sse(chunk))) return false;
           }
           if (!e.finish_reason.empty()) {
             if (api.include_usage) write(sse(usage_chunk(api, id, request->created, model, prompt_tokens, request->completion_tokens)));

@@ -1,6 +1,7 @@
 #include "inference/serving/openai_api.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -17,11 +18,12 @@ const std::set<std::string>& known_fields(bool chat) {
   static const std::set<std::string> completions = {
       "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stream", "stream_options", "stop", "seed",
       "user", "echo", "logprobs", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "suffix",
-      "ignore_eos"};
+      "ignore_eos", "repetition_penalty", "min_tokens"};
   static const std::set<std::string> chats = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "stream",
       "stream_options", "stop", "seed", "user", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
-      "logit_bias", "response_format", "tools", "tool_choice", "chat_template_kwargs", "ignore_eos"};
+      "logit_bias", "response_format", "tools", "tool_choice", "chat_template_kwargs", "ignore_eos",
+      "repetition_penalty", "min_tokens"};
   return chat ? chats : completions;
 }
 
@@ -153,6 +155,53 @@ std::vector<std::string> stops(const json& body) {
   return out;
 }
 
+// logit_bias, min_tokens and the penalties, with OpenAI's and vLLM's ranges.
+void logits_processing(const json& body, const ApiLimits& limits, inference::LogitsProcessing& p) {
+  p.presence_penalty = number(body, "presence_penalty", 0.0);
+  if (std::abs(p.presence_penalty) > 2) throw bad("presence_penalty", "'presence_penalty' must be in [-2, 2]");
+  p.frequency_penalty = number(body, "frequency_penalty", 0.0);
+  if (std::abs(p.frequency_penalty) > 2) throw bad("frequency_penalty", "'frequency_penalty' must be in [-2, 2]");
+  p.repetition_penalty = number(body, "repetition_penalty", 1.0);
+  if (!(p.repetition_penalty > 0)) throw bad("repetition_penalty", "'repetition_penalty' must be positive (1: off)");
+  p.min_tokens = integer(body, "min_tokens").value_or(0);
+  if (p.min_tokens < 0) throw bad("min_tokens", "'min_tokens' must not be negative");
+  if (body.contains("logit_bias") && !body["logit_bias"].is_null()) {
+    const json& bias = body["logit_bias"];
+    if (!bias.is_object()) throw bad("logit_bias", "'logit_bias' must be an object of token id -> bias");
+    if (bias.size() > 300) throw bad("logit_bias", "'logit_bias' takes at most 300 tokens");
+    for (const auto& [key, value] : bias.items()) {
+      int64_t id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size() || id < 0 || id >= limits.vocab_size) {
+        throw bad("logit_bias", "'logit_bias' key '" + key + "' is not a token id in [0, " +
+                                    std::to_string(limits.vocab_size) + ")");
+      }
+      if (!value.is_number() || !std::isfinite(value.get<double>()) || std::abs(value.get<double>()) > 100) {
+        throw bad("logit_bias", "'logit_bias' values must be numbers in [-100, 100]");
+      }
+      p.logit_bias.emplace_back(id, value.get<double>());
+    }
+  }
+}
+
+// Completions: "logprobs": N (null or absent: none). Chat: "logprobs": true/false and "top_logprobs": N.
+void log_probabilities(const json& body, bool chat, SamplingParams& p) {
+  constexpr int64_t kMax = 20;  // OpenAI's (and vLLM's default max_logprobs)
+  if (chat) {
+    p.logprobs = boolean(body, "logprobs");
+    p.top_logprobs = integer(body, "top_logprobs").value_or(0);
+    if (p.top_logprobs < 0 || p.top_logprobs > kMax) throw bad("top_logprobs", "'top_logprobs' must be in [0, 20]");
+    if (p.top_logprobs > 0 && !p.logprobs) throw bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    return;
+  }
+  if (body.contains("logprobs") && !body["logprobs"].is_null()) {
+    const std::optional<int64_t> n = integer(body, "logprobs");
+    if (*n < 0 || *n > kMax) throw bad("logprobs", "'logprobs' must be in [0, 20]");
+    p.logprobs = true;
+    p.top_logprobs = *n;
+  }
+}
+
 }  // namespace
 
 std::string error_body(const std::string& message, const std::string& type, const std::string& param, int code) {
@@ -210,11 +259,8 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
   require_default(body, "n", [](const json& v) { return v == 1; }, "one choice per request");
   require_default(body, "best_of", [](const json& v) { return v == 1; }, "one choice per request");
   require_default(body, "echo", [](const json& v) { return v == false; }, "no echo");
-  require_default(body, "logprobs", [](const json& v) { return v == false || v == 0; }, "no log-probabilities");
-  require_default(body, "top_logprobs", [](const json& v) { return v == 0; }, "no log-probabilities");
-  require_default(body, "presence_penalty", [](const json& v) { return v == 0; }, "no penalties");
-  require_default(body, "frequency_penalty", [](const json& v) { return v == 0; }, "no penalties");
-  require_default(body, "logit_bias", [](const json& v) { return v.is_object() && v.empty(); }, "no logit bias");
+  logits_processing(body, limits, p.processing);
+  log_probabilities(body, chat, p);
   require_default(body, "suffix", [](const json& v) { return v == ""; }, "no suffix");
   require_default(body, "tools", [](const json& v) { return v.is_array() && v.empty(); }, "no tool calls");
   require_default(body, "tool_choice", [](const json& v) { return v == "none"; }, "no tool calls");
@@ -234,6 +280,10 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
   if (max_tokens && *max_tokens < 1) throw bad(max_field, std::string("'") + max_field + "' must be at least 1");
   // Unset: chat takes what the context leaves; completions OpenAI's 16, within what it leaves.
   p.max_tokens = max_tokens.value_or(chat ? limits.max_model_len - n : std::min<int64_t>(16, limits.max_model_len - n));
+  if (p.processing.min_tokens > p.max_tokens) {
+    throw bad("min_tokens", "'min_tokens' (" + std::to_string(p.processing.min_tokens) + ") must not exceed " + max_field +
+                                " (" + std::to_string(p.max_tokens) + ")");
+  }
   if (n + p.max_tokens > limits.max_model_len) {
     throw bad(max_field, "this model's maximum context length is " + std::to_string(limits.max_model_len) +
                              " tokens; the prompt has " + std::to_string(n) + " and " + max_field + " asks for " +
@@ -242,17 +292,53 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
   return r;
 }
 
+namespace {
+json utf8_bytes(const std::string& text) {
+  json out = json::array();
+  for (unsigned char c : text) out.push_back(static_cast<int>(c));
+  return out;
+}
+}  // namespace
+
+json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprob>& logprobs, int64_t text_offset) {
+  if (!r.params.logprobs) return nullptr;
+  // Token texts may be partial UTF-8 (a byte-level token alone): dumped with replacement, as vLLM shows them.
+  if (r.chat) {
+    json content = json::array();
+    for (const TokenLogprob& t : logprobs) {
+      json top = json::array();
+      for (const auto& [text, lp] : t.top) top.push_back({{"token", text}, {"logprob", lp}, {"bytes", utf8_bytes(text)}});
+      content.push_back({{"token", t.text}, {"logprob", t.logprob}, {"bytes", utf8_bytes(t.text)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), tops = json::array(), offsets = json::array();
+  for (const TokenLogprob& t : logprobs) {
+    tokens.push_back(t.text);
+    token_logprobs.push_back(t.logprob);
+    if (r.params.top_logprobs == 0) {
+      tops.push_back(nullptr);
+    } else {
+      json top = json::object();
+      for (const auto& [text, lp] : t.top) top[text] = lp;
+      tops.push_back(top);
+    }
+    offsets.push_back(text_offset);
+    text_offset += static_cast<int64_t>(t.text.size());
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 json completion_response(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
                          const std::string& text, const std::string& finish_reason, int64_t prompt_tokens,
-                         int64_t completion_tokens) {
+                         int64_t completion_tokens, const std::vector<TokenLogprob>& logprobs) {
   json choice = {{"index", 0}};
   if (r.chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
-    choice["logprobs"] = nullptr;
   } else {
     choice["text"] = text;
-    choice["logprobs"] = nullptr;
   }
+  choice["logprobs"] = logprobs_json(r, logprobs, 0);
   choice["finish_reason"] = finish_reason;
   return {{"id", id},
           {"object", r.chat ? "chat.completion" : "text_completion"},
@@ -264,7 +350,8 @@ json completion_response(const ApiRequest& r, const std::string& id, int64_t cre
 }
 
 json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
-                  const std::string& text, const std::string& finish_reason, bool role_chunk) {
+                  const std::string& text, const std::string& finish_reason, bool role_chunk,
+                  const std::vector<TokenLogprob>& logprobs, int64_t text_offset) {
   json choice = {{"index", 0}};
   if (r.chat) {
     json delta = json::object();
@@ -274,7 +361,7 @@ json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, c
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = role_chunk ? json(nullptr) : logprobs_json(r, logprobs, text_offset);
   choice["finish_reason"] = finish_reason.empty() ? json(nullptr) : json(finish_reason);
   return {{"id", id},
           {"object", r.chat ? "chat.completion.chunk" : "text_completion"},

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "inference/logits_processors.h"
 #include "tokenizer/tokenizer.h"
 
 namespace serve {
@@ -33,6 +34,22 @@ struct SamplingParams {
   std::vector<std::string> stop;  // the text ends before the first of these; it is not returned
   std::optional<uint64_t> seed;
   bool ignore_eos = false;  // vLLM's: go on past the end-of-sequence token
+  // logit_bias, min_tokens (vLLM's), repetition_penalty (vLLM's), frequency_penalty, presence_penalty
+  // (inference/logits_processors.h; the end-of-sequence token is filled in by the serving loop).
+  inference::LogitsProcessing processing;
+  // Log-probabilities of each drawn token (of the model's raw logits, as vLLM's default "raw_logprobs") and of the
+  // `top_logprobs` most likely tokens at its position. Completions: "logprobs": N; chat: "logprobs": true and
+  // "top_logprobs": N. N in [0, 20].
+  bool logprobs = false;
+  int64_t top_logprobs = 0;
+};
+
+// One drawn token's log-probability and the most likely tokens at its position (most likely first).
+struct TokenLogprob {
+  int64_t token = 0;
+  std::string text;  // the token decoded alone
+  double logprob = 0;
+  std::vector<std::pair<std::string, double>> top;
 };
 
 struct ApiRequest {
@@ -59,14 +76,21 @@ struct ApiLimits {
 ApiRequest parse_request(const std::string& body, bool chat, const ApiLimits& limits);
 
 // The response of a finished request, and the chunks of a streamed one (data: lines without the prefix).
+// `logprobs`: the drawn tokens' (when the request asked for them); `text_offset`: where the first of them starts
+// in the completion's text (completions' "text_offset").
 nlohmann::ordered_json completion_response(const ApiRequest& request, const std::string& id, int64_t created,
                                            const std::string& model, const std::string& text,
                                            const std::string& finish_reason, int64_t prompt_tokens,
-                                           int64_t completion_tokens);
+                                           int64_t completion_tokens, const std::vector<TokenLogprob>& logprobs = {});
 // finish_reason empty: an intermediate chunk; role_chunk: chat's first chunk ({"role": "assistant"}).
 nlohmann::ordered_json stream_chunk(const ApiRequest& request, const std::string& id, int64_t created,
                                     const std::string& model, const std::string& text, const std::string& finish_reason,
-                                    bool role_chunk = false);
+                                    bool role_chunk = false, const std::vector<TokenLogprob>& logprobs = {},
+                                    int64_t text_offset = 0);
+// The "logprobs" object of a choice: completions' {tokens, token_logprobs, top_logprobs, text_offset}, chat's
+// {content: [{token, logprob, bytes, top_logprobs}]}; null when the request asked for none.
+nlohmann::ordered_json logprobs_json(const ApiRequest& request, const std::vector<TokenLogprob>& logprobs,
+                                     int64_t text_offset);
 nlohmann::ordered_json usage_chunk(const ApiRequest& request, const std::string& id, int64_t created,
                                    const std::string& model, int64_t prompt_tokens, int64_t completion_tokens);
 

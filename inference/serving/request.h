@@ -23,6 +23,7 @@ struct Event {
   std::string finish_reason;  // "stop" or "length" on the last event; empty before
   int error_status = 0;       // the last event of a failed request: 503 (a rank failed) or 500
   std::string error;
+  std::vector<TokenLogprob> logprobs;  // of the tokens drawn since the last event (when the request asked)
 };
 
 class Request {

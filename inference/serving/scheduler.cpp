@@ -39,7 +39,10 @@ Sequence::Sequence(std::shared_ptr<Request> req, const tokenizer::Tokenizer& tok
       tokens(request->api.prompt_ids),
       prompt_len(static_cast<int64_t>(tokens.size())),
       sampler(sampling_of(request->api.params, seed)),
-      text(tok, request->api.prompt_ids, request->api.params.stop) {}
+      processing(request->api.params.processing),
+      text(tok, request->api.prompt_ids, request->api.params.stop) {
+  if (auto eos = tok.eos_token_id(); eos && !request->api.params.ignore_eos) processing.stop_token_ids.push_back(*eos);
+}
 
 Scheduler::Scheduler(int64_t num_blocks, int64_t block_size, int64_t max_num_seqs, int64_t max_num_batched_tokens)
     : blocks_(num_blocks),

@@ -47,6 +47,7 @@ struct Sequence {
   int64_t computed = 0;  // tokens whose keys and values are in the cache
   std::vector<int64_t> blocks;
   inference::Sampler sampler;
+  inference::LogitsProcessing processing;  // the request's, with the end-of-sequence token for min_tokens
   TextOutput text;
   int64_t drawn() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }  // tokens generated so far
 };

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "inference/logits_processors.h"
+
 
 namespace serve {
 namespace {
@@ -44,14 +46,27 @@ void ServingLoop::drop_cancelled() {
   }
 }
 
-void ServingLoop::finish(Sequence& seq, std::string text, const std::string& reason) {
-  seq.request->push({std::move(text), reason, 0, ""});
+void ServingLoop::finish(Sequence& seq, std::string text, const std::string& reason, std::vector<TokenLogprob> logprobs) {
+  seq.request->push({std::move(text), reason, 0, "", std::move(logprobs)});
   metrics_.latency(seconds_since(seq.request->arrival));
   ++finished_;
   scheduler_.remove(&seq);  // frees its blocks; `seq` is gone after this
 }
 
-void ServingLoop::emit(Sequence& seq, int64_t token) {
+TokenLogprob ServingLoop::logprob_of(const at::Tensor& raw_logits, int64_t token, int64_t top) const {
+  // Of the model's raw logits (vLLM's default "raw_logprobs"): before penalties, bias and temperature.
+  const at::Tensor lp = raw_logits.to(at::kFloat).reshape({-1}).log_softmax(0);
+  TokenLogprob out{token, tok_.decode({token}), lp[token].item<double>(), {}};
+  if (top > 0) {
+    auto [values, ids] = lp.topk(std::min<int64_t>(top, lp.size(0)));
+    for (int64_t i = 0; i < values.size(0); ++i) {
+      out.top.emplace_back(tok_.decode({ids[i].item<int64_t>()}), values[i].item<double>());
+    }
+  }
+  return out;
+}
+
+void ServingLoop::emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> logprobs) {
   seq.tokens.push_back(token);
   ++generated_;
   metrics_.tokens(0, 1);
@@ -59,13 +74,13 @@ void ServingLoop::emit(Sequence& seq, int64_t token) {
   if (seq.drawn() == 1) metrics_.first_token(seconds_since(seq.request->arrival));
   const SamplingParams& p = seq.request->api.params;
   const auto eos = tok_.eos_token_id();
-  if (!p.ignore_eos && eos && token == *eos) return finish(seq, seq.text.end(), "stop");
+  if (!p.ignore_eos && eos && token == *eos) return finish(seq, seq.text.end(), "stop", std::move(logprobs));
   std::string piece = seq.text.put(token);
-  if (seq.text.stopped()) return finish(seq, std::move(piece), "stop");
+  if (seq.text.stopped()) return finish(seq, std::move(piece), "stop", std::move(logprobs));
   if (seq.drawn() >= p.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= options_.max_model_len) {
-    return finish(seq, piece + seq.text.end(), "length");
+    return finish(seq, piece + seq.text.end(), "length", std::move(logprobs));
   }
-  if (!piece.empty()) seq.request->push({std::move(piece), "", 0, ""});
+  if (!piece.empty() || !logprobs.empty()) seq.request->push({std::move(piece), "", 0, "", std::move(logprobs)});
 }
 
 void ServingLoop::fail_all(const std::string& message) {
@@ -117,8 +132,15 @@ std::string ServingLoop::run() {
     for (size_t i = 0; i < batch.chunks.size(); ++i) {
       if (!batch.chunks[i].logits) continue;
       Sequence& seq = *batch.seqs[i];
-      const int64_t token = seq.sampler.sample(logits[row++].unsqueeze(0))[0].item<int64_t>();
-      emit(seq, token);
+      const at::Tensor raw = logits[row++].unsqueeze(0);
+      // The request's processors (bias, min_tokens, penalties), then the sampler's temperature, top-k, top-p.
+      const at::Tensor scores =
+          seq.processing.active() ? inference::process_logits(seq.processing, raw, seq.tokens, seq.prompt_len) : raw;
+      const int64_t token = seq.sampler.sample(scores)[0].item<int64_t>();
+      const SamplingParams& p = seq.request->api.params;
+      std::vector<TokenLogprob> logprobs;
+      if (p.logprobs) logprobs.push_back(logprob_of(raw, token, p.top_logprobs));
+      emit(seq, token, std::move(logprobs));
     }
   }
 }

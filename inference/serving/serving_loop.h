@@ -46,8 +46,9 @@ class ServingLoop {
  private:
   void intake();
   void drop_cancelled();
-  void emit(Sequence& seq, int64_t token);
-  void finish(Sequence& seq, std::string text, const std::string& reason);
+  void emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> logprobs);
+  void finish(Sequence& seq, std::string text, const std::string& reason, std::vector<TokenLogprob> logprobs = {});
+  TokenLogprob logprob_of(const at::Tensor& raw_logits, int64_t token, int64_t top) const;
   void fail_all(const std::string& message);
 
   Engine& engine_;

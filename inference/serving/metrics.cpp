@@ -33,6 +33,12 @@ void Metrics::first_token(double seconds) {
   first_token_.observe(seconds);
 }
 
+void Metrics::prefix_cache(int64_t queried_tokens, int64_t hit_tokens) {
+  std::lock_guard<std::mutex> lock(mu_);
+  prefix_queries_ = queried_tokens;
+  prefix_hits_ = hit_tokens;
+}
+
 void Metrics::step(int64_t waiting, int64_t running, int64_t blocks_used, int64_t blocks_total, int64_t preemptions) {
   std::lock_guard<std::mutex> lock(mu_);
   waiting_ = waiting;
@@ -74,6 +80,10 @@ std::string Metrics::text() const {
   gauge("serve_queue_length", "gauge", "Requests waiting to join the batch.", static_cast<double>(waiting_));
   gauge("serve_running_requests", "gauge", "Requests in the decode batch.", static_cast<double>(running_));
   gauge("serve_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.", static_cast<double>(preemptions_));
+  gauge("serve_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",
+        static_cast<double>(prefix_queries_));
+  gauge("serve_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache (not computed again).",
+        static_cast<double>(prefix_hits_));
   gauge("serve_kv_cache_blocks_used", "gauge", "KV cache blocks held by live sequences.", static_cast<double>(blocks_used_));
   gauge("serve_kv_cache_blocks_total", "gauge", "KV cache blocks in the pool.", static_cast<double>(blocks_total_));
   gauge("serve_kv_cache_usage_ratio", "gauge", "Fraction of the KV cache's blocks in use.",

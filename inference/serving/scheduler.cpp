@@ -6,23 +6,6 @@
 
 namespace serve {
 
-BlockAllocator::BlockAllocator(int64_t num_blocks) : total_(num_blocks) {
-  // Handed out from the lowest index: a LIFO free list, so a freed block is reused first.
-  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
-}
-
-std::optional<int64_t> BlockAllocator::allocate() {
-  if (free_.empty()) return std::nullopt;
-  const int64_t b = free_.back();
-  free_.pop_back();
-  return b;
-}
-
-void BlockAllocator::release(std::vector<int64_t>& blocks) {
-  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) free_.push_back(*it);
-  blocks.clear();
-}
-
 namespace {
 inference::SamplingOptions sampling_of(const SamplingParams& p, uint64_t seed) {
   inference::SamplingOptions o;
@@ -44,8 +27,9 @@ Sequence::Sequence(std::shared_ptr<Request> req, const tokenizer::Tokenizer& tok
   if (auto eos = tok.eos_token_id(); eos && !request->api.params.ignore_eos) processing.stop_token_ids.push_back(*eos);
 }
 
-Scheduler::Scheduler(int64_t num_blocks, int64_t block_size, int64_t max_num_seqs, int64_t max_num_batched_tokens)
-    : blocks_(num_blocks),
+Scheduler::Scheduler(int64_t num_blocks, int64_t block_size, int64_t max_num_seqs, int64_t max_num_batched_tokens,
+                     bool prefix_caching)
+    : blocks_(num_blocks, prefix_caching),
       block_size_(block_size),
       max_num_seqs_(max_num_seqs),
       max_num_batched_tokens_(max_num_batched_tokens) {}
@@ -100,14 +84,28 @@ Scheduler::Batch Scheduler::schedule() {
   // Then the queue, in order, while there is room.
   while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < max_num_seqs_) {
     Sequence& s = *waiting_.front();
-    const int64_t n = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
+    const int64_t total = static_cast<int64_t>(s.tokens.size());
+    const bool fresh = s.computed == 0 && s.blocks.empty();
+    if (fresh) {  // the cached blocks that begin its tokens, leaving at least the last token to compute
+      s.blocks = blocks_.match(s.tokens, block_size_, (total - 1) / block_size_);
+      s.computed = static_cast<int64_t>(s.blocks.size()) * block_size_;
+    }
+    const int64_t n = std::min<int64_t>(total - s.computed, budget);
     const int64_t need = (s.computed + n + block_size_ - 1) / block_size_ - static_cast<int64_t>(s.blocks.size());
-    if (need > blocks_.free()) break;
+    if (need > blocks_.free()) {
+      if (fresh) {  // not admitted: it holds nothing while it waits
+        blocks_.release(s.blocks);
+        s.computed = 0;
+      }
+      break;
+    }
     grow(s, s.computed + n);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     add_chunk(*running_.back(), n);
   }
+  // The blocks this step fills are findable from the next schedule() on, once the step has written them.
+  for (Sequence* seq : batch.seqs) blocks_.cache(seq->tokens, seq->blocks, block_size_, seq->computed);
   return batch;
 }
 

@@ -4,6 +4,8 @@
 // order while there is room (max_num_seqs, the token budget, free KV blocks). Sequences join and leave the batch
 // at token boundaries.
 //
+// With prefix caching, a sequence admitted with nothing computed first takes the cached blocks that begin its
+// tokens (block_pool.h) and computes from there; at least its last token is always computed (its logits).
 // KV blocks (llama/paged_kv_cache.h) are handed out as positions need them and taken back when a sequence ends.
 // When a running sequence needs a block and none is free, the youngest running sequence is preempted: its blocks
 // are freed and it goes back to the front of the queue, to be recomputed (prompt and drawn tokens) when it is
@@ -19,25 +21,13 @@
 #include <vector>
 
 #include "inference/paged_kv_cache.h"
+#include "inference/serving/block_pool.h"
 #include "inference/sampling.h"
 #include "inference/serving/request.h"
 #include "inference/serving/text_output.h"
 
 namespace serve {
 
-class BlockAllocator {
- public:
-  explicit BlockAllocator(int64_t num_blocks);
-  std::optional<int64_t> allocate();
-  void release(std::vector<int64_t>& blocks);  // empties `blocks`
-  int64_t free() const { return static_cast<int64_t>(free_.size()); }
-  int64_t total() const { return total_; }
-  int64_t used() const { return total_ - free(); }
-
- private:
-  int64_t total_;
-  std::vector<int64_t> free_;
-};
 
 struct Sequence {
   Sequence(std::shared_ptr<Request> request, const tokenizer::Tokenizer& tok, uint64_t seed);
@@ -54,7 +44,9 @@ struct Sequence {
 
 class Scheduler {
  public:
-  Scheduler(int64_t num_blocks, int64_t block_size, int64_t max_num_seqs, int64_t max_num_batched_tokens);
+  // prefix_caching: admitted sequences start after the longest run of cached blocks of their tokens (block_pool.h).
+  Scheduler(int64_t num_blocks, int64_t block_size, int64_t max_num_seqs, int64_t max_num_batched_tokens,
+            bool prefix_caching = false);
 
   void add(std::unique_ptr<Sequence> seq);  // to the back of the queue
 

@@ -15,7 +15,8 @@ ServingLoop::ServingLoop(Engine& engine, const tokenizer::Tokenizer& tok, Metric
       tok_(tok),
       metrics_(metrics),
       options_(options),
-      scheduler_(options.num_blocks, options.block_size, options.max_num_seqs, options.max_num_batched_tokens),
+      scheduler_(options.num_blocks, options.block_size, options.max_num_seqs, options.max_num_batched_tokens,
+                 options.enable_prefix_caching),
       seeds_(options.seed) {}
 
 bool ServingLoop::submit(std::shared_ptr<Request> request) {
@@ -103,6 +104,7 @@ std::string ServingLoop::run() {
     Scheduler::Batch batch = scheduler_.schedule();
     metrics_.step(scheduler_.waiting(), scheduler_.running(), scheduler_.blocks().used(), scheduler_.blocks().total(),
                   scheduler_.preemptions());
+    metrics_.prefix_cache(scheduler_.blocks().queried_tokens(), scheduler_.blocks().hit_tokens());
     if (batch.chunks.empty()) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return !incoming_.empty(); });

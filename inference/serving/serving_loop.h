@@ -28,6 +28,7 @@ namespace serve {
 struct LoopOptions {
   int64_t num_blocks = 0, block_size = 16, max_num_seqs = 16, max_num_batched_tokens = 256, max_model_len = 0;
   uint64_t seed = 0;
+  bool enable_prefix_caching = true;  // vLLM's --enable-prefix-caching (its default since v1)
 };
 
 class ServingLoop {

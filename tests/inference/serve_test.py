@@ -16,7 +16,9 @@ Checks:
   - /v1/models, /health, /metrics (requests, tokens, latency histograms, queue, KV-cache blocks);
   - a client that disconnects mid-stream frees its slot (running requests and KV blocks back to 0);
   - prefill in chunks and preemption (a server with a small token budget and few KV blocks) give the same texts;
-  - a rank killed mid-stream: the stream ends with a 503 error, the server exits non-zero with an `error:` line.
+  - a rank killed mid-stream: the stream ends with a 503 error, the server exits non-zero with an `error:` line;
+  - prefix caching: 16 requests sharing a long system prompt give the texts of a server without it, and /metrics
+    counts the shared blocks' tokens as hits.
 Every wait is bounded. Exit 1 on a failure; one line per check, then a `summary` line.
 """
 import concurrent.futures
@@ -262,6 +264,28 @@ def main():
     check(first and "\"code\":503" in rest.replace(" ", "") and rc not in (0, None) and errors,
           "a rank killed mid-stream: 503 in the stream, the server exits non-zero with an error line",
           (rest[-500:], rc, server.err_lines[-5:]))
+    # Prefix caching: 16 requests sharing a long system prompt, on a server with it (the default) and one without:
+    # the same greedy texts; with it, the shared blocks are found (hits counted in /metrics), without it none.
+    system = " ".join(WORDS) * 3
+    shared = [tok(system + " " + w)["input_ids"] for w in WORDS]
+    runs = {}
+    for flags in ([], ["--no-enable-prefix-caching"]):
+        server = Server(bin_dir, model_dir, tp=2, args=flags)
+        try:
+            client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=120, max_retries=0)
+            first = client.completions.create(model=name, prompt=shared[0], max_tokens=NEW, temperature=0).choices[0].text
+            with concurrent.futures.ThreadPoolExecutor(16) as pool:
+                rest = list(pool.map(lambda p: client.completions.create(model=name, prompt=p, max_tokens=NEW,
+                                                                         temperature=0).choices[0].text, shared[1:]))
+            runs[bool(flags)] = ([first] + rest, metric(server.url, "serve_prefix_cache_hits_total"),
+                                 metric(server.url, "serve_prefix_cache_queries_total"))
+        finally:
+            server.stop()
+    (on, hits, queries), (off, hits_off, _) = runs[False], runs[True]
+    check(on == off and hits and hits >= 15 * (len(tok(system)["input_ids"]) // 16) * 16 and hits_off == 0,
+          f"prefix caching: 16 requests sharing a {len(tok(system)['input_ids'])}-token system prompt, {hits:.0f} of "
+          f"{queries:.0f} prompt tokens found in the cache, the same texts as without it",
+          ([(a, b) for a, b in zip(on, off) if a != b], hits, hits_off))
     print(f"summary checks={checks} failures={failures}")
     return 1 if failures else 0
 

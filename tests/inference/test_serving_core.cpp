@@ -187,3 +187,74 @@ TEST(ServeOpenAiApi, DefaultsAreOpenAis) {
 }
 
 }  // namespace
+
+// Prefix caching (block_pool.h): full blocks are found by the hash chain of their tokens, shared with a count,
+// kept after release until evicted least recently used first; a block's own tokens are compared, not only hashed.
+TEST(ServePrefixCache, FindsTheLongestCachedRunAndSharesItsBlocks) {
+  serve::BlockAllocator pool(6, /*prefix_caching=*/true);
+  std::vector<int64_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // two full blocks of 4, then 2 tokens
+  std::vector<int64_t> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(*pool.allocate());
+  pool.cache(a, blocks, 4, /*computed=*/10);
+  EXPECT_EQ(pool.cached(), 2);  // the partial third block is not cached
+  std::vector<int64_t> b = {1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0};
+  auto hit = pool.match(b, 4, 2);
+  EXPECT_EQ(hit, (std::vector<int64_t>{blocks[0], blocks[1]}));
+  EXPECT_EQ(pool.hit_tokens(), 8);
+  EXPECT_EQ(pool.queried_tokens(), 8);
+  // Another first block: nothing after it is found either (the chain), even with the same second block.
+  std::vector<int64_t> c = {9, 2, 3, 4, 5, 6, 7, 8, 0};
+  EXPECT_TRUE(pool.match(c, 4, 2).empty());
+  EXPECT_EQ(pool.used(), 3);  // shared blocks are counted once
+  pool.release(hit);
+  pool.release(blocks);
+  EXPECT_EQ(pool.used(), 0);
+  EXPECT_EQ(pool.cached(), 2);  // released, still findable
+  EXPECT_EQ(pool.match(a, 4, 2).size(), 2u);
+}
+
+TEST(ServePrefixCache, EvictsTheLeastRecentlyUsedCachedBlockLast) {
+  serve::BlockAllocator pool(3, true);
+  std::vector<int64_t> x = {1, 1}, y = {2, 2};
+  std::vector<int64_t> bx = {*pool.allocate()}, by = {*pool.allocate()};
+  pool.cache(x, bx, 2, 2);
+  pool.cache(y, by, 2, 2);
+  const int64_t keep = by[0];
+  pool.release(bx);  // x first: the least recently used
+  pool.release(by);
+  auto fresh = *pool.allocate();  // the never-cached free block goes first
+  EXPECT_NE(fresh, keep);
+  EXPECT_EQ(pool.cached(), 2);
+  auto evicted = *pool.allocate();  // then x's block, evicted
+  EXPECT_NE(evicted, keep);
+  EXPECT_EQ(pool.cached(), 1);
+  EXPECT_TRUE(pool.match(x, 2, 1).empty());
+  EXPECT_EQ(pool.match(y, 2, 1), (std::vector<int64_t>{keep}));
+  EXPECT_FALSE(pool.allocate().has_value());  // y's block is in use again
+}
+
+TEST(ServePrefixCache, OffFindsNothing) {
+  serve::BlockAllocator pool(2, false);
+  std::vector<int64_t> t = {1, 2}, b = {*pool.allocate()};
+  pool.cache(t, b, 2, 2);
+  EXPECT_TRUE(pool.match(t, 2, 1).empty());
+  EXPECT_EQ(pool.cached(), 0);
+}
+
+TEST(ServePrefixCache, ASecondSequenceComputesOnlyWhatFollowsTheSharedPrefix) {
+  serve::Scheduler s(/*num_blocks=*/8, /*block_size=*/4, /*max_num_seqs=*/4, /*max_num_batched_tokens=*/64,
+                     /*prefix_caching=*/true);
+  s.add(sequence({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  auto first = computed(s.schedule());
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0].n, 10u);
+  s.add(sequence({0, 1, 2, 3, 4, 5, 6, 7, 20, 21, 22}));  // the same first two blocks
+  s.add(sequence({0, 1, 2, 3, 4, 5, 6, 7}));              // all of them: the last token is computed again
+  auto next = computed(s.schedule());
+  ASSERT_EQ(next.size(), 3u);
+  EXPECT_EQ(next[1].start, 8);
+  EXPECT_EQ(next[1].n, 3u);
+  EXPECT_EQ(next[2].start, 4);  // one block found: the second would leave nothing to compute
+  EXPECT_EQ(next[2].n, 4u);
+  EXPECT_EQ(s.blocks().hit_tokens(), 12);
+}

@@ -1,7 +1,7 @@
 """Load test of `serve` beside transformers' generate on the same weights (loopback only, bounded in count and time).
 
     python tools/bench/serve_bench.py [--bin build/bin] [--clients 8] [--requests 4] [--max-tokens 32]
-                                      [--hidden 256] [--layers 4] [--tp 1,2]
+                                      [--hidden 256] [--layers 4] [--tp 1,2] [--shared-prefix WORDS]
 
 A random LlamaForCausalLM saved by transformers with a Qwen2-style tokenizer (tests/inference/serve_fixture.py). Each of
 CLIENTS threads sends REQUESTS completions one after another (prompts from the fixture's list, temperature 0,
@@ -10,6 +10,10 @@ two ways on the same files: one generate() per request (no batching: what a loop
 static batches of CLIENTS left-padded prompts (batched, but a batch waits for its longest member). Prints per
 setup: requests, generated tokens, wall time, tokens/s, and request latency p50 / p99; then a `summary` line.
 The machine's 2 cores: our TP 2 runs 2 single-threaded ranks; TP 1 and transformers use 2 threads.
+
+--shared-prefix N: every prompt begins with the same system prompt of N words (a chat server's typical load), and
+ours runs twice per TP, with automatic prefix caching (the default) and with --no-enable-prefix-caching; the rows
+add time to first token (p50, streamed).
 """
 import argparse
 import concurrent.futures
@@ -35,10 +39,19 @@ def row(name, n, tokens, wall, lat):
     return tokens / wall
 
 
-def ours(bin_dir, model_dir, name, tp, args):
+def prompt_of(args, i):
+    word = WORDS[i % len(WORDS)]
+    return (SYSTEM_WORDS * (args.shared_prefix // len(SYSTEM_WORDS) + 1))[:args.shared_prefix] + [word] \
+        if args.shared_prefix else word
+
+
+SYSTEM_WORDS = "You are a helpful assistant . Answer briefly and cite what you use .".split()
+
+
+def ours(bin_dir, model_dir, name, tp, args, serve_args=(), label="continuous batching"):
     import openai
     threads = 1 if tp > 1 else 2
-    server = Server(bin_dir, model_dir, tp=tp, threads=threads)
+    server = Server(bin_dir, model_dir, tp=tp, threads=threads, args=serve_args)
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=600, max_retries=0)
         client.completions.create(model=name, prompt="warm up", max_tokens=4, temperature=0)
@@ -46,10 +59,19 @@ def ours(bin_dir, model_dir, name, tp, args):
         def one_client(c):
             out = []
             for r in range(args.requests):
+                p = prompt_of(args, c * args.requests + r)
+                p = " ".join(p) if isinstance(p, list) else p
                 t = time.perf_counter()
-                resp = client.completions.create(model=name, prompt=WORDS[(c * args.requests + r) % len(WORDS)],
-                                                 max_tokens=args.max_tokens, temperature=0, extra_body={"ignore_eos": True})
-                out.append((time.perf_counter() - t, resp.usage.completion_tokens))
+                stream = client.completions.create(model=name, prompt=p, max_tokens=args.max_tokens, temperature=0,
+                                                   stream=True, stream_options={"include_usage": True},
+                                                   extra_body={"ignore_eos": True})
+                first, tokens = None, 0
+                for chunk in stream:
+                    if first is None and chunk.choices and chunk.choices[0].text:
+                        first = time.perf_counter() - t
+                    if chunk.usage:
+                        tokens = chunk.usage.completion_tokens
+                out.append((time.perf_counter() - t, tokens, first or 0.0))
             return out
         t0 = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(args.clients) as pool:
@@ -58,7 +80,9 @@ def ours(bin_dir, model_dir, name, tp, args):
     finally:
         server.stop()
     lat = [r[0] for r in results]
-    return row(f"serve tp={tp} (continuous batching)", len(results), sum(r[1] for r in results), wall, lat)
+    rate = row(f"serve tp={tp} ({label})", len(results), sum(r[1] for r in results), wall, lat)
+    print(f"{'':<34} time to first token p50 {pct([r[2] for r in results], 0.5) * 1000:.1f} ms", flush=True)
+    return rate
 
 
 def transformers_side(model_dir, args):
@@ -67,7 +91,8 @@ def transformers_side(model_dir, args):
     torch.set_num_threads(2)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = LlamaForCausalLM.from_pretrained(model_dir).eval()
-    prompts = [WORDS[i % len(WORDS)] for i in range(args.clients * args.requests)]
+    prompts = [prompt_of(args, i) for i in range(args.clients * args.requests)]
+    prompts = [" ".join(p) if isinstance(p, list) else p for p in prompts]
     kw = dict(do_sample=False, max_new_tokens=args.max_tokens, min_new_tokens=args.max_tokens, pad_token_id=0)
     with torch.no_grad():
         model.generate(**tok(["warm up"], return_tensors="pt"), max_new_tokens=4, do_sample=False, pad_token_id=0)
@@ -100,16 +125,21 @@ def main():
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--tp", default="1,2")
+    ap.add_argument("--shared-prefix", type=int, default=0, help="words of a system prompt every request begins with")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="serve_bench_")
     model_dir, _, _ = make_checkpoint(root, WORDS[:1], 1, layers=args.layers, hidden=args.hidden, clear_top1=False)
     name = os.path.basename(model_dir)
     print(f"# serve load test: {args.clients} clients x {args.requests} requests, {args.max_tokens} tokens each, "
+          + (f"a shared {args.shared_prefix}-word system prompt, " if args.shared_prefix else "") +
           f"Llama hidden={args.hidden} layers={args.layers} (CPU, 2 cores)")
     print(f"{'setup':<34} {'reqs':>5} {'tokens':>7} {'wall_s':>8} {'tok/s':>9} {'p50_ms':>9} {'p99_ms':>9}")
     rates = {}
     for tp in [int(x) for x in args.tp.split(",")]:
         rates[f"serve_tp{tp}"] = ours(args.bin, model_dir, name, tp, args)
+        if args.shared_prefix:
+            rates[f"serve_tp{tp}_no_prefix_caching"] = ours(args.bin, model_dir, name, tp, args,
+                                                            ["--no-enable-prefix-caching"], "no prefix caching")
     rates["hf_one_by_one"], rates["hf_batched"] = transformers_side(model_dir, args)
     print("summary " + " ".join(f"{k}_tokens_per_s={v:.1f}" for k, v in rates.items()))
 

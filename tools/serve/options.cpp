@@ -36,6 +36,8 @@ void define(CLI::App& app, ServeOptions& o) {
   app.add_option("--max-model-len", o.max_model_len, "prompt + completion limit (default: max_position_embeddings)")
       ->check(tools_cli::positive());
   app.add_option("--seed", o.seed, "seeds of requests that give none");
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
+               "share the KV blocks of common prompt prefixes between requests (default on)");
   app.add_option("--max-request-bytes", o.max_request_bytes, "a larger body is answered 413 unread")
       ->check(tools_cli::positive());
   app.add_option("--max-queued-requests", o.max_queued_requests,

@@ -28,7 +28,8 @@ struct ServeOptions {
   uint64_t seed = 0;                     // requests without a seed draw theirs from this
   // What one client may ask (inference/serving/http_server.h): 413 past the body size, 429 past the open requests.
   int64_t max_request_bytes = 4 << 20;
-  int64_t max_queued_requests = 128;  // beyond --max-num-seqs running (SGLang's --max-queued-requests)
+  int64_t max_queued_requests = 128;
+  bool enable_prefix_caching = true;  // vLLM's default  // beyond --max-num-seqs running (SGLang's --max-queued-requests)
 };
 
 ServeOptions parse_options(const std::vector<std::string>& args, bool& help);

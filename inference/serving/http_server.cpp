@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <ctime>
 
 namespace serve {
@@ -15,7 +17,7 @@ void send_error(httplib::Response& res, int status, const std::string& message, 
   res.set_content(error_body(message, type, param, status), "application/json");
 }
 
-std::string sse(const json& chunk) { return "data: " + chunk.dump() + "\n\n"; }
+std::string sse(const json& chunk) { return "data: " + json_text(chunk) + "\n\n"; }
 
 }  // namespace
 
@@ -31,6 +33,15 @@ HttpServer::HttpServer(ServingLoop& loop, Metrics& metrics, ApiLimits limits, Ht
   const size_t threads = static_cast<size_t>(http_limits_.max_open_requests) + 32;
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(http_limits_.max_body_bytes);
+  // Debian's cpp-httplib listens with a backlog of 5 (compiled in): a burst of clients overflows it and some see
+  // their connection reset. The socket is remembered here and listened on again with room for the burst (bind()).
+  // (httplib's default options set SO_REUSEPORT, which would let another process bind our port beside us and take
+  // part of our connections: SO_REUSEADDR only, so a port in use is refused.)
+  s.set_socket_options([this](int sock) {
+    const int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listen_fd_ = sock;
+  });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (loop_.failed()) return send_error(res, 503, "the server has failed", "server_error");
     res.set_content("{\"status\":\"ok\"}", "application/json");
@@ -38,7 +49,7 @@ HttpServer::HttpServer(ServingLoop& loop, Metrics& metrics, ApiLimits limits, Ht
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     json model = {{"id", limits_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "dtensor-cpp"},
                   {"max_model_len", limits_.max_model_len}};
-    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(), "application/json");
+    res.set_content(json_text(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
   });
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics_.text(), "text/plain; version=0.0.4");
@@ -69,16 +80,16 @@ HttpServer::~HttpServer() {
 }
 
 int HttpServer::bind(const std::string& host, int port) {
+  int bound = port;
   if (port == 0) {
-    const int p = server_->bind_to_any_port(host);
-    if (p <= 0) throw std::runtime_error("serve: cannot bind " + host + " (any port)");
-    return p;
-  }
-  if (!server_->bind_to_port(host, port)) {
+    bound = server_->bind_to_any_port(host);
+    if (bound <= 0) throw std::runtime_error("serve: cannot bind " + host + " (any port)");
+  } else if (!server_->bind_to_port(host, port)) {
     throw std::runtime_error("serve: cannot bind " + host + ":" + std::to_string(port) +
                              " (in use, or not an address of this host; --port 0 takes a free port)");
   }
-  return port;
+  if (listen_fd_ >= 0) ::listen(listen_fd_, 4096);  // a larger backlog than httplib's 5 (the kernel caps it)
+  return bound;
 }
 
 void HttpServer::start() {
@@ -138,46 +149,49 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
   const std::string model = limits_.model_name;
   const int64_t prompt_tokens = static_cast<int64_t>(api.prompt_ids.size());
   if (!api.stream) {
-    std::string text;
-    std::vector<TokenLogprob> logprobs;
+    std::vector<Choice> choices(static_cast<size_t>(api.params.n));
+    int64_t unfinished = api.params.n;
     std::vector<Event> events;
-    while (true) {
+    while (unfinished > 0) {
       if (!request->take(events, std::chrono::milliseconds(200))) continue;
-      bool done = false;
-      for (const Event& e : events) {
-        text += e.text;
-        logprobs.insert(logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+      for (Event& e : events) {
         if (e.error_status) {
           metrics_.request_done(endpoint, e.error_status);
           send_error(res, e.error_status, e.error, "server_error");
           close();
           return;
         }
+        Choice& c = choices[static_cast<size_t>(e.index)];
+        c.text += e.text;
+        c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
         if (!e.finish_reason.empty()) {
-          res.set_content(completion_response(api, id, request->created, model, text, e.finish_reason, prompt_tokens,
-                                              request->completion_tokens, logprobs)
-                              .dump(),
-                          "application/json");
-          done = true;
+          c.finish_reason = e.finish_reason;
+          --unfinished;
         }
       }
-      if (done) break;
     }
+    res.set_content(json_text(completion_response(api, id, request->created, model, choices, prompt_tokens,
+                                                  request->completion_tokens)),
+                    "application/json");
     metrics_.request_done(endpoint, 200);
     close();
     return;
   }
   auto finished = std::make_shared<bool>(false);
   auto started = std::make_shared<bool>(false);
-  auto offset = std::make_shared<int64_t>(0);  // completions' text_offset of the next token
+  // Per choice: completions' text_offset of its next token; how many choices have not finished.
+  auto offsets = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(api.params.n), 0);
+  auto unfinished = std::make_shared<int64_t>(api.params.n);
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, request, api, id, model, prompt_tokens, finished, started, offset](size_t, httplib::DataSink& sink) {
+      [this, request, api, id, model, prompt_tokens, finished, started, offsets, unfinished](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         if (!*started) {
           *started = true;
-          if (api.chat && !write(sse(stream_chunk(api, id, request->created, model, "", "", /*role_chunk=*/true)))) return false;
+          for (int64_t i = 0; api.chat && i < api.params.n; ++i) {
+            if (!write(sse(stream_chunk(api, id, request->created, model, "", "", /*role_chunk=*/true, {}, 0, i)))) return false;
+          }
         }
         std::vector<Event> events;
         if (!request->take(events, std::chrono::milliseconds(200))) return sink.is_writable();
@@ -191,11 +205,13 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
             return true;
           }
           if (!e.text.empty() || !e.finish_reason.empty() || !e.logprobs.empty()) {
-            const json chunk = stream_chunk(api, id, request->created, model, e.text, e.finish_reason, false, e.logprobs, *offset);
-            for (const TokenLogprob& t : e.logprobs) *offset += static_cast<int64_t>(t.text.size());
+            int64_t& offset = (*offsets)[static_cast<size_t>(e.index)];
+            const json chunk =
+                stream_chunk(api, id, request->created, model, e.text, e.finish_reason, false, e.logprobs, offset, e.index);
+            for (const TokenLogprob& t : e.logprobs) offset += static_cast<int64_t>(t.text.size());
             if (!write(sse(chunk))) return false;
           }
-          if (!e.finish_reason.empty()) {
+          if (!e.finish_reason.empty() && --*unfinished == 0) {
             if (api.include_usage) write(sse(usage_chunk(api, id, request->created, model, prompt_tokens, request->completion_tokens)));
             write("data: [DONE]\n\n");
             *finished = true;

@@ -49,6 +49,7 @@ class HttpServer {
   ApiLimits limits_;
   HttpLimits http_limits_;
   std::unique_ptr<httplib::Server> server_;
+  int listen_fd_ = -1;  // the listening socket (set by httplib's socket-options callback)
   std::thread thread_;
   std::atomic<int64_t> next_id_{0}, open_{0};
   std::mutex open_mu_;

@@ -206,8 +206,10 @@ void log_probabilities(const json& body, bool chat, SamplingParams& p) {
 
 std::string error_body(const std::string& message, const std::string& type, const std::string& param, int code) {
   json e = {{"message", message}, {"type", type}, {"param", param.empty() ? json(nullptr) : json(param)}, {"code", code}};
-  return json{{"error", e}}.dump();
+  return json_text(json{{"error", e}});
 }
+
+std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimits& limits) {
   // Depth is bounded while parsing, before anything deeper exists: every later walk of the body (copies, the
@@ -256,8 +258,11 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
   if (auto seed = integer(body, "seed")) p.seed = static_cast<uint64_t>(*seed);
   p.stop = stops(body);
   p.ignore_eos = boolean(body, "ignore_eos");
-  require_default(body, "n", [](const json& v) { return v == 1; }, "one choice per request");
-  require_default(body, "best_of", [](const json& v) { return v == 1; }, "one choice per request");
+  p.n = integer(body, "n").value_or(1);
+  if (p.n < 1 || p.n > 64) throw bad("n", "'n' must be in [1, 64]");
+  if (auto best_of = integer(body, "best_of"); best_of && *best_of != p.n) {
+    throw bad("best_of", "'best_of' is not supported by this server (it may only equal 'n')");
+  }
   require_default(body, "echo", [](const json& v) { return v == false; }, "no echo");
   logits_processing(body, limits, p.processing);
   log_probabilities(body, chat, p);
@@ -330,29 +335,32 @@ json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprob>& logprob
 }
 
 json completion_response(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
-                         const std::string& text, const std::string& finish_reason, int64_t prompt_tokens,
-                         int64_t completion_tokens, const std::vector<TokenLogprob>& logprobs) {
-  json choice = {{"index", 0}};
-  if (r.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  } else {
-    choice["text"] = text;
+                         const std::vector<Choice>& choices, int64_t prompt_tokens, int64_t completion_tokens) {
+  json out = json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    json choice = {{"index", i}};
+    if (r.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+    } else {
+      choice["text"] = choices[i].text;
+    }
+    choice["logprobs"] = logprobs_json(r, choices[i].logprobs, 0);
+    choice["finish_reason"] = choices[i].finish_reason;
+    out.push_back(choice);
   }
-  choice["logprobs"] = logprobs_json(r, logprobs, 0);
-  choice["finish_reason"] = finish_reason;
   return {{"id", id},
           {"object", r.chat ? "chat.completion" : "text_completion"},
           {"created", created},
           {"model", model},
-          {"choices", json::array({choice})},
+          {"choices", out},
           {"usage", {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
                      {"total_tokens", prompt_tokens + completion_tokens}}}};
 }
 
 json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model,
                   const std::string& text, const std::string& finish_reason, bool role_chunk,
-                  const std::vector<TokenLogprob>& logprobs, int64_t text_offset) {
-  json choice = {{"index", 0}};
+                  const std::vector<TokenLogprob>& logprobs, int64_t text_offset, int64_t index) {
+  json choice = {{"index", index}};
   if (r.chat) {
     json delta = json::object();
     if (role_chunk) delta["role"] = "assistant";

@@ -23,6 +23,10 @@ struct ApiError : std::runtime_error {
   std::string param, type;
 };
 
+// A response's JSON text. Text the model produced may end in an incomplete UTF-8 sequence (a byte-level token
+// alone, the last bytes at max_tokens): replaced by U+FFFD, as transformers' decode does, never an exception.
+std::string json_text(const nlohmann::ordered_json& j);
+
 // {"error": {"message", "type", "param", "code"}}, OpenAI's.
 std::string error_body(const std::string& message, const std::string& type, const std::string& param, int code);
 
@@ -42,6 +46,7 @@ struct SamplingParams {
   // "top_logprobs": N. N in [0, 20].
   bool logprobs = false;
   int64_t top_logprobs = 0;
+  int64_t n = 1;  // choices per request: n sequences of one prompt, sampled independently ([1, 64])
 };
 
 // One drawn token's log-probability and the most likely tokens at its position (most likely first).
@@ -76,17 +81,22 @@ struct ApiLimits {
 ApiRequest parse_request(const std::string& body, bool chat, const ApiLimits& limits);
 
 // The response of a finished request, and the chunks of a streamed one (data: lines without the prefix).
-// `logprobs`: the drawn tokens' (when the request asked for them); `text_offset`: where the first of them starts
-// in the completion's text (completions' "text_offset").
+// One choice of a finished request: its text, why it ended, and its tokens' logprobs (when asked for).
+struct Choice {
+  std::string text;
+  std::string finish_reason;
+  std::vector<TokenLogprob> logprobs;
+};
+// The response of a finished request: choices[i] has "index" i.
 nlohmann::ordered_json completion_response(const ApiRequest& request, const std::string& id, int64_t created,
-                                           const std::string& model, const std::string& text,
-                                           const std::string& finish_reason, int64_t prompt_tokens,
-                                           int64_t completion_tokens, const std::vector<TokenLogprob>& logprobs = {});
-// finish_reason empty: an intermediate chunk; role_chunk: chat's first chunk ({"role": "assistant"}).
+                                           const std::string& model, const std::vector<Choice>& choices,
+                                           int64_t prompt_tokens, int64_t completion_tokens);
+// A chunk of choice `index`. finish_reason empty: an intermediate chunk; role_chunk: chat's first chunk ({"role":
+// "assistant"}). `text_offset`: where the chunk's first token starts in the choice's text (completions' logprobs).
 nlohmann::ordered_json stream_chunk(const ApiRequest& request, const std::string& id, int64_t created,
                                     const std::string& model, const std::string& text, const std::string& finish_reason,
                                     bool role_chunk = false, const std::vector<TokenLogprob>& logprobs = {},
-                                    int64_t text_offset = 0);
+                                    int64_t text_offset = 0, int64_t index = 0);
 // The "logprobs" object of a choice: completions' {tokens, token_logprobs, top_logprobs, text_offset}, chat's
 // {content: [{token, logprob, bytes, top_logprobs}]}; null when the request asked for none.
 nlohmann::ordered_json logprobs_json(const ApiRequest& request, const std::vector<TokenLogprob>& logprobs,

@@ -24,11 +24,13 @@ struct Event {
   int error_status = 0;       // the last event of a failed request: 503 (a rank failed) or 500
   std::string error;
   std::vector<TokenLogprob> logprobs;  // of the tokens drawn since the last event (when the request asked)
+  int64_t index = 0;                   // the choice (one of the request's n sequences)
 };
 
 class Request {
  public:
-  Request(ApiRequest api, std::string id, int64_t created) : api(std::move(api)), id(std::move(id)), created(created) {}
+  Request(ApiRequest api, std::string id, int64_t created)
+      : api(std::move(api)), id(std::move(id)), created(created), unfinished_(this->api.params.n) {}
   const ApiRequest api;
   const std::string id;
   const int64_t created;
@@ -39,12 +41,14 @@ class Request {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (done_) return;
-      done_ = !e.finish_reason.empty() || e.error_status != 0;
+      // Done at an error, or once each of the n choices has finished.
+      if (!e.finish_reason.empty()) --unfinished_;
+      done_ = unfinished_ <= 0 || e.error_status != 0;
       events_.push_back(std::move(e));
     }
     cv_.notify_all();
   }
-  std::atomic<int64_t> completion_tokens{0};
+  std::atomic<int64_t> completion_tokens{0};  // over all choices
 
   // The handler's side: what arrived, waiting up to `timeout` when nothing has; false when nothing came.
   bool take(std::vector<Event>& out, std::chrono::milliseconds timeout) {
@@ -63,6 +67,7 @@ class Request {
   std::condition_variable cv_;
   std::deque<Event> events_;
   bool done_ = false;
+  int64_t unfinished_;  // choices not yet finished
   std::atomic<bool> cancelled_{false};
 };
 

@@ -12,16 +12,17 @@ inference::SamplingOptions sampling_of(const SamplingParams& p, uint64_t seed) {
   o.temperature = p.temperature;
   o.top_k = p.top_k;
   o.top_p = p.top_p;
-  o.seed = p.seed.value_or(seed);
+  o.seed = seed;
   return o;
 }
 }  // namespace
 
-Sequence::Sequence(std::shared_ptr<Request> req, const tokenizer::Tokenizer& tok, uint64_t seed)
+Sequence::Sequence(std::shared_ptr<Request> req, const tokenizer::Tokenizer& tok, uint64_t seed, int64_t index)
     : request(std::move(req)),
+      index(index),
       tokens(request->api.prompt_ids),
       prompt_len(static_cast<int64_t>(tokens.size())),
-      sampler(sampling_of(request->api.params, seed)),
+      sampler(sampling_of(request->api.params, request->api.params.seed ? *request->api.params.seed + index : seed)),
       processing(request->api.params.processing),
       text(tok, request->api.prompt_ids, request->api.params.stop) {
   if (auto eos = tok.eos_token_id(); eos && !request->api.params.ignore_eos) processing.stop_token_ids.push_back(*eos);

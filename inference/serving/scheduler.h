@@ -30,8 +30,9 @@ namespace serve {
 
 
 struct Sequence {
-  Sequence(std::shared_ptr<Request> request, const tokenizer::Tokenizer& tok, uint64_t seed);
+  Sequence(std::shared_ptr<Request> request, const tokenizer::Tokenizer& tok, uint64_t seed, int64_t index = 0);
   std::shared_ptr<Request> request;
+  int64_t index = 0;  // which of the request's n choices
   std::vector<int64_t> tokens;  // prompt, then the drawn tokens
   int64_t prompt_len = 0;
   int64_t computed = 0;  // tokens whose keys and values are in the cache

@@ -37,7 +37,8 @@ void ServingLoop::intake() {
   }
   for (auto& r : fresh) {
     metrics_.tokens(static_cast<int64_t>(r->api.prompt_ids.size()), 0);
-    scheduler_.add(std::make_unique<Sequence>(std::move(r), tok_, seeds_()));
+    // n choices: n sequences of the prompt (a request's seed gives choice i the seed + i).
+    for (int64_t i = 0; i < r->api.params.n; ++i) scheduler_.add(std::make_unique<Sequence>(r, tok_, seeds_(), i));
   }
 }
 
@@ -48,7 +49,7 @@ void ServingLoop::drop_cancelled() {
 }
 
 void ServingLoop::finish(Sequence& seq, std::string text, const std::string& reason, std::vector<TokenLogprob> logprobs) {
-  seq.request->push({std::move(text), reason, 0, "", std::move(logprobs)});
+  seq.request->push({std::move(text), reason, 0, "", std::move(logprobs), seq.index});
   metrics_.latency(seconds_since(seq.request->arrival));
   ++finished_;
   scheduler_.remove(&seq);  // frees its blocks; `seq` is gone after this
@@ -71,7 +72,7 @@ void ServingLoop::emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> l
   seq.tokens.push_back(token);
   ++generated_;
   metrics_.tokens(0, 1);
-  seq.request->completion_tokens = seq.drawn();
+  ++seq.request->completion_tokens;
   if (seq.drawn() == 1) metrics_.first_token(seconds_since(seq.request->arrival));
   const SamplingParams& p = seq.request->api.params;
   const auto eos = tok_.eos_token_id();
@@ -81,7 +82,7 @@ void ServingLoop::emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> l
   if (seq.drawn() >= p.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= options_.max_model_len) {
     return finish(seq, piece + seq.text.end(), "length", std::move(logprobs));
   }
-  if (!piece.empty() || !logprobs.empty()) seq.request->push({std::move(piece), "", 0, "", std::move(logprobs)});
+  if (!piece.empty() || !logprobs.empty()) seq.request->push({std::move(piece), "", 0, "", std::move(logprobs), seq.index});
 }
 
 void ServingLoop::fail_all(const std::string& message) {

@@ -74,6 +74,18 @@ def still_serving(url, name):
     return status == 200 and json.loads(text)["choices"][0]["finish_reason"] in ("length", "stop")
 
 
+def metric(url, name):
+    conn = httpclient.HTTPConnection(*hostport(url), timeout=30)
+    try:
+        conn.request("GET", "/metrics")
+        for line in conn.getresponse().read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    finally:
+        conn.close()
+    return None
+
+
 def rss_kb(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -151,6 +163,11 @@ def queue_full(bin_dir, model_dir, name):
             streams.append(conn)
         resp0 = streams[0].getresponse()
         first = resp0.readline()
+        # Both are in: one running, one queued (bounded wait: the second's handler may not have run yet).
+        deadline = time.time() + 30
+        while time.time() < deadline and not (metric(server.url, "serve_running_requests") == 1 and
+                                              metric(server.url, "serve_queue_length") == 1):
+            time.sleep(0.05)
         t0 = time.time()
         status, text = post(server.url, {"model": name, "prompt": "The", "max_tokens": 2})
         took = time.time() - t0

@@ -13,6 +13,8 @@ order. Checked:
   - logprobs: each token's log-probability (of the raw logits) equals transformers' log_softmax to 1e-4, and
     top_logprobs are the N most likely, the drawn one among them when it is the argmax; chat's logprobs.content too;
   - a streamed request's logprobs, joined, equal the plain one's;
+  - n: greedy choices equal n=1's (usage counts them all); seeded sampled choices repeat, choice i equals n=1 with
+    seed + i; chat's streamed choices, joined per index, equal the plain response's;
   - bad values get 400 naming the field.
 Exit 1 on a failure; one line per check, then a `summary` line.
 """
@@ -150,11 +152,36 @@ def main():
                                         for c in content),
               "chat logprobs: content entries with 3 top_logprobs each", content)
 
+        # n choices: greedy ones all equal n=1's; sampled ones (seed s) are choice i = n=1 with seed s + i, and repeat.
+        one = client.completions.create(model=name, prompt=prompt, max_tokens=6, temperature=0)
+        three = client.completions.create(model=name, prompt=prompt, max_tokens=6, temperature=0, n=3)
+        check([c.index for c in three.choices] == [0, 1, 2] and all(c.text == one.choices[0].text for c in three.choices)
+              and three.usage.completion_tokens == 3 * one.usage.completion_tokens,
+              "n=3 greedy: three choices, each n=1's text, usage counts all three", three)
+        kw = dict(model=name, prompt=prompt, max_tokens=8, temperature=1.0, seed=7)
+        four = [c.text for c in client.completions.create(n=4, **kw).choices]
+        again = [c.text for c in client.completions.create(n=4, **kw).choices]
+        singles = [client.completions.create(**dict(kw, seed=7 + i)).choices[0].text for i in range(4)]
+        check(four == again and four == singles and len(set(four)) > 1,
+              "n=4 sampled with a seed: repeats, choice i is n=1 with seed + i, not all the same", (four, again, singles))
+        chunks = list(client.chat.completions.create(model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=5,
+                                                     temperature=0, n=2, stream=True))
+        texts, ends = ["", ""], [None, None]
+        for ch in chunks:
+            for c in ch.choices:
+                texts[c.index] += c.delta.content or ""
+                ends[c.index] = c.finish_reason or ends[c.index]
+        plain = client.chat.completions.create(model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=5,
+                                               temperature=0, n=2)
+        check(texts == [c.message.content for c in plain.choices] and None not in ends,
+              "chat n=2 streamed: each choice's chunks, joined, equal the plain response's choice", (texts, ends, plain))
+
         # Bad values: 400 naming the field.
         bad = [("presence_penalty", {"presence_penalty": 3}), ("frequency_penalty", {"frequency_penalty": -2.5}),
                ("repetition_penalty", {"repetition_penalty": 0}), ("logit_bias", {"logit_bias": {"abc": 1}}),
                ("logit_bias", {"logit_bias": {str(vocab): 1}}), ("logit_bias", {"logit_bias": {"5": 101}}),
-               ("min_tokens", {"min_tokens": 9}), ("min_tokens", {"min_tokens": -1}), ("logprobs", {"logprobs": 21})]
+               ("min_tokens", {"min_tokens": 9}), ("min_tokens", {"min_tokens": -1}), ("logprobs", {"logprobs": 21}),
+               ("n", {"n": 65}), ("n", {"n": 0}), ("best_of", {"best_of": 2})]
         for field, params in bad:
             try:
                 client.completions.create(model=name, prompt=prompt, max_tokens=4, extra_body=params)

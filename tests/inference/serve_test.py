@@ -179,7 +179,7 @@ def main():
                  ("prompt longer than the context", {"prompt": "a " * 3000, "max_tokens": 4}, 400, "prompt"),
                  ("max_tokens 0", {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
                  ("negative temperature", {"prompt": "x", "temperature": -0.5}, 400, "temperature"),
-                 ("n 2", {"prompt": "x", "n": 2}, 400, "n"),
+                 ("n 65", {"prompt": "x", "n": 65}, 400, "n"),
                  ("token id outside the vocabulary", {"prompt": [1, 10 ** 9]}, 400, "prompt"),
                  ("chat without messages", {"model": name}, 400, "messages"),
                  ("another model", {"model": "gpt-9", "prompt": "x"}, 404, "model")]

@@ -166,7 +166,7 @@ TEST(ServeOpenAiApi, BadRequestsNameTheField) {
   EXPECT_EQ(error_of(R"({"prompt": "ab", "top_p": 0})").param, "top_p");
   EXPECT_EQ(error_of(R"({"prompt": "ab", "top_k": -2})").param, "top_k");
   EXPECT_EQ(error_of(R"({"prompt": "ab", "stop": ["a", "b", "c", "d", "e"]})").param, "stop");
-  EXPECT_EQ(error_of(R"({"prompt": "ab", "n": 2})").param, "n");
+  EXPECT_EQ(error_of(R"({"prompt": "ab", "n": 65})").param, "n");
   EXPECT_EQ(error_of(R"({"prompt": "ab", "stream_options": {"include_usage": true}})").param, "stream_options");
   EXPECT_EQ(error_of(R"({"prompt": [1, 99]})").param, "prompt");
   EXPECT_EQ(error_of(R"({"prompt": ["a", "b"]})").param, "prompt");

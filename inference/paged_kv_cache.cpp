@@ -28,7 +28,9 @@ PagedStep pack_step(const std::vector<PagedChunk>& chunks, int64_t block_size) {
       key_pos.push_back(p);
       key_seq.push_back(static_cast<int64_t>(i));
     }
-    if (c.logits) logit_rows.push_back(static_cast<int64_t>(tokens.size()) - 1);
+    DTENSOR_CHECK(c.logits >= 0 && c.logits <= static_cast<int64_t>(c.tokens.size()), "inference: pack_step: chunk ", i,
+                  " asks for the logits of ", c.logits, " of its ", c.tokens.size(), " tokens");
+    for (int64_t j = c.logits; j > 0; --j) logit_rows.push_back(static_cast<int64_t>(tokens.size()) - j);
   }
   auto t = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); };
   return {t(tokens), t(positions), t(query_seq), t(write_slots), t(key_slots), t(key_pos), t(key_seq), t(logit_rows)};

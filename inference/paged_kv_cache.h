@@ -35,7 +35,7 @@ struct PagedChunk {
   std::vector<int64_t> tokens;
   int64_t start = 0;
   std::vector<int64_t> block_table;
-  bool logits = true;  // the caller wants the logits of its last new token
+  int64_t logits = 1;  // the caller wants the logits of its last `logits` new tokens (0: none; more: speculation)
 };
 // The chunks side by side (in order), as one PagedStep. Throws dtensor::Error for an empty chunk or a block
 // table too short for its positions.

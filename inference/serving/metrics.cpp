@@ -39,6 +39,12 @@ void Metrics::prefix_cache(int64_t queried_tokens, int64_t hit_tokens) {
   prefix_hits_ = hit_tokens;
 }
 
+void Metrics::speculation(int64_t drafted, int64_t accepted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  drafted_ += drafted;
+  accepted_ += accepted;
+}
+
 void Metrics::step(int64_t waiting, int64_t running, int64_t blocks_used, int64_t blocks_total, int64_t preemptions) {
   std::lock_guard<std::mutex> lock(mu_);
   waiting_ = waiting;
@@ -84,6 +90,10 @@ std::string Metrics::text() const {
         static_cast<double>(prefix_queries_));
   gauge("serve_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache (not computed again).",
         static_cast<double>(prefix_hits_));
+  gauge("serve_spec_decode_draft_tokens_total", "counter", "Draft tokens scored by speculative decoding.",
+        static_cast<double>(drafted_));
+  gauge("serve_spec_decode_accepted_tokens_total", "counter", "Draft tokens kept (equal to the greedy choice).",
+        static_cast<double>(accepted_));
   gauge("serve_kv_cache_blocks_used", "gauge", "KV cache blocks held by live sequences.", static_cast<double>(blocks_used_));
   gauge("serve_kv_cache_blocks_total", "gauge", "KV cache blocks in the pool.", static_cast<double>(blocks_total_));
   gauge("serve_kv_cache_usage_ratio", "gauge", "Fraction of the KV cache's blocks in use.",

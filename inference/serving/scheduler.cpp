@@ -51,6 +51,7 @@ void Scheduler::preempt(size_t i) {
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
   blocks_.release(seq->blocks);
   seq->computed = 0;  // recomputed from its prompt and drawn tokens when admitted again
+  seq->draft.clear();
   ++preemptions_;
   waiting_.push_front(std::move(seq));
 }
@@ -58,18 +59,27 @@ void Scheduler::preempt(size_t i) {
 Scheduler::Batch Scheduler::schedule() {
   Batch batch;
   int64_t budget = max_num_batched_tokens_;
-  auto add_chunk = [&](Sequence& s, int64_t n) {
+  // n of the sequence's tokens; when it decodes (one token), its draft after it, each position wanting logits.
+  auto add_chunk = [&](Sequence& s, int64_t n, int64_t drafted) {
     const int64_t total = static_cast<int64_t>(s.tokens.size());
     std::vector<int64_t> toks(s.tokens.begin() + s.computed, s.tokens.begin() + s.computed + n);
-    batch.chunks.push_back({std::move(toks), s.computed, s.blocks, s.computed + n == total});
+    toks.insert(toks.end(), s.draft.begin(), s.draft.begin() + drafted);
+    batch.chunks.push_back({std::move(toks), s.computed, s.blocks, s.computed + n == total ? 1 + drafted : 0});
     batch.seqs.push_back(&s);
-    s.computed += n;
-    budget -= n;
+    s.computed += n + drafted;  // the serving loop takes back the positions of draft tokens it rejects
+    s.draft.resize(static_cast<size_t>(drafted));
+    budget -= n + drafted;
+  };
+  auto drafted_of = [&](const Sequence& s, int64_t n) {
+    const bool decoding = s.computed + n == static_cast<int64_t>(s.tokens.size()) && n == 1;
+    return decoding ? std::min<int64_t>(static_cast<int64_t>(s.draft.size()), budget - n) : 0;
   };
   // Running sequences first, oldest first; one without a free block preempts the youngest (maybe itself).
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& s = *running_[i];
     const int64_t n = std::min<int64_t>(static_cast<int64_t>(s.tokens.size()) - s.computed, budget);
+    int64_t drafted = drafted_of(s, n);
+    if (drafted > 0 && !grow(s, s.computed + n + drafted)) drafted = 0;  // no block for the draft: decode plainly
     bool fits = grow(s, s.computed + n);
     while (!fits && running_.size() - 1 > i) {
       preempt(running_.size() - 1);
@@ -79,7 +89,7 @@ Scheduler::Batch Scheduler::schedule() {
       preempt(i);
       break;
     }
-    add_chunk(s, n);
+    add_chunk(s, n, drafted);
     ++i;
   }
   // Then the queue, in order, while there is room.
@@ -103,10 +113,13 @@ Scheduler::Batch Scheduler::schedule() {
     grow(s, s.computed + n);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
-    add_chunk(*running_.back(), n);
+    add_chunk(*running_.back(), n, 0);
   }
   // The blocks this step fills are findable from the next schedule() on, once the step has written them.
-  for (Sequence* seq : batch.seqs) blocks_.cache(seq->tokens, seq->blocks, block_size_, seq->computed);
+  // (Only real tokens' positions: a draft's are not known to be kept.)
+  for (Sequence* seq : batch.seqs) {
+    blocks_.cache(seq->tokens, seq->blocks, block_size_, std::min<int64_t>(seq->computed, static_cast<int64_t>(seq->tokens.size())));
+  }
   return batch;
 }
 

@@ -39,6 +39,7 @@ struct Sequence {
   std::vector<int64_t> blocks;
   inference::Sampler sampler;
   inference::LogitsProcessing processing;  // the request's, with the end-of-sequence token for min_tokens
+  std::vector<int64_t> draft;  // speculative tokens to score after the last one (set before schedule(), then used)
   TextOutput text;
   int64_t drawn() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }  // tokens generated so far
 };

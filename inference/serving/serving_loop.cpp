@@ -68,7 +68,7 @@ TokenLogprob ServingLoop::logprob_of(const at::Tensor& raw_logits, int64_t token
   return out;
 }
 
-void ServingLoop::emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> logprobs) {
+bool ServingLoop::emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> logprobs) {
   seq.tokens.push_back(token);
   ++generated_;
   metrics_.tokens(0, 1);
@@ -76,13 +76,27 @@ void ServingLoop::emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> l
   if (seq.drawn() == 1) metrics_.first_token(seconds_since(seq.request->arrival));
   const SamplingParams& p = seq.request->api.params;
   const auto eos = tok_.eos_token_id();
-  if (!p.ignore_eos && eos && token == *eos) return finish(seq, seq.text.end(), "stop", std::move(logprobs));
+  if (!p.ignore_eos && eos && token == *eos) return finish(seq, seq.text.end(), "stop", std::move(logprobs)), false;
   std::string piece = seq.text.put(token);
-  if (seq.text.stopped()) return finish(seq, std::move(piece), "stop", std::move(logprobs));
+  if (seq.text.stopped()) return finish(seq, std::move(piece), "stop", std::move(logprobs)), false;
   if (seq.drawn() >= p.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= options_.max_model_len) {
-    return finish(seq, piece + seq.text.end(), "length", std::move(logprobs));
+    return finish(seq, piece + seq.text.end(), "length", std::move(logprobs)), false;
   }
   if (!piece.empty() || !logprobs.empty()) seq.request->push({std::move(piece), "", 0, "", std::move(logprobs), seq.index});
+  return true;
+}
+
+void ServingLoop::propose_drafts() {
+  // Greedy requests without processors or logprobs, decoding: the draft the scheduler scores after the last token.
+  for (Sequence* s : scheduler_.all()) {
+    s->draft.clear();
+    const SamplingParams& p = s->request->api.params;
+    const int64_t size = static_cast<int64_t>(s->tokens.size());
+    if (p.temperature > 0 || p.logprobs || s->processing.active() || s->computed != size - 1) continue;
+    // Room after the next token, within max_tokens and the context.
+    const int64_t room = std::min(p.max_tokens - s->drawn(), options_.max_model_len - size) - 1;
+    s->draft = propose_ngram(s->tokens, options_.speculative, room);
+  }
 }
 
 void ServingLoop::fail_all(const std::string& message) {
@@ -102,6 +116,7 @@ std::string ServingLoop::run() {
   while (true) {
     intake();
     drop_cancelled();
+    if (options_.speculative.num_speculative_tokens > 0) propose_drafts();
     Scheduler::Batch batch = scheduler_.schedule();
     metrics_.step(scheduler_.waiting(), scheduler_.running(), scheduler_.blocks().used(), scheduler_.blocks().total(),
                   scheduler_.preemptions());
@@ -133,8 +148,28 @@ std::string ServingLoop::run() {
     last_broadcast = Clock::now();
     int64_t row = 0;
     for (size_t i = 0; i < batch.chunks.size(); ++i) {
-      if (!batch.chunks[i].logits) continue;
+      const int64_t scored = batch.chunks[i].logits;
+      if (scored == 0) continue;
       Sequence& seq = *batch.seqs[i];
+      if (scored > 1) {  // the last token and a draft: keep the greedy tokens while the draft agrees, then one more
+        const std::vector<int64_t> draft = seq.draft;
+        const at::Tensor targets = logits.narrow(0, row, scored).argmax(-1);
+        row += scored;
+        int64_t accepted = 0;
+        bool alive = true;
+        for (int64_t j = 0; j < scored && alive; ++j) {
+          const int64_t t = targets[j].item<int64_t>();
+          alive = emit(seq, t, {});
+          if (j == scored - 1 || t != draft[static_cast<size_t>(j)]) break;
+          ++accepted;
+        }
+        metrics_.speculation(scored - 1, accepted);
+        if (alive) {  // positions past the kept tokens held rejected draft tokens: computed again later
+          seq.computed = static_cast<int64_t>(seq.tokens.size()) - 1;
+          seq.draft.clear();
+        }
+        continue;
+      }
       const at::Tensor raw = logits[row++].unsqueeze(0);
       // The request's processors (bias, min_tokens, penalties), then the sampler's temperature, top-k, top-p.
       const at::Tensor scores =

@@ -19,6 +19,7 @@
 
 #include "inference/serving/engine.h"
 #include "inference/serving/metrics.h"
+#include "inference/serving/ngram_proposer.h"
 #include "inference/serving/request.h"
 #include "inference/serving/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -29,6 +30,7 @@ struct LoopOptions {
   int64_t num_blocks = 0, block_size = 16, max_num_seqs = 16, max_num_batched_tokens = 256, max_model_len = 0;
   uint64_t seed = 0;
   bool enable_prefix_caching = true;  // vLLM's --enable-prefix-caching (its default since v1)
+  SpeculativeConfig speculative;      // prompt lookup for greedy requests (ngram_proposer.h); off by default
 };
 
 class ServingLoop {
@@ -47,7 +49,9 @@ class ServingLoop {
  private:
   void intake();
   void drop_cancelled();
-  void emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> logprobs);
+  // Hands `token` to the request; false when it ended the sequence (which is then gone).
+  bool emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> logprobs);
+  void propose_drafts();
   void finish(Sequence& seq, std::string text, const std::string& reason, std::vector<TokenLogprob> logprobs = {});
   TokenLogprob logprob_of(const at::Tensor& raw_logits, int64_t token, int64_t top) const;
   void fail_all(const std::string& message);

@@ -18,7 +18,9 @@ Checks:
   - prefill in chunks and preemption (a server with a small token budget and few KV blocks) give the same texts;
   - a rank killed mid-stream: the stream ends with a 503 error, the server exits non-zero with an `error:` line;
   - prefix caching: 16 requests sharing a long system prompt give the texts of a server without it, and /metrics
-    counts the shared blocks' tokens as hits.
+    counts the shared blocks' tokens as hits;
+  - speculative decoding by prompt lookup (--speculative-config ngram): the 16 greedy texts are transformers' still,
+    with draft tokens scored and some accepted.
 Every wait is bounded. Exit 1 on a failure; one line per check, then a `summary` line.
 """
 import concurrent.futures
@@ -286,6 +288,25 @@ def main():
           f"prefix caching: 16 requests sharing a {len(tok(system)['input_ids'])}-token system prompt, {hits:.0f} of "
           f"{queries:.0f} prompt tokens found in the cache, the same texts as without it",
           ([(a, b) for a, b in zip(on, off) if a != b], hits, hits_off))
+    # Speculative decoding by prompt lookup: the greedy texts are transformers' still, with draft tokens scored and
+    # some accepted (the 16 prompts, concurrently, and each once more after its own text: a prompt that repeats).
+    server = Server(bin_dir, model_dir, tp=2, args=["--speculative-config",
+                                                    '{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1}'])
+    try:
+        client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=120, max_retries=0)
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            texts = list(pool.map(lambda i: client.completions.create(model=name, prompt=WORDS[i], max_tokens=NEW,
+                                                                      temperature=0).choices[0].text, range(16)))
+        repeat = [client.completions.create(model=name, prompt=WORDS[i] + want[i] + WORDS[i], max_tokens=NEW,
+                                            temperature=0).choices[0].text for i in range(4)]
+        drafted = metric(server.url, "serve_spec_decode_draft_tokens_total")
+        accepted = metric(server.url, "serve_spec_decode_accepted_tokens_total")
+    finally:
+        server.stop()
+    bad = [(i, texts[i], want[i]) for i in range(16) if texts[i] != want[i]]
+    check(not bad and drafted and drafted > 0 and accepted and accepted > 0,
+          f"speculative decoding (prompt lookup, 4 tokens): transformers' greedy texts, {accepted:.0f} of "
+          f"{drafted:.0f} draft tokens accepted", (bad, drafted, accepted, repeat))
     print(f"summary checks={checks} failures={failures}")
     return 1 if failures else 0
 

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "inference/serving/ngram_proposer.h"
 #include "inference/serving/openai_api.h"
 #include "inference/serving/scheduler.h"
 #include "inference/serving/text_output.h"
@@ -257,4 +258,35 @@ TEST(ServePrefixCache, ASecondSequenceComputesOnlyWhatFollowsTheSharedPrefix) {
   EXPECT_EQ(next[2].start, 4);  // one block found: the second would leave nothing to compute
   EXPECT_EQ(next[2].n, 4u);
   EXPECT_EQ(s.blocks().hit_tokens(), 12);
+}
+
+// Prompt lookup (ngram_proposer.h): the tokens after the latest earlier occurrence of the longest recurring suffix.
+TEST(ServeSpeculation, ProposesWhatFollowedTheLatestEarlierOccurrence) {
+  serve::SpeculativeConfig c{3, 3, 1};
+  EXPECT_EQ(serve::propose_ngram({1, 2, 3, 9, 1, 2, 3, 7, 1, 2}, c, 8), (std::vector<int64_t>{3, 7, 1}));  // "1 2" latest
+  EXPECT_EQ(serve::propose_ngram({5, 6, 7, 5, 6}, c, 8), (std::vector<int64_t>{7, 5, 6}));
+  EXPECT_EQ(serve::propose_ngram({5, 6, 7, 5, 6}, c, 2), (std::vector<int64_t>{7, 5}));  // the room left
+  EXPECT_TRUE(serve::propose_ngram({1, 2, 3, 4}, c, 8).empty());                          // nothing recurs
+  serve::SpeculativeConfig two{3, 3, 2};
+  EXPECT_TRUE(serve::propose_ngram({4, 1, 5, 1}, two, 8).empty());  // only a 1-gram recurs
+  EXPECT_THROW(serve::parse_speculative_config(R"({"method": "eagle"})"), std::invalid_argument);
+  EXPECT_THROW(serve::parse_speculative_config(R"({"num_speculative_tokens": 0})"), std::invalid_argument);
+  EXPECT_THROW(serve::parse_speculative_config(R"({"bogus": 1})"), std::invalid_argument);
+  EXPECT_EQ(serve::parse_speculative_config(R"({"method": "ngram", "num_speculative_tokens": 5})").num_speculative_tokens, 5);
+}
+
+TEST(ServeSpeculation, ADecodingSequenceScoresItsDraftInOneChunk) {
+  serve::Scheduler s(/*num_blocks=*/8, /*block_size=*/4, /*max_num_seqs=*/4, /*max_num_batched_tokens=*/64);
+  auto seq = sequence({0, 1, 2});
+  serve::Sequence* p = seq.get();
+  s.add(std::move(seq));
+  s.schedule();                      // the prompt
+  p->tokens.push_back(7);            // a drawn token
+  p->draft = {8, 9};
+  auto b = s.schedule();
+  ASSERT_EQ(b.chunks.size(), 1u);
+  EXPECT_EQ(b.chunks[0].tokens, (std::vector<int64_t>{7, 8, 9}));
+  EXPECT_EQ(b.chunks[0].start, 3);
+  EXPECT_EQ(b.chunks[0].logits, 3);  // the last token's and each draft token's
+  EXPECT_EQ(p->computed, 6);         // until the serving loop takes back what it rejects
 }

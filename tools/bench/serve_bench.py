@@ -11,6 +11,9 @@ static batches of CLIENTS left-padded prompts (batched, but a batch waits for it
 setup: requests, generated tokens, wall time, tokens/s, and request latency p50 / p99; then a `summary` line.
 The machine's 2 cores: our TP 2 runs 2 single-threaded ranks; TP 1 and transformers use 2 threads.
 
+--speculative K: the prompts repeat themselves (each word list 8 times), and ours runs twice per TP, with prompt-lookup
+speculative decoding of K tokens (--speculative-config ngram) and without; the rows add the draft tokens accepted.
+
 --shared-prefix N: every prompt begins with the same system prompt of N words (a chat server's typical load), and
 ours runs twice per TP, with automatic prefix caching (the default) and with --no-enable-prefix-caching; the rows
 add time to first token (p50, streamed).
@@ -41,6 +44,8 @@ def row(name, n, tokens, wall, lat):
 
 def prompt_of(args, i):
     word = WORDS[i % len(WORDS)]
+    if args.speculative:
+        return " ".join([word] * 8)
     return (SYSTEM_WORDS * (args.shared_prefix // len(SYSTEM_WORDS) + 1))[:args.shared_prefix] + [word] \
         if args.shared_prefix else word
 
@@ -77,10 +82,17 @@ def ours(bin_dir, model_dir, name, tp, args, serve_args=(), label="continuous ba
         with concurrent.futures.ThreadPoolExecutor(args.clients) as pool:
             results = [x for per in pool.map(one_client, range(args.clients)) for x in per]
         wall = time.perf_counter() - t0
+        import urllib.request
+        text = urllib.request.urlopen(server.url + "/metrics", timeout=30).read().decode()
+        got = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l.startswith("serve_spec_decode")}
+        spec = (got.get("serve_spec_decode_draft_tokens_total", 0), got.get("serve_spec_decode_accepted_tokens_total", 0))
+        spec = spec if "ngram" in label else None
     finally:
         server.stop()
     lat = [r[0] for r in results]
     rate = row(f"serve tp={tp} ({label})", len(results), sum(r[1] for r in results), wall, lat)
+    if spec:
+        print(f"{'':<34} draft tokens accepted {spec[1]:.0f} of {spec[0]:.0f}", flush=True)
     print(f"{'':<34} time to first token p50 {pct([r[2] for r in results], 0.5) * 1000:.1f} ms", flush=True)
     return rate
 
@@ -126,6 +138,7 @@ def main():
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--tp", default="1,2")
     ap.add_argument("--shared-prefix", type=int, default=0, help="words of a system prompt every request begins with")
+    ap.add_argument("--speculative", type=int, default=0, help="prompt-lookup draft tokens (a repetitive workload)")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="serve_bench_")
     model_dir, _, _ = make_checkpoint(root, WORDS[:1], 1, layers=args.layers, hidden=args.hidden, clear_top1=False)
@@ -137,6 +150,10 @@ def main():
     rates = {}
     for tp in [int(x) for x in args.tp.split(",")]:
         rates[f"serve_tp{tp}"] = ours(args.bin, model_dir, name, tp, args)
+        if args.speculative:
+            config = f'{{"method": "ngram", "num_speculative_tokens": {args.speculative}, "prompt_lookup_min": 1}}'
+            rates[f"serve_tp{tp}_speculative"] = ours(args.bin, model_dir, name, tp, args,
+                                                      ["--speculative-config", config], f"ngram speculation {args.speculative}")
         if args.shared_prefix:
             rates[f"serve_tp{tp}_no_prefix_caching"] = ours(args.bin, model_dir, name, tp, args,
                                                             ["--no-enable-prefix-caching"], "no prefix caching")

@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
     serve::Metrics metrics;
     serve::ServingLoop loop(engine, *s.tok, metrics,
                             {o.num_blocks, o.block_size, o.max_num_seqs, o.max_num_batched_tokens, o.max_model_len, o.seed,
-                             o.enable_prefix_caching});
+                             o.enable_prefix_caching, o.speculative});
     serve::HttpServer http(loop, metrics, {s.tok.get(), o.model_name, o.max_model_len, s.config.vocab_size},
                            {static_cast<size_t>(o.max_request_bytes), o.max_num_seqs + o.max_queued_requests});
     int port = 0;

@@ -38,6 +38,9 @@ void define(CLI::App& app, ServeOptions& o) {
   app.add_option("--seed", o.seed, "seeds of requests that give none");
   app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", o.enable_prefix_caching,
                "share the KV blocks of common prompt prefixes between requests (default on)");
+  app.add_option("--speculative-config", o.speculative_config,
+                 "speculative decoding by prompt lookup for greedy requests, as vLLM's: '{\"method\": \"ngram\", "
+                 "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 1}'");
   app.add_option("--max-request-bytes", o.max_request_bytes, "a larger body is answered 413 unread")
       ->check(tools_cli::positive());
   app.add_option("--max-queued-requests", o.max_queued_requests,
@@ -61,6 +64,13 @@ ServeOptions parse_options(const std::vector<std::string>& args, bool& help) {
   help = tools_cli::parse(app, args);
   if (help) return o;
   if (o.hf_dir.empty() == o.checkpoint.empty()) throw UsageError("give exactly one of --hf-dir and --checkpoint");
+  if (!o.speculative_config.empty()) {
+    try {
+      o.speculative = serve::parse_speculative_config(o.speculative_config);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(e.what());
+    }
+  }
   if (o.tokenizer_dir.empty()) {
     if (o.hf_dir.empty()) throw UsageError("--checkpoint needs --tokenizer DIR (the server speaks text)");
     o.tokenizer_dir = o.hf_dir;

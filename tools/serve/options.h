@@ -4,6 +4,8 @@
 #include "tools/common/cli.h"
 
 #include <cstdint>
+
+#include "inference/serving/ngram_proposer.h"
 #include <string>
 #include <vector>
 
@@ -29,7 +31,11 @@ struct ServeOptions {
   // What one client may ask (inference/serving/http_server.h): 413 past the body size, 429 past the open requests.
   int64_t max_request_bytes = 4 << 20;
   int64_t max_queued_requests = 128;
-  bool enable_prefix_caching = true;  // vLLM's default  // beyond --max-num-seqs running (SGLang's --max-queued-requests)
+  bool enable_prefix_caching = true;  // vLLM's default
+  // vLLM's --speculative-config: {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": N,
+  // "prompt_lookup_min": M} (prompt lookup, for greedy requests). Empty: off.
+  std::string speculative_config;
+  serve::SpeculativeConfig speculative;  // parsed from it  // beyond --max-num-seqs running (SGLang's --max-queued-requests)
 };
 
 ServeOptions parse_options(const std::vector<std::string>& args, bool& help);

@@ -123,8 +123,9 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
     return send_error(res, 400, e.what(), "invalid_request_error");
   }
   // A slot among the open requests, or 429 at once (vLLM's and OpenAI's status for "try again later").
-  if (open_.fetch_add(1) >= http_limits_.max_open_requests) {
-    --open_;
+  const int64_t before = open_.fetch_add(1);
+  if (before >= http_limits_.max_open_requests) {
+    metrics_.open_requests(--open_);
     metrics_.request_done(endpoint, 429);
     return send_error(res, 429, "the server is at its limit of " + std::to_string(http_limits_.max_open_requests) +
                                     " open requests (--max-num-seqs + --max-queued-requests): retry later",
@@ -132,8 +133,9 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
   }
   const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
   auto request = std::make_shared<Request>(api, id, static_cast<int64_t>(std::time(nullptr)));
+  metrics_.open_requests(before + 1);
   if (!loop_.submit(request)) {
-    --open_;
+    metrics_.open_requests(--open_);
     metrics_.request_done(endpoint, 503);
     return send_error(res, 503, "the server has failed or is shutting down", "server_error");
   }
@@ -144,7 +146,7 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
   auto close = [this, request] {
     std::lock_guard<std::mutex> lock(open_mu_);
     open_requests_.erase(request);
-    --open_;
+    metrics_.open_requests(--open_);
   };
   const std::string model = limits_.model_name;
   const int64_t prompt_tokens = static_cast<int64_t>(api.prompt_ids.size());
@@ -182,10 +184,12 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
   // Per choice: completions' text_offset of its next token; how many choices have not finished.
   auto offsets = std::make_shared<std::vector<int64_t>>(static_cast<size_t>(api.params.n), 0);
   auto unfinished = std::make_shared<int64_t>(api.params.n);
+  // With a tool parser a choice's text is held and sent whole when it finishes (content and tool_calls).
+  auto held = std::make_shared<std::vector<Choice>>(static_cast<size_t>(api.params.n));
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [this, request, api, id, model, prompt_tokens, finished, started, offsets, unfinished](size_t, httplib::DataSink& sink) {
+      [this, request, api, id, model, prompt_tokens, finished, started, offsets, unfinished, held](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         if (!*started) {
           *started = true;
@@ -204,7 +208,14 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
             sink.done();
             return true;
           }
-          if (!e.text.empty() || !e.finish_reason.empty() || !e.logprobs.empty()) {
+          if (!api.tool_parser.empty()) {
+            Choice& c = (*held)[static_cast<size_t>(e.index)];
+            c.text += e.text;
+            if (!e.finish_reason.empty() &&
+                !write(sse(tool_calls_chunk(api, id, request->created, model, e.index, parsed_choice(api, c), e.finish_reason)))) {
+              return false;
+            }
+          } else if (!e.text.empty() || !e.finish_reason.empty() || !e.logprobs.empty()) {
             int64_t& offset = (*offsets)[static_cast<size_t>(e.index)];
             const json chunk =
                 stream_chunk(api, id, request->created, model, e.text, e.finish_reason, false, e.logprobs, offset, e.index);

@@ -39,6 +39,11 @@ void Metrics::prefix_cache(int64_t queried_tokens, int64_t hit_tokens) {
   prefix_hits_ = hit_tokens;
 }
 
+void Metrics::open_requests(int64_t open) {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_ = open;
+}
+
 void Metrics::speculation(int64_t drafted, int64_t accepted) {
   std::lock_guard<std::mutex> lock(mu_);
   drafted_ += drafted;
@@ -84,6 +89,8 @@ std::string Metrics::text() const {
   histogram_text(out, "serve_request_latency_seconds", "End-to-end latency of finished requests.", latency_);
   histogram_text(out, "serve_time_to_first_token_seconds", "Time from arrival to the first generated token.", first_token_);
   gauge("serve_queue_length", "gauge", "Requests waiting to join the batch.", static_cast<double>(waiting_));
+  gauge("serve_open_requests", "gauge", "Requests being answered (running, queued, streaming); past the limit: 429.",
+        static_cast<double>(open_));
   gauge("serve_running_requests", "gauge", "Requests in the decode batch.", static_cast<double>(running_));
   gauge("serve_preemptions_total", "counter", "Sequences preempted for lack of KV blocks.", static_cast<double>(preemptions_));
   gauge("serve_prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache.",

@@ -24,6 +24,8 @@ class Metrics {
   void prefix_cache(int64_t queried_tokens, int64_t hit_tokens);
   // Speculative decoding: draft tokens scored and accepted (vLLM's spec_decode_num_draft / _accepted_tokens).
   void speculation(int64_t drafted, int64_t accepted);
+  // Requests the HTTP side is answering (running, queued or streaming): what --max-queued-requests bounds.
+  void open_requests(int64_t open);
   std::string text() const;
 
  private:
@@ -40,7 +42,7 @@ class Metrics {
   int64_t prompt_tokens_ = 0, generated_tokens_ = 0;
   Histogram latency_, first_token_;
   int64_t waiting_ = 0, running_ = 0, blocks_used_ = 0, blocks_total_ = 0, preemptions_ = 0;
-  int64_t prefix_queries_ = 0, prefix_hits_ = 0, drafted_ = 0, accepted_ = 0;
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0, drafted_ = 0, accepted_ = 0, open_ = 0;
 };
 
 }  // namespace serve

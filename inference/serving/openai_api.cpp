@@ -92,7 +92,40 @@ std::vector<int64_t> completion_prompt(const json& body, const ApiLimits& limits
   throw bad("prompt", "'prompt' must be a string, a list of token ids, or a list of one of those");
 }
 
-std::vector<int64_t> chat_prompt(const json& body, const ApiLimits& limits) {
+// OpenAI's tools: [{"type": "function", "function": {"name": N, "description": D, "parameters": {schema}}}]; null
+// when absent or empty.
+json checked_tools(const json& body) {
+  if (!body.contains("tools") || body["tools"].is_null() || (body["tools"].is_array() && body["tools"].empty())) {
+    return nullptr;
+  }
+  const json& tools = body["tools"];
+  if (!tools.is_array()) throw bad("tools", "'tools' must be a list");
+  for (const auto& t : tools) {
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object() ||
+        !t["function"].contains("name") || !t["function"]["name"].is_string()) {
+      throw bad("tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}");
+    }
+  }
+  return tools;
+}
+
+// tool_choice with tools given: "auto" (the default) parses the text with the server's parser; "none" leaves it
+// content. "required" and a named function would need the output constrained to a call: refused by name.
+std::string tool_choice(const json& body, const ApiLimits& limits) {
+  const json choice = body.contains("tool_choice") && !body["tool_choice"].is_null() ? body["tool_choice"] : json("auto");
+  if (choice == "none") return "";
+  if (choice == "auto") {
+    if (limits.tool_parser.empty()) {
+      throw bad("tool_choice", "\"auto\" tool choice needs the server started with --enable-auto-tool-choice and "
+                               "--tool-call-parser (or send tool_choice \"none\")");
+    }
+    return limits.tool_parser;
+  }
+  throw bad("tool_choice", "tool_choice " + choice.dump() + " is not supported by this server (it needs structured "
+                           "output to force a call: use \"auto\" or \"none\")");
+}
+
+std::vector<int64_t> chat_prompt(const json& body, const ApiLimits& limits, const json& tools) {
   if (!body.contains("messages")) throw bad("messages", "'messages' is required");
   const json& messages = body["messages"];
   if (!messages.is_array() || messages.empty()) throw bad("messages", "'messages' must be a non-empty list");
@@ -121,6 +154,7 @@ std::vector<int64_t> chat_prompt(const json& body, const ApiLimits& limits) {
   }
   tokenizer::ChatOptions options;
   options.add_generation_prompt = true;
+  options.tools = tools;
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     if (!body["chat_template_kwargs"].is_object()) throw bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
     options.variables = body["chat_template_kwargs"];
@@ -267,13 +301,13 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
   logits_processing(body, limits, p.processing);
   log_probabilities(body, chat, p);
   require_default(body, "suffix", [](const json& v) { return v == ""; }, "no suffix");
-  require_default(body, "tools", [](const json& v) { return v.is_array() && v.empty(); }, "no tool calls");
-  require_default(body, "tool_choice", [](const json& v) { return v == "none"; }, "no tool calls");
+  const json tools = chat ? checked_tools(body) : json(nullptr);
+  if (chat && !tools.is_null()) r.tool_parser = tool_choice(body, limits);
   require_default(body, "response_format", [](const json& v) { return v.is_object() && v.value("type", "") == "text"; },
                   "text responses only");
   if (body.contains("user") && !body["user"].is_null() && !body["user"].is_string()) throw bad("user", "'user' must be a string");
 
-  r.prompt_ids = chat ? chat_prompt(body, limits) : completion_prompt(body, limits);
+  r.prompt_ids = chat ? chat_prompt(body, limits, tools) : completion_prompt(body, limits);
   const int64_t n = static_cast<int64_t>(r.prompt_ids.size());
   if (n >= limits.max_model_len) {
     throw bad(chat ? "messages" : "prompt", "this model's maximum context length is " + std::to_string(limits.max_model_len) +
@@ -304,6 +338,19 @@ json utf8_bytes(const std::string& text) {
   return out;
 }
 }  // namespace
+
+// OpenAI's tool_calls list; in a stream each call carries its index.
+static json calls_json(const std::string& id, size_t choice, const ParsedToolCalls& parsed, bool stream) {
+  json out = json::array();
+  for (size_t k = 0; k < parsed.calls.size(); ++k) {
+    json call = {{"id", "call_" + id + "_" + std::to_string(choice) + "_" + std::to_string(k)},
+                 {"type", "function"},
+                 {"function", {{"name", parsed.calls[k].name}, {"arguments", parsed.calls[k].arguments}}}};
+    if (stream) call["index"] = k;
+    out.push_back(call);
+  }
+  return out;
+}
 
 json logprobs_json(const ApiRequest& r, const std::vector<TokenLogprob>& logprobs, int64_t text_offset) {
   if (!r.params.logprobs) return nullptr;
@@ -339,13 +386,19 @@ json completion_response(const ApiRequest& r, const std::string& id, int64_t cre
   json out = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     json choice = {{"index", i}};
-    if (r.chat) {
+    if (r.chat && !r.tool_parser.empty()) {
+      const ParsedToolCalls parsed = parsed_choice(r, choices[i]);
+      choice["message"] = {{"role", "assistant"}, {"content", parsed.content.empty() && !parsed.calls.empty()
+                                                                  ? json(nullptr) : json(parsed.content)}};
+      if (!parsed.calls.empty()) choice["message"]["tool_calls"] = calls_json(id, i, parsed, false);
+    } else if (r.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
     } else {
       choice["text"] = choices[i].text;
     }
     choice["logprobs"] = logprobs_json(r, choices[i].logprobs, 0);
     choice["finish_reason"] = choices[i].finish_reason;
+    if (r.chat && !r.tool_parser.empty() && !parsed_choice(r, choices[i]).calls.empty()) choice["finish_reason"] = "tool_calls";
     out.push_back(choice);
   }
   return {{"id", id},
@@ -375,6 +428,21 @@ json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, c
           {"object", r.chat ? "chat.completion.chunk" : "text_completion"},
           {"created", created},
           {"model", model},
+          {"choices", json::array({choice})}};
+}
+
+ParsedToolCalls parsed_choice(const ApiRequest& r, const Choice& choice) {
+  return parse_tool_calls(r.tool_parser, choice.text);
+}
+
+json tool_calls_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, int64_t index,
+                      const ParsedToolCalls& parsed, const std::string& finish_reason) {
+  json delta = json::object();
+  if (!parsed.content.empty()) delta["content"] = parsed.content;
+  if (!parsed.calls.empty()) delta["tool_calls"] = calls_json(id, static_cast<size_t>(index), parsed, true);
+  json choice = {{"index", index}, {"delta", delta}, {"logprobs", nullptr},
+                 {"finish_reason", parsed.calls.empty() ? finish_reason : std::string("tool_calls")}};
+  return {{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", model},
           {"choices", json::array({choice})}};
 }
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "inference/logits_processors.h"
+#include "inference/serving/tool_parsers.h"
 #include "tokenizer/tokenizer.h"
 
 namespace serve {
@@ -59,6 +60,9 @@ struct TokenLogprob {
 
 struct ApiRequest {
   bool chat = false;
+  // Chat with `tools`: the tools go to the chat template; with tool_choice "auto" (the default when tools are
+  // given; needs --enable-auto-tool-choice --tool-call-parser) the text is parsed for calls by `tool_parser`.
+  std::string tool_parser;  // empty: the text is content
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
   std::vector<int64_t> prompt_ids;
@@ -72,6 +76,7 @@ struct ApiLimits {
   int64_t max_model_len = 0;  // prompt + max_tokens
   int64_t vocab_size = 0;     // the model's: prompt token ids below it
   int max_json_depth = 64;    // nesting of the body's arrays and objects, checked while parsing
+  std::string tool_parser;    // --tool-call-parser with --enable-auto-tool-choice; empty: tool_choice "auto" refused
 };
 
 // Parses and checks a POST body. Throws ApiError (400) for malformed JSON (invalid UTF-8 included), nesting deeper
@@ -87,6 +92,12 @@ struct Choice {
   std::string finish_reason;
   std::vector<TokenLogprob> logprobs;
 };
+// A chat choice whose text the request's tool parser reads: its content and calls ("tool_calls" finish).
+ParsedToolCalls parsed_choice(const ApiRequest& request, const Choice& choice);
+// A streamed chat choice with a tool parser, sent whole when it finishes: content and tool_calls deltas.
+nlohmann::ordered_json tool_calls_chunk(const ApiRequest& request, const std::string& id, int64_t created,
+                                        const std::string& model, int64_t index, const ParsedToolCalls& parsed,
+                                        const std::string& finish_reason);
 // The response of a finished request: choices[i] has "index" i.
 nlohmann::ordered_json completion_response(const ApiRequest& request, const std::string& id, int64_t created,
                                            const std::string& model, const std::vector<Choice>& choices,

@@ -152,25 +152,29 @@ def fuzz(url, name):
 
 
 def queue_full(bin_dir, model_dir, name):
+    # Deterministic: rank 1 is stopped (SIGSTOP) while the limit is tested, so the running request cannot finish
+    # and free its slot in between; the HTTP side (rank 0's threads) answers meanwhile. The watchdog (30 s) and the
+    # collective timeout are far longer than the stop.
     server = Server(bin_dir, model_dir, tp=2, args=["--max-num-seqs", "1", "--max-queued-requests", "1"])
+    follower = server.rank_pid(1)
     try:
         streams = []
-        for _ in range(2):
+        for i in range(2):
             conn = httpclient.HTTPConnection(*hostport(server.url), timeout=60)
             conn.request("POST", "/v1/completions", json.dumps({"model": name, "prompt": "The", "max_tokens": 1500,
                                                                 "ignore_eos": True, "stream": True}),
                          {"Content-Type": "application/json"})
             streams.append(conn)
-        resp0 = streams[0].getresponse()
-        first = resp0.readline()
-        # Both are in: one running, one queued (bounded wait: the second's handler may not have run yet).
+            if i == 0:
+                first = conn.getresponse().readline()  # running
+                os.kill(follower, signal.SIGSTOP)
         deadline = time.time() + 30
-        while time.time() < deadline and not (metric(server.url, "serve_running_requests") == 1 and
-                                              metric(server.url, "serve_queue_length") == 1):
-            time.sleep(0.05)
+        while time.time() < deadline and metric(server.url, "serve_open_requests") != 2:
+            time.sleep(0.02)
         t0 = time.time()
         status, text = post(server.url, {"model": name, "prompt": "The", "max_tokens": 2})
         took = time.time() - t0
+        os.kill(follower, signal.SIGCONT)
         err = error_of(text) or {}
         check(first.startswith(b"data:") and status == 429 and err.get("type") == "rate_limit_error" and took < 5,
               f"queue: the third request past 1 running + 1 queued is answered 429 in {took:.2f} s", (status, text))
@@ -182,6 +186,10 @@ def queue_full(bin_dir, model_dir, name):
             time.sleep(0.2)
         check(ok, "queue: once the streams are cancelled, requests are accepted again")
     finally:
+        try:
+            os.kill(follower, signal.SIGCONT)
+        except OSError:
+            pass
         server.stop()
 
 

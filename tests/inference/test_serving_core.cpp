@@ -7,6 +7,7 @@
 
 #include "inference/serving/ngram_proposer.h"
 #include "inference/serving/openai_api.h"
+#include "inference/serving/tool_parsers.h"
 #include "inference/serving/scheduler.h"
 #include "inference/serving/text_output.h"
 
@@ -289,4 +290,35 @@ TEST(ServeSpeculation, ADecodingSequenceScoresItsDraftInOneChunk) {
   EXPECT_EQ(b.chunks[0].start, 3);
   EXPECT_EQ(b.chunks[0].logits, 3);  // the last token's and each draft token's
   EXPECT_EQ(p->computed, 6);         // until the serving loop takes back what it rejects
+}
+
+// Tool calls parsed back (tool_parsers.h), in the formats the families emit (vLLM's parsers' own examples' shapes).
+TEST(ServeToolParsers, ParseEachFamilysFormatAndLeaveOtherTextAsContent) {
+  auto hermes = serve::parse_tool_calls(
+      "hermes", "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+                "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
+  ASSERT_EQ(hermes.calls.size(), 2u);
+  EXPECT_EQ(hermes.calls[0].name, "get_weather");
+  EXPECT_EQ(hermes.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(hermes.calls[1].arguments, "{}");
+  EXPECT_EQ(hermes.content, "Let me check.");
+  auto llama = serve::parse_tool_calls(
+      "llama3_json", "<|python_tag|>{\"name\": \"search\", \"parameters\": {\"q\": \"tp\"}}; {\"name\": \"add\", \"parameters\": {\"a\": 1}}");
+  ASSERT_EQ(llama.calls.size(), 2u);
+  EXPECT_EQ(llama.calls[0].name, "search");
+  EXPECT_EQ(llama.calls[1].arguments, R"({"a":1})");
+  EXPECT_EQ(llama.content, "");
+  auto mistral = serve::parse_tool_calls(
+      "mistral", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]");
+  ASSERT_EQ(mistral.calls.size(), 1u);
+  EXPECT_EQ(mistral.calls[0].arguments, R"({"city":"Rome"})");
+  // Not a call (plain text, a malformed call, the wrong format's marker): all of it is content.
+  for (const auto& [parser, text] : std::vector<std::pair<std::string, std::string>>{
+           {"hermes", "Just text."}, {"hermes", "<tool_call>{\"name\": 3}</tool_call>"}, {"llama3_json", "{not json"},
+           {"mistral", "[TOOL_CALLS] nothing"}, {"llama3_json", "Sure: {\"name\": \"x\", \"parameters\": {}}"}}) {
+    auto p = serve::parse_tool_calls(parser, text);
+    EXPECT_TRUE(p.calls.empty()) << parser << ": " << text;
+    EXPECT_EQ(p.content, text) << parser;
+  }
+  EXPECT_THROW(serve::parse_tool_calls("nope", ""), std::invalid_argument);
 }

@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
     serve::ServingLoop loop(engine, *s.tok, metrics,
                             {o.num_blocks, o.block_size, o.max_num_seqs, o.max_num_batched_tokens, o.max_model_len, o.seed,
                              o.enable_prefix_caching, o.speculative});
-    serve::HttpServer http(loop, metrics, {s.tok.get(), o.model_name, o.max_model_len, s.config.vocab_size},
+    serve::HttpServer http(loop, metrics, {s.tok.get(), o.model_name, o.max_model_len, s.config.vocab_size, 64,
+                                           o.enable_auto_tool_choice ? o.tool_call_parser : std::string()},
                            {static_cast<size_t>(o.max_request_bytes), o.max_num_seqs + o.max_queued_requests});
     int port = 0;
     try {

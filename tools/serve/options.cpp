@@ -1,5 +1,6 @@
 #include "options.h"
 #include "tools/common/dtype_option.h"
+#include "inference/serving/tool_parsers.h"
 
 #include <filesystem>
 
@@ -41,6 +42,11 @@ void define(CLI::App& app, ServeOptions& o) {
   app.add_option("--speculative-config", o.speculative_config,
                  "speculative decoding by prompt lookup for greedy requests, as vLLM's: '{\"method\": \"ngram\", "
                  "\"num_speculative_tokens\": 4, \"prompt_lookup_max\": 4, \"prompt_lookup_min\": 1}'");
+  app.add_flag("--enable-auto-tool-choice", o.enable_auto_tool_choice,
+               "parse chat completions' text for tool calls when a request gives tools (needs --tool-call-parser)");
+  app.add_option("--tool-call-parser", o.tool_call_parser, "the tool-call format: hermes (Qwen2.5, Hermes), llama3_json "
+                 "(Llama 3.1/3.2), mistral")
+      ->check(CLI::IsMember(serve::tool_parser_names()));
   app.add_option("--max-request-bytes", o.max_request_bytes, "a larger body is answered 413 unread")
       ->check(tools_cli::positive());
   app.add_option("--max-queued-requests", o.max_queued_requests,
@@ -64,6 +70,9 @@ ServeOptions parse_options(const std::vector<std::string>& args, bool& help) {
   help = tools_cli::parse(app, args);
   if (help) return o;
   if (o.hf_dir.empty() == o.checkpoint.empty()) throw UsageError("give exactly one of --hf-dir and --checkpoint");
+  if (o.enable_auto_tool_choice && o.tool_call_parser.empty()) {
+    throw UsageError("--enable-auto-tool-choice needs --tool-call-parser (hermes, llama3_json, mistral)");
+  }
   if (!o.speculative_config.empty()) {
     try {
       o.speculative = serve::parse_speculative_config(o.speculative_config);

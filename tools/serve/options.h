@@ -35,6 +35,9 @@ struct ServeOptions {
   // vLLM's --speculative-config: {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": N,
   // "prompt_lookup_min": M} (prompt lookup, for greedy requests). Empty: off.
   std::string speculative_config;
+  // vLLM's: parse chat completions' text for tool calls (tool_choice "auto") with this parser (tool_parsers.h).
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
   serve::SpeculativeConfig speculative;  // parsed from it  // beyond --max-num-seqs running (SGLang's --max-queued-requests)
 };
 

@@ -118,3 +118,21 @@ class Server:
         for t in self.threads:
             t.join(5)
         return self.proc.returncode
+
+
+class Checks:
+    """The serve tests' report: one line per check ("ok LABEL" / "FAIL LABEL" and the detail), then a summary line."""
+
+    def __init__(self):
+        self.count = self.failures = 0
+
+    def __call__(self, ok, label, detail=""):
+        self.count += 1
+        self.failures += not ok
+        print(("ok " if ok else "FAIL ") + label + ("" if ok else "\n  " + str(detail)[:2000]), flush=True)
+
+    def finish(self):
+        """Prints the summary line; the exit status (1 on any failure)."""
+        print(f"summary checks={self.count} failures={self.failures}")
+        return 1 if self.failures else 0
+

@@ -33,16 +33,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from serve_fixture import WORDS, Server, make_checkpoint  # noqa: E402
-
-checks = failures = 0
+from serve_fixture import Checks, WORDS, Server, make_checkpoint  # noqa: E402
 
 
-def check(ok, label, detail=""):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(("ok " if ok else "FAIL ") + label + ("" if ok else "\n  " + str(detail)[:2000]), flush=True)
+
+check = Checks()
 
 
 def hostport(url):
@@ -296,8 +291,7 @@ def main():
     queue_full(args.bin_dir, model_dir, name)
     frozen_rank(args.bin_dir, model_dir, name)
     soak(args.bin_dir, model_dir, name, args.soak_requests)
-    print(f"summary checks={checks} failures={failures}")
-    return 1 if failures else 0
+    return check.finish()
 
 
 if __name__ == "__main__":

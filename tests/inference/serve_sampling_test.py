@@ -26,17 +26,12 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from serve_fixture import WORDS, Server, make_checkpoint  # noqa: E402
+from serve_fixture import Checks, WORDS, Server, make_checkpoint  # noqa: E402
 
-checks = failures = 0
 TIE = 1e-3
 
 
-def check(ok, label, detail=""):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(("ok " if ok else "FAIL ") + label + ("" if ok else "\n  " + str(detail)[:2000]), flush=True)
+check = Checks()
 
 
 def hf_reference(model, torch, prompt_ids, params, max_tokens, eos):
@@ -198,8 +193,7 @@ def main():
         check(got == "top_logprobs", "chat top_logprobs without logprobs: 400", got)
     finally:
         server.stop()
-    print(f"summary checks={checks} failures={failures}")
-    return 1 if failures else 0
+    return check.finish()
 
 
 if __name__ == "__main__":

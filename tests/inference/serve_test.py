@@ -37,17 +37,12 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from serve_fixture import WORDS, Server, make_checkpoint  # noqa: E402
+from serve_fixture import Checks, WORDS, Server, make_checkpoint  # noqa: E402
 
 NEW = 12
-checks = failures = 0
 
 
-def check(ok, label, detail=""):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(("ok " if ok else "FAIL ") + label + ("" if ok else "\n  " + str(detail)[:2000]), flush=True)
+check = Checks()
 
 
 def http(url, body=None, method=None, timeout=60):
@@ -307,8 +302,7 @@ def main():
     check(not bad and drafted and drafted > 0 and accepted and accepted > 0,
           f"speculative decoding (prompt lookup, 4 tokens): transformers' greedy texts, {accepted:.0f} of "
           f"{drafted:.0f} draft tokens accepted", (bad, drafted, accepted, repeat))
-    print(f"summary checks={checks} failures={failures}")
-    return 1 if failures else 0
+    return check.finish()
 
 
 if __name__ == "__main__":

@@ -22,9 +22,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from serve_fixture import WORDS, Server, make_checkpoint  # noqa: E402
+from serve_fixture import Checks, WORDS, Server, make_checkpoint  # noqa: E402
 
-checks = failures = 0
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -37,11 +36,7 @@ MESSAGES = [{"role": "user", "content": "Weather in Paris?"},
             {"role": "user", "content": "And tomorrow?"}]
 
 
-def check(ok, label, detail=""):
-    global checks, failures
-    checks += 1
-    failures += not ok
-    print(("ok " if ok else "FAIL ") + label + ("" if ok else "\n  " + str(detail)[:2000]), flush=True)
+check = Checks()
 
 
 def bad_param(fn):
@@ -104,8 +99,7 @@ def main():
               "streamed with tools: the choice's content sent whole when it ends, one finish_reason", (text, ends))
     finally:
         server.stop()
-    print(f"summary checks={checks} failures={failures}")
-    return 1 if failures else 0
+    return check.finish()
 
 
 if __name__ == "__main__":

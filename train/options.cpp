@@ -112,7 +112,7 @@ std::optional<dtensor::MixedPrecisionPolicy> mp_policy(const TrainOptions& o) {
     throw ConfigError("--mixed-precision fp16 needs dynamic loss scaling (PyTorch's GradScaler), which llama_train does "
                       "not implement; use --mixed-precision bf16 (fp32's range, no scaling needed)");
   }
-  return dtensor::MixedPrecisionPolicy{.param_dtype = at::kBFloat16, .reduce_dtype = at::kFloat};
+  return dtensor::MixedPrecisionPolicy{.param_dtype = at::kBFloat16, .reduce_dtype = at::kFloat, .output_dtype = std::nullopt};
 }
 
 void fit_to_corpus(TrainOptions& o, const Corpus& corpus) {

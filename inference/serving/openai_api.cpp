@@ -435,7 +435,7 @@ ParsedToolCalls parsed_choice(const ApiRequest& r, const Choice& choice) {
   return parse_tool_calls(r.tool_parser, choice.text);
 }
 
-json tool_calls_chunk(const ApiRequest& r, const std::string& id, int64_t created, const std::string& model, int64_t index,
+json tool_calls_chunk(const ApiRequest& /*request: chat only*/, const std::string& id, int64_t created, const std::string& model, int64_t index,
                       const ParsedToolCalls& parsed, const std::string& finish_reason) {
   json delta = json::object();
   if (!parsed.content.empty()) delta["content"] = parsed.content;

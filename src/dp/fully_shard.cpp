@@ -31,12 +31,6 @@ using detail::untaken_parameters;
 // The sharded parameters of every fully_shard call, with their group.
 TakenRegistry<std::weak_ptr<FsdpParamGroup>> registry;
 
-// The group that took `parameter` (null if none).
-std::shared_ptr<FsdpParamGroup> group_of(const at::Tensor& parameter) {
-  const auto group = registry.find(parameter);
-  return group ? group->lock() : nullptr;
-}
-
 class GradientArrived final : public torch::autograd::PostAccumulateGradHook {
  public:
   GradientArrived(std::weak_ptr<FsdpParamGroup> group, size_t index) : group_(std::move(group)), index_(index) {}

@@ -52,7 +52,7 @@ const at::Tensor* DTensorImpl::cached_redistribution(const Placements& target) c
 }
 
 void DTensorImpl::cache_redistribution(const Placements& target, at::Tensor local) const {
-  redistributed_ = std::make_shared<Redistributed>(Redistributed{target, std::move(local), local_._version()});
+  redistributed_ = std::make_shared<Redistributed>(Redistributed{target, std::move(local), static_cast<uint32_t>(local_._version())});
 }
 
 template <typename Version>

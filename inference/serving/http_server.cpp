@@ -106,7 +106,7 @@ void HttpServer::stop(std::chrono::milliseconds grace) {
 
 void HttpServer::fail_open(const std::string& message) {
   std::lock_guard<std::mutex> lock(open_mu_);
-  for (const auto& r : open_requests_) r->push({"", "", 503, message});
+  for (const auto& r : open_requests_) r->push({"", "", 503, message, {}, 0});
 }
 
 void HttpServer::completions(const std::string& body, bool chat, void* response) {

@@ -386,19 +386,22 @@ json completion_response(const ApiRequest& r, const std::string& id, int64_t cre
   json out = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     json choice = {{"index", i}};
+    std::string finish_reason = choices[i].finish_reason;
     if (r.chat && !r.tool_parser.empty()) {
       const ParsedToolCalls parsed = parsed_choice(r, choices[i]);
       choice["message"] = {{"role", "assistant"}, {"content", parsed.content.empty() && !parsed.calls.empty()
                                                                   ? json(nullptr) : json(parsed.content)}};
-      if (!parsed.calls.empty()) choice["message"]["tool_calls"] = calls_json(id, i, parsed, false);
+      if (!parsed.calls.empty()) {
+        choice["message"]["tool_calls"] = calls_json(id, i, parsed, false);
+        finish_reason = "tool_calls";
+      }
     } else if (r.chat) {
       choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
     } else {
       choice["text"] = choices[i].text;
     }
     choice["logprobs"] = logprobs_json(r, choices[i].logprobs, 0);
-    choice["finish_reason"] = choices[i].finish_reason;
-    if (r.chat && !r.tool_parser.empty() && !parsed_choice(r, choices[i]).calls.empty()) choice["finish_reason"] = "tool_calls";
+    choice["finish_reason"] = finish_reason;
     out.push_back(choice);
   }
   return {{"id", id},

@@ -4,7 +4,6 @@
 
 #include "inference/logits_processors.h"
 
-
 namespace serve {
 namespace {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -106,7 +105,7 @@ void ServingLoop::fail_all(const std::string& message) {
   }
   intake();
   for (Sequence* s : scheduler_.all()) {
-    s->request->push({"", "", 503, message});
+    s->request->push({"", "", 503, message, {}, 0});
     scheduler_.remove(s);
   }
 }

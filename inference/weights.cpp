@@ -106,7 +106,7 @@ llama::LlamaConfig model_config(const ModelSource& options, int64_t tp) {
   try {
     const llama::LlamaConfig config = options.random_init ? options.model : llama::config_from_hf_json(config_path(options));
     config.validate();
-    models::check_computable(model_dtype(options), at::kCPU);
+    models::check_computable(model_dtype(options), options.device == "cuda" ? c10::Device(at::kCUDA) : c10::Device(at::kCPU));
     if (tp > 1) llama::inference_plan(config, tp);  // its size checks, before any communication
     return config;
   } catch (const SourceError&) {
@@ -132,8 +132,9 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
     throw SourceError(e.what());
   }
   const at::ScalarType dtype = model_dtype(options);
-  check_fits_in_memory(dtensor::nn::meta_bytes(*model, dtype), dtype, tp_mesh);
-  dtensor::nn::to_empty(*model, at::kCPU, dtype);
+  // On a GPU the caching allocator's out-of-memory error names the sizes; the host check is for host memory.
+  if (tp_mesh.device().is_cpu()) check_fits_in_memory(dtensor::nn::meta_bytes(*model, dtype), dtype, tp_mesh);
+  dtensor::nn::to_empty(*model, tp_mesh.device(), dtype);
   if (options.random_init) {
     model->init_weights(options.seed);  // the same values at every TP degree
     return model;

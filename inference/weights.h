@@ -20,6 +20,7 @@ struct ModelSource {
   llama::LlamaConfig model;    // random_init's sizes (a checkpoint carries its own)
   uint64_t seed = 0;           // random_init's weights
   int64_t ep = 1;              // > 1: expert parallelism instead of TP (a mixture of experts; ep == world size)
+  std::string device = "cpu";  // --device: "cpu", or "cuda" (cuda:LOCAL_RANK; the mesh is made on it)
   std::string dtype = "auto";  // --dtype (common/dtype.h): "auto" is the checkpoint's, float32 for a random init
 };
 
@@ -38,7 +39,7 @@ at::ScalarType model_dtype(const ModelSource& source);
 llama::LlamaConfig model_config(const ModelSource& source, int64_t tp);
 
 // The model with `config`, in model_dtype(source), its weights from the source, parallelized by llama::inference_plan over `tp_mesh`
-// (nothing when it has one rank). Throws SourceError when the weights do not match the model.
+// (nothing when it has one rank), on tp_mesh's device. Throws SourceError when the weights do not match the model.
 llama::LlamaForCausalLM load_model(const ModelSource& source, const llama::LlamaConfig& config,
                                    const dtensor::DeviceMesh& tp_mesh);
 

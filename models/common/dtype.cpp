@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "dtensor/core/error.h"
+#include "dtensor/mesh/cuda.h"
 
 namespace models {
 
@@ -46,6 +47,10 @@ at::ScalarType resolve_dtype(const std::string& requested, const std::string& ch
 
 void check_computable(at::ScalarType dtype, c10::Device device) {
   dtype_name(dtype);  // one of ours
+  // CUDA's kernels register when the plugin loads (dtensor/mesh/cuda.h): ask it first, and say why there is none.
+  if (device.is_cuda() && !dtensor::cuda_available()) {
+    throw DTENSOR_ERROR("dtensor: no CUDA device to compute on: ", dtensor::cuda_unavailable_reason());
+  }
   // What the model needs of the device in this dtype: a matmul and a softmax. A tiny one, tried: a device that cannot
   // (a GPU before bf16, a backend without the kernel) fails here, before anything is loaded.
   try {

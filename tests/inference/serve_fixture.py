@@ -23,12 +23,14 @@ WORDS = ["The", "A small", "Grüße aus", "In the year", "Once upon a time", "Nu
          "Continuous batching", "Why is the sky", "Last one:"]
 
 
-def make_checkpoint(root, prompts, max_new_tokens, max_positions=2048, layers=2, hidden=64, seeds=60, clear_top1=True):
+def make_checkpoint(root, prompts, max_new_tokens, max_positions=2048, layers=2, hidden=64, seeds=60, clear_top1=True,
+                    arch="llama"):
     """Saves tokenizer + model to root/model and returns (dir, tokenizer, [HF greedy new ids per prompt]).
-    clear_top1=False: the first seed, whatever its gaps (benchmarks)."""
+    clear_top1=False: the first seed, whatever its gaps (benchmarks). arch "mixtral": a mixture of 4 experts, 2 per
+    token (expert parallelism)."""
     import torch
     import transformers
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, MixtralConfig, MixtralForCausalLM
     from hf_chat_template_oracle import TEMPLATES
     transformers.utils.logging.set_verbosity_error()
     subprocess.run([sys.executable, os.path.join(ORACLE, "hf_tokenizer_oracle.py"), "make", root, "--kinds", "qwen2"],
@@ -39,11 +41,13 @@ def make_checkpoint(root, prompts, max_new_tokens, max_positions=2048, layers=2,
     ids = [tok(p)["input_ids"] for p in prompts]
     for seed in range(seeds):
         torch.manual_seed(seed)
-        config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
-                             rms_norm_eps=1e-5, tie_word_embeddings=False, eos_token_id=tok.eos_token_id,
-                             pad_token_id=0)
-        model = LlamaForCausalLM(config).eval()
+        sizes = dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
+                     rms_norm_eps=1e-5, tie_word_embeddings=False, eos_token_id=tok.eos_token_id, pad_token_id=0)
+        if arch == "mixtral":
+            model = MixtralForCausalLM(MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **sizes)).eval()
+        else:
+            model = LlamaForCausalLM(LlamaConfig(**sizes)).eval()
         with torch.no_grad():
             for name, w in model.named_parameters():
                 w.copy_(1.0 + 0.1 * torch.randn_like(w) if "norm" in name else 0.2 * torch.randn_like(w))

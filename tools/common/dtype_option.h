@@ -1,4 +1,4 @@
-// --dtype for the tools that load a model (llama_generate, serve, llama_train), apart from cli.h so that the
+// --dtype and --device for the tools that load a model (llama_generate, serve, llama_train), apart from cli.h so that the
 // tools without a model (tprun, tokenize, the benches) do not include the models' headers.
 #pragma once
 
@@ -16,6 +16,14 @@ inline CLI::Option* add_dtype(CLI::App& app, std::string& dtype) {
                         "the dtype the model computes in: auto (the checkpoint's config.json dtype; float32 for a random "
                         "init), bfloat16, float16 or float32")
       ->check(CLI::IsMember(models::dtype_names()));
+}
+
+// --device (llama_generate, serve, llama_train): cpu, or cuda (cuda:LOCAL_RANK, as torchrun's one process per GPU).
+inline CLI::Option* add_device(CLI::App& app, std::string& device) {
+  return app.add_option("--device", device,
+                        "where the model runs (cuda: cuda:LOCAL_RANK, NCCL between ranks, or DTENSOR_CUDA_BACKEND=gloo "
+                        "when ranks share a GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 
 }  // namespace tools_cli

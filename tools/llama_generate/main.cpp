@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
   }
   try {
     auto world = dtensor::init_process_group();
-    auto tp_mesh = dtensor::init_device_mesh("cpu", {world->size()}, {options.ep > 1 ? "ep" : "tp"});
+    auto tp_mesh = dtensor::init_device_mesh(options.device, {world->size()}, {options.ep > 1 ? "ep" : "tp"});
     llama::LlamaForCausalLM model{nullptr};
     const auto load_start = std::chrono::steady_clock::now();
     try {

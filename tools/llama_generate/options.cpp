@@ -54,6 +54,7 @@ void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
       ->check(CLI::ExistingDirectory)->group(weights);
   app.add_flag("--random-init", o.random_init, "random weights from --seed, sizes from the model flags below")->group(weights);
   tools_cli::add_dtype(app, o.dtype)->group(weights);
+  tools_cli::add_device(app, o.device)->group(weights);
   tools_cli::each(app.add_option_function<std::string>(
                       "--prompt",
                       [&](const std::string& v) {

@@ -85,10 +85,7 @@ void define(CLI::App& app, train::TrainOptions& o, Seen& seen) {
                "parallel; default off)");
   app.add_flag("--gradient-sync,!--no-gradient-sync", o.gradient_sync,
                "reduce gradients once after backward (default on)");
-  app.add_option("--device", o.device,
-                 "where the model runs (cuda: cuda:LOCAL_RANK, NCCL between ranks, or DTENSOR_CUDA_BACKEND=gloo when "
-                 "ranks share a GPU)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  tools_cli::add_device(app, o.device);
   app.add_option_function<std::string>(
          "--plan",
          [&](const std::string& v) {

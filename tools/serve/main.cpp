@@ -50,6 +50,12 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
   s.weights.hf_dir = o.hf_dir;
   s.weights.checkpoint = o.checkpoint;
   s.weights.dtype = o.dtype;
+  s.weights.device = o.device;
+  s.weights.ep = o.ep;
+  if (o.ep > 1 && o.ep != world_size) {
+    throw serve::UsageError("--ep " + std::to_string(o.ep) + " != world size " + std::to_string(world_size) +
+                            " (run with --nproc-per-node " + std::to_string(o.ep) + ")");
+  }
   s.config = inference::model_config(s.weights, world_size);
   const llama::LlamaConfig& c = s.config;
   if (llama::rope_depends_on_length(c)) {
@@ -101,7 +107,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   try {
     auto world = dtensor::init_process_group();
-    auto mesh = dtensor::init_device_mesh("cpu", {world->size()}, {"tp"});
+    auto mesh = dtensor::init_device_mesh(o.device, {world->size()}, {o.ep > 1 ? "ep" : "tp"});
     llama::LlamaForCausalLM model{nullptr};
     try {
       model = inference::load_model(s.weights, s.config, mesh);
@@ -109,7 +115,7 @@ int main(int argc, char** argv) {
       if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
       return 2;
     }
-    serve::Engine engine(model, world->world_group(), o.num_blocks, o.block_size, c10::Device(c10::kCPU));
+    serve::Engine engine(model, world->world_group(), o.num_blocks, o.block_size, mesh.device());
     if (rank != 0) {
       engine.follow();
       return 0;
@@ -157,8 +163,8 @@ int main(int argc, char** argv) {
                                          " (tprun sends SIGTERM to every rank when one fails)");
     }).detach();
     http.start();
-    std::printf("serving http://%s:%d model=%s tp=%d kv_blocks=%lld block_size=%lld max_num_seqs=%lld max_model_len=%lld\n",
-                o.host.c_str(), port, o.model_name.c_str(), world->size(), static_cast<long long>(o.num_blocks),
+    std::printf("serving http://%s:%d model=%s %s=%d device=%s kv_blocks=%lld block_size=%lld max_num_seqs=%lld max_model_len=%lld\n",
+                o.host.c_str(), port, o.model_name.c_str(), o.ep > 1 ? "ep" : "tp", world->size(), mesh.device().str().c_str(), static_cast<long long>(o.num_blocks),
                 static_cast<long long>(o.block_size), static_cast<long long>(o.max_num_seqs),
                 static_cast<long long>(o.max_model_len));
     std::fflush(stdout);

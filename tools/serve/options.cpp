@@ -24,6 +24,10 @@ void define(CLI::App& app, ServeOptions& o) {
   app.add_option("--tokenizer", o.tokenizer_dir, "the tokenizer's directory (default: --hf-dir's)")
       ->check(CLI::ExistingDirectory);
   tools_cli::add_dtype(app, o.dtype);
+  tools_cli::add_device(app, o.device);
+  app.add_option("--ep", o.ep, "expert parallelism (a mixture of experts): the experts split over the N ranks (N = the "
+                 "world size), dense layers whole; instead of TP")
+      ->check(tools_cli::positive());
   app.add_option("--host", o.host, "listen address")->check(tools_cli::non_empty());
   app.add_option("--port", o.port, "listen port (0: any free port, printed)")->check(CLI::Range(0, 65535));
   app.add_option("--model-name", o.model_name, "the model's id in /v1/models (default: the directory's name)")

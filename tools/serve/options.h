@@ -17,6 +17,8 @@ struct ServeOptions {
   // Weights: exactly one of --hf-dir (save_pretrained's layout, with its tokenizer) and --checkpoint (ours,
   // llama_train --checkpoint-dir; then --tokenizer names the tokenizer).
   std::string hf_dir, checkpoint, tokenizer_dir;
+  std::string device = "cpu";  // cpu, or cuda (cuda:LOCAL_RANK)
+  int64_t ep = 1;              // > 1: expert parallelism over the world (== world size) instead of TP
   std::string dtype = "auto";  // the model's (models/common/dtype.h): parameters, activations, KV cache
   std::string host = "127.0.0.1";
   int port = 8000;

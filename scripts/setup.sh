@@ -39,10 +39,11 @@ if ! .venv/bin/python -c "import torch, sys; sys.exit(0 if torch.__version__.sta
 fi
 # The checkpoint tests' other side: safetensors (PyTorch's DCP Hugging Face storage) and transformers (HF Llama,
 # the greedy-generation oracle, tools/bench/generate_bench.py); sentencepiece and protobuf for the tokenizer
-# oracle's tokenizer.model (trained by sentencepiece, converted by transformers).
-if ! .venv/bin/python -c "import safetensors, transformers, sentencepiece, google.protobuf, openai" 2>/dev/null; then
-  log "installing safetensors, transformers, sentencepiece, protobuf and openai into .venv (once)"
-  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check safetensors transformers sentencepiece protobuf openai \
+# oracle's tokenizer.model (trained by sentencepiece, converted by transformers); jsonschema, the structured output
+# oracle's validator.
+if ! .venv/bin/python -c "import safetensors, transformers, sentencepiece, google.protobuf, openai, jsonschema" 2>/dev/null; then
+  log "installing safetensors, transformers, sentencepiece, protobuf, openai and jsonschema into .venv (once)"
+  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check safetensors transformers sentencepiece protobuf openai jsonschema \
     2> >(grep -v '^WARNING: Location' >&2)
 fi
 # The float8 oracle's other side: torchao's Float8Linear and float8 TP styles (without dependencies: it runs on the

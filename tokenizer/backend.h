@@ -24,6 +24,8 @@ class Backend {
   virtual std::optional<std::string> id_to_token(int64_t id) const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual const std::vector<AddedToken>& added_tokens() const = 0;
+  // The vocabulary's tokens are GPT-2's byte-to-unicode strings (a ByteLevel decoder), not text with a metaspace.
+  virtual bool byte_level() const { return false; }
 };
 
 // tokenizer.json's text; `config` (tokenizer_config.json merged over special_tokens_map.json, or null) sets

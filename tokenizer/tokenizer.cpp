@@ -7,6 +7,7 @@
 
 #include "tokenizer/backend.h"
 #include "tokenizer/error.h"
+#include "tokenizer/text.h"
 
 namespace fs = std::filesystem;
 
@@ -121,6 +122,29 @@ std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special
 
 std::optional<int64_t> Tokenizer::token_to_id(const std::string& token) const { return backend_->token_to_id(token); }
 std::optional<std::string> Tokenizer::id_to_token(int64_t id) const { return backend_->id_to_token(id); }
+
+std::optional<std::string> Tokenizer::token_bytes(int64_t id) const {
+  for (const AddedToken& a : backend_->added_tokens()) {
+    if (a.id == id) return a.special ? std::nullopt : std::optional<std::string>(a.content);
+  }
+  const std::optional<std::string> token = backend_->id_to_token(id);
+  if (!token) return std::nullopt;
+  const std::string& t = *token;
+  if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
+      t.substr(3, 2).find_first_not_of("0123456789ABCDEFabcdef") == std::string::npos) {
+    return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));  // byte fallback
+  }
+  std::string bytes;
+  if (backend_->byte_level()) return unicode_to_bytes(t, bytes) ? bytes : t;
+  static const std::string kMetaspace = "\xE2\x96\x81";  // U+2581
+  for (size_t at = t.find(kMetaspace), from = 0;; at = t.find(kMetaspace, from)) {
+    bytes.append(t, from, at == std::string::npos ? std::string::npos : at - from);
+    if (at == std::string::npos) break;
+    bytes += ' ';
+    from = at + kMetaspace.size();
+  }
+  return bytes;
+}
 int64_t Tokenizer::vocab_size() const { return backend_->vocab_size(); }
 std::optional<int64_t> Tokenizer::bos_token_id() const { return bos_; }
 std::optional<int64_t> Tokenizer::eos_token_id() const { return eos_; }

@@ -86,6 +86,8 @@ struct JsonBackend final : Backend {
   std::optional<std::string> id_to_token(int64_t id) const override;
   int64_t vocab_size() const override;
   const std::vector<AddedToken>& added_tokens() const override { return added; }
+  bool byte_level() const override { return is_byte_level; }
+  bool is_byte_level = false;
 };
 
 // transformers' clean_up_tokenization.
@@ -192,6 +194,7 @@ std::unique_ptr<Backend> tokenizer_json_backend(const std::string& text, const s
     impl->normalizer = make_normalizer(j.value("normalizer", nlohmann::json()));
     impl->pre_tokenizer = make_pre_tokenizer(j.value("pre_tokenizer", nlohmann::json()));
     impl->decoder = make_decoder(j.value("decoder", nlohmann::json()));
+    impl->is_byte_level = j.value("decoder", nlohmann::json()).dump().find("\"ByteLevel\"") != std::string::npos;
     read_post_processor(j.value("post_processor", nlohmann::json()), *impl);
     for (const auto& a : j.value("added_tokens", nlohmann::json::array())) {
       AddedToken t;

@@ -208,7 +208,7 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
             sink.done();
             return true;
           }
-          if (!api.tool_parser.empty()) {
+          if (api.parses_tool_calls()) {
             Choice& c = (*held)[static_cast<size_t>(e.index)];
             c.text += e.text;
             if (!e.finish_reason.empty() &&

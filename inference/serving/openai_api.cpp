@@ -18,7 +18,7 @@ const std::set<std::string>& known_fields(bool chat) {
   static const std::set<std::string> completions = {
       "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stream", "stream_options", "stop", "seed",
       "user", "echo", "logprobs", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "suffix",
-      "ignore_eos", "repetition_penalty", "min_tokens"};
+      "ignore_eos", "repetition_penalty", "min_tokens", "response_format"};
   static const std::set<std::string> chats = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "stream",
       "stream_options", "stop", "seed", "user", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
@@ -110,19 +110,27 @@ json checked_tools(const json& body) {
 }
 
 // tool_choice with tools given: "auto" (the default) parses the text with the server's parser; "none" leaves it
-// content. "required" and a named function would need the output constrained to a call: refused by name.
-std::string tool_choice(const json& body, const ApiLimits& limits) {
+// content; "required" and a named function constrain the text to calls (structured_output.h).
+void tool_choice(const json& body, const ApiLimits& limits, const json& tools, ApiRequest& r) {
   const json choice = body.contains("tool_choice") && !body["tool_choice"].is_null() ? body["tool_choice"] : json("auto");
-  if (choice == "none") return "";
+  if (choice == "none") return;
+  if (choice == "required" || choice.is_object()) {
+    if (r.structured.grammar) {
+      throw bad("tool_choice", "tool_choice " + choice.dump() + " and response_format both constrain the text: give one");
+    }
+    r.structured = forced_tool_choice(choice, tools);
+    return;
+  }
   if (choice == "auto") {
     if (limits.tool_parser.empty()) {
       throw bad("tool_choice", "\"auto\" tool choice needs the server started with --enable-auto-tool-choice and "
                                "--tool-call-parser (or send tool_choice \"none\")");
     }
-    return limits.tool_parser;
+    r.tool_parser = limits.tool_parser;
+    return;
   }
-  throw bad("tool_choice", "tool_choice " + choice.dump() + " is not supported by this server (it needs structured "
-                           "output to force a call: use \"auto\" or \"none\")");
+  throw bad("tool_choice", "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                           "\"function\": {\"name\": ...}}");
 }
 
 std::vector<int64_t> chat_prompt(const json& body, const ApiLimits& limits, const json& tools) {
@@ -302,9 +310,8 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
   log_probabilities(body, chat, p);
   require_default(body, "suffix", [](const json& v) { return v == ""; }, "no suffix");
   const json tools = chat ? checked_tools(body) : json(nullptr);
-  if (chat && !tools.is_null()) r.tool_parser = tool_choice(body, limits);
-  require_default(body, "response_format", [](const json& v) { return v.is_object() && v.value("type", "") == "text"; },
-                  "text responses only");
+  r.structured = response_format(body);
+  if (chat && !tools.is_null()) tool_choice(body, limits, tools, r);
   if (body.contains("user") && !body["user"].is_null() && !body["user"].is_string()) throw bad("user", "'user' must be a string");
 
   r.prompt_ids = chat ? chat_prompt(body, limits, tools) : completion_prompt(body, limits);
@@ -387,7 +394,7 @@ json completion_response(const ApiRequest& r, const std::string& id, int64_t cre
   for (size_t i = 0; i < choices.size(); ++i) {
     json choice = {{"index", i}};
     std::string finish_reason = choices[i].finish_reason;
-    if (r.chat && !r.tool_parser.empty()) {
+    if (r.parses_tool_calls()) {
       const ParsedToolCalls parsed = parsed_choice(r, choices[i]);
       choice["message"] = {{"role", "assistant"}, {"content", parsed.content.empty() && !parsed.calls.empty()
                                                                   ? json(nullptr) : json(parsed.content)}};
@@ -435,6 +442,7 @@ json stream_chunk(const ApiRequest& r, const std::string& id, int64_t created, c
 }
 
 ParsedToolCalls parsed_choice(const ApiRequest& r, const Choice& choice) {
+  if (r.structured.forces_tool_call()) return forced_tool_calls(r.structured, choice.text);
   return parse_tool_calls(r.tool_parser, choice.text);
 }
 

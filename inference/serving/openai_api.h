@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "inference/logits_processors.h"
+#include "inference/serving/structured_output.h"
 #include "inference/serving/tool_parsers.h"
 #include "tokenizer/tokenizer.h"
 
@@ -63,6 +64,10 @@ struct ApiRequest {
   // Chat with `tools`: the tools go to the chat template; with tool_choice "auto" (the default when tools are
   // given; needs --enable-auto-tool-choice --tool-call-parser) the text is parsed for calls by `tool_parser`.
   std::string tool_parser;  // empty: the text is content
+  // response_format, or tool_choice "required" / a named function: the grammar the text is held to
+  // (structured_output.h); a forced call comes back in tool_calls.
+  StructuredOutput structured;
+  bool parses_tool_calls() const { return chat && (!tool_parser.empty() || structured.forces_tool_call()); }
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
   std::vector<int64_t> prompt_ids;

@@ -26,6 +26,7 @@ Sequence::Sequence(std::shared_ptr<Request> req, const tokenizer::Tokenizer& tok
       processing(request->api.params.processing),
       text(tok, request->api.prompt_ids, request->api.params.stop) {
   if (auto eos = tok.eos_token_id(); eos && !request->api.params.ignore_eos) processing.stop_token_ids.push_back(*eos);
+  if (request->api.structured.grammar) grammar.emplace(*request->api.structured.grammar);
 }
 
 Scheduler::Scheduler(int64_t num_blocks, int64_t block_size, int64_t max_num_seqs, int64_t max_num_batched_tokens,

@@ -24,6 +24,7 @@
 #include "inference/serving/block_pool.h"
 #include "inference/sampling.h"
 #include "inference/serving/request.h"
+#include "inference/structured/grammar.h"
 #include "inference/serving/text_output.h"
 
 namespace serve {
@@ -40,6 +41,7 @@ struct Sequence {
   inference::Sampler sampler;
   inference::LogitsProcessing processing;  // the request's, with the end-of-sequence token for min_tokens
   std::vector<int64_t> draft;  // speculative tokens to score after the last one (set before schedule(), then used)
+  std::optional<structured::Matcher> grammar;  // structured output: where the drawn text is in the request's grammar
   TextOutput text;
   int64_t drawn() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }  // tokens generated so far
 };

@@ -4,6 +4,10 @@
 
 #include "inference/logits_processors.h"
 
+#include <limits>
+
+#include "dtensor/core/error.h"
+
 namespace serve {
 namespace {
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
@@ -85,13 +89,43 @@ bool ServingLoop::emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> l
   return true;
 }
 
+bool ServingLoop::mask_to_grammar(const Sequence& seq, at::Tensor& scores) {
+  if (!token_mask_) {
+    std::vector<std::optional<std::string>> bytes(static_cast<size_t>(tok_.vocab_size()));
+    for (int64_t id = 0; id < tok_.vocab_size(); ++id) bytes[static_cast<size_t>(id)] = tok_.token_bytes(id);
+    std::vector<int64_t> stops;
+    if (auto eos = tok_.eos_token_id()) stops.push_back(*eos);
+    token_mask_ = std::make_unique<structured::TokenMask>(bytes, stops);
+  }
+  const std::vector<uint8_t> allowed = token_mask_->allowed(*seq.grammar);
+  // The model's vocabulary may be padded past the tokenizer's: those rows are never allowed.
+  at::Tensor keep = at::zeros({scores.size(-1)}, at::kBool);
+  const int64_t n = std::min<int64_t>(scores.size(-1), static_cast<int64_t>(allowed.size()));
+  bool any = false;
+  auto k = keep.accessor<bool, 1>();
+  for (int64_t id = 0; id < n; ++id) {
+    k[id] = allowed[static_cast<size_t>(id)] != 0;
+    any = any || k[id];
+  }
+  if (!any) return false;
+  scores = scores.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity());
+  return true;
+}
+
+void ServingLoop::advance_grammar(Sequence& seq, int64_t token) {
+  if (token_mask_->is_stop(token)) return;
+  const auto& bytes = token_mask_->bytes(token);
+  const bool ok = bytes && seq.grammar->accept(*bytes);
+  DTENSOR_CHECK(ok, "serve: structured output drew token ", token, ", which its grammar refuses");  // the mask allowed it
+}
+
 void ServingLoop::propose_drafts() {
   // Greedy requests without processors or logprobs, decoding: the draft the scheduler scores after the last token.
   for (Sequence* s : scheduler_.all()) {
     s->draft.clear();
     const SamplingParams& p = s->request->api.params;
     const int64_t size = static_cast<int64_t>(s->tokens.size());
-    if (p.temperature > 0 || p.logprobs || s->processing.active() || s->computed != size - 1) continue;
+    if (p.temperature > 0 || p.logprobs || s->processing.active() || s->grammar || s->computed != size - 1) continue;
     // Room after the next token, within max_tokens and the context.
     const int64_t room = std::min(p.max_tokens - s->drawn(), options_.max_model_len - size) - 1;
     s->draft = propose_ngram(s->tokens, options_.speculative, room);
@@ -171,13 +205,23 @@ std::string ServingLoop::run() {
       }
       const at::Tensor raw = logits[row++].unsqueeze(0);
       // The request's processors (bias, min_tokens, penalties), then the sampler's temperature, top-k, top-p.
-      const at::Tensor scores =
+      at::Tensor scores =
           seq.processing.active() ? inference::process_logits(seq.processing, raw, seq.tokens, seq.prompt_len) : raw;
+      // Structured output: only the tokens that keep the text a prefix of the grammar's language.
+      if (seq.grammar && !mask_to_grammar(seq, scores)) {
+        seq.request->push({"", "", 500, "structured output: no token of the vocabulary continues the text", {}, seq.index});
+        scheduler_.remove(&seq);
+        continue;
+      }
       const int64_t token = seq.sampler.sample(scores)[0].item<int64_t>();
+      if (seq.grammar) advance_grammar(seq, token);
       const SamplingParams& p = seq.request->api.params;
       std::vector<TokenLogprob> logprobs;
       if (p.logprobs) logprobs.push_back(logprob_of(raw, token, p.top_logprobs));
-      emit(seq, token, std::move(logprobs));
+      // A grammar that admits nothing more ends the choice here ("stop"), as its end-of-sequence token would.
+      if (emit(seq, token, std::move(logprobs)) && seq.grammar && seq.grammar->finished()) {
+        finish(seq, seq.text.end(), "stop");
+      }
     }
   }
 }

@@ -22,6 +22,7 @@
 #include "inference/serving/ngram_proposer.h"
 #include "inference/serving/request.h"
 #include "inference/serving/scheduler.h"
+#include "inference/structured/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 namespace serve {
@@ -54,6 +55,11 @@ class ServingLoop {
   void propose_drafts();
   void finish(Sequence& seq, std::string text, const std::string& reason, std::vector<TokenLogprob> logprobs = {});
   TokenLogprob logprob_of(const at::Tensor& raw_logits, int64_t token, int64_t top) const;
+  // Structured output: `scores` with the tokens the sequence's grammar refuses at -inf (the vocabulary's bytes are
+  // read once, at the first such request); false when no token of the vocabulary continues the text.
+  bool mask_to_grammar(const Sequence& seq, at::Tensor& scores);
+  // After `token` is drawn: the grammar follows its bytes.
+  void advance_grammar(Sequence& seq, int64_t token);
   void fail_all(const std::string& message);
 
   Engine& engine_;
@@ -62,6 +68,7 @@ class ServingLoop {
   LoopOptions options_;
   Scheduler scheduler_;
   std::mt19937_64 seeds_;
+  std::unique_ptr<structured::TokenMask> token_mask_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Request>> incoming_;

@@ -40,7 +40,7 @@ struct Computed {
 };
 std::vector<Computed> computed(const serve::Scheduler::Batch& b) {
   std::vector<Computed> out;
-  for (const auto& c : b.chunks) out.push_back({c.start, c.tokens.size(), c.logits});
+  for (const auto& c : b.chunks) out.push_back({c.start, c.tokens.size(), c.logits > 0});
   return out;
 }
 

@@ -47,7 +47,7 @@ LLAMA_ORACLE_SUITES = ["LlamaHF", "Cases/HfFamily", "HfFamilies", "Moe", "Tokeni
 # ctest entries, run through ctest so their commands have one home (tests/CMakeLists.txt).
 ORACLES = ["toy_tp_vs_pytorch", "llama_vs_pytorch", "llama_fsdp_tp_vs_pytorch", "llama_generate_vs_hf",
            "text_generate_vs_hf", "tokenizer", "serve_vs_hf", "inference", "config_fuzz_vs_hf",
-           "llama_mixed_precision_vs_pytorch", "llama_float8_vs_torchao", "frozen_rank_trials", "serve_reliability", "serve_sampling_vs_hf", "serve_tools_vs_hf"]
+           "llama_mixed_precision_vs_pytorch", "llama_float8_vs_torchao", "frozen_rank_trials", "serve_reliability", "serve_sampling_vs_hf", "serve_tools_vs_hf", "serve_structured_vs_hf", "serve_ep_vs_hf"]
 GENERATORS = ["oracle_generate", "oracle_styles_generate"]  # backend-independent: PyTorch alone
 CTEST = shutil.which("ctest", path=os.path.dirname(PY) + os.pathsep + os.environ.get("PATH", "")) or "ctest"
 

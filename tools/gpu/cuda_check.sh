@@ -2,7 +2,8 @@
 # On a machine with a GPU and a CUDA PyTorch: builds dtensor-cpp against that torch (tools/gpu/build.sh), then, most
 # wanted first, each step under `timeout` and skipped when it could not end inside BUDGET seconds (default 480, the
 # build included): the CUDA tests; serve on the GPU against transformers (tests/inference/serve_ep_test.py, a tiny
-# Mixtral); llama_generate on cuda vs cpu; llama_train on the GPU in fp32, bf16 (--dtype) and bf16 mixed precision,
+# Mixtral); llama_generate on cuda vs cpu; llama_train on the GPU in fp32, bf16 (--dtype), bf16 mixed precision and
+# float8 (torchao's recipe, at::_scaled_mm),
 # and TP 2 host-staged; the CUDA benchmarks beside PyTorch. What ran on the lent H100 is in docs/benchmarks.md (GPU
 # sections). A lent machine lacks Debian's packages and the `openai` client: carry .devdeps (tools/gpu/devdeps.sh):
 #   run: OUT=$OUT bash tools/gpu/cuda_check.sh   with carry [".devdeps"], timeout_s 600
@@ -73,7 +74,7 @@ main() {
 
   # --- llama_train on the GPU, 20 steps of the default model: fp32, bf16 throughout, bf16 mixed precision
   #     (fp32 masters); then TP 2 as two processes sharing the GPU (host-staged)
-  for mode in "--mixed-precision off" "--dtype bfloat16 --mixed-precision off" "--mixed-precision bf16"; do
+  for mode in "--mixed-precision off" "--dtype bfloat16 --mixed-precision off" "--mixed-precision bf16" "--float8"; do
     step 60 runs.log "llama_train --device cuda $mode" \
       $B/tprun --nproc-per-node 1 $B/llama_train --device cuda $mode --steps 20 --log-every 10
     grep -E "step +[0-9]+ +loss|summary|error" /tmp/step.out | cut -c1-300

@@ -97,7 +97,7 @@ bool ServingLoop::mask_to_grammar(const Sequence& seq, at::Tensor& scores) {
     if (auto eos = tok_.eos_token_id()) stops.push_back(*eos);
     token_mask_ = std::make_unique<structured::TokenMask>(bytes, stops);
   }
-  const std::vector<uint8_t> allowed = token_mask_->allowed(*seq.grammar);
+  const std::vector<uint8_t> allowed = token_mask_->allowed(*seq.request->api.structured.states, *seq.grammar);
   // The model's vocabulary may be padded past the tokenizer's: those rows are never allowed.
   at::Tensor keep = at::zeros({scores.size(-1)}, at::kBool);
   const int64_t n = std::min<int64_t>(scores.size(-1), static_cast<int64_t>(allowed.size()));

@@ -10,9 +10,15 @@ using ojson = nlohmann::ordered_json;
 
 ApiError bad(const std::string& param, const std::string& message) { return ApiError(400, message, param); }
 
-std::shared_ptr<const structured::Grammar> compile(const ojson& schema, const std::string& param, const std::string& where) {
+StructuredOutput held_to(structured::Grammar g, std::string forced_tool = "") {
+  auto grammar = std::make_shared<const structured::Grammar>(std::move(g));
+  return {grammar, std::make_shared<structured::GrammarStates>(*grammar), std::move(forced_tool)};
+}
+
+StructuredOutput compile(const ojson& schema, const std::string& param, const std::string& where,
+                         std::string forced_tool = "") {
   try {
-    return std::make_shared<structured::Grammar>(structured::json_schema_grammar(schema, where));
+    return held_to(structured::json_schema_grammar(schema, where), std::move(forced_tool));
   } catch (const structured::SchemaError& e) {
     throw bad(param, e.what());
   }
@@ -33,7 +39,7 @@ StructuredOutput response_format(const ojson& body) {
     }
   }
   if (type == "text") return {};
-  if (type == "json_object") return {std::make_shared<structured::Grammar>(structured::json_object_grammar()), ""};
+  if (type == "json_object") return held_to(structured::json_object_grammar());
   if (type != "json_schema") {
     throw bad("response_format", "response_format type '" + type + "' is not one of text, json_object, json_schema");
   }
@@ -51,7 +57,7 @@ StructuredOutput response_format(const ojson& body) {
   }
   // OpenAI requires a schema; an absent one is any JSON value, as vLLM takes it.
   const ojson schema = js.contains("schema") ? js["schema"] : ojson::object();
-  return {compile(schema, "response_format", "response_format.json_schema.schema"), ""};
+  return compile(schema, "response_format", "response_format.json_schema.schema");
 }
 
 StructuredOutput forced_tool_choice(const ojson& choice, const ojson& tools) {
@@ -68,7 +74,7 @@ StructuredOutput forced_tool_choice(const ojson& choice, const ojson& tools) {
                        {"required", {"name", "parameters"}}});
     }
     const ojson schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", calls}}}};
-    return {compile(schema, "tools", "tools"), "*"};
+    return compile(schema, "tools", "tools", "*");
   }
   if (!choice.is_object() || choice.value("type", "") != "function" || !choice.contains("function") ||
       !choice["function"].is_object() || !choice["function"].contains("name") || !choice["function"]["name"].is_string()) {
@@ -78,7 +84,7 @@ StructuredOutput forced_tool_choice(const ojson& choice, const ojson& tools) {
   const std::string name = choice["function"]["name"].get<std::string>();
   for (const ojson& t : tools) {
     if (t["function"]["name"] == name) {
-      return {compile(parameters(t), "tools", "tools[" + name + "].function.parameters"), name};
+      return compile(parameters(t), "tools", "tools[" + name + "].function.parameters", name);
     }
   }
   throw bad("tool_choice", "tool_choice names the function '" + name + "', which is not among the tools");

@@ -16,11 +16,13 @@
 
 #include "inference/serving/tool_parsers.h"
 #include "inference/structured/grammar.h"
+#include "inference/structured/token_mask.h"
 
 namespace serve {
 
 struct StructuredOutput {
   std::shared_ptr<const structured::Grammar> grammar;  // null: free text
+  std::shared_ptr<structured::GrammarStates> states;   // the grammar's DFA for the mask, shared by the n choices
   std::string forced_tool;                             // "": none; "*": tool_choice "required"; else the function
   bool forces_tool_call() const { return !forced_tool.empty(); }
 };

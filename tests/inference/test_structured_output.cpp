@@ -103,7 +103,8 @@ TEST(StructuredOutput, MatcherFollowsBytesAndEndsOnlyWhenComplete) {
   EXPECT_FALSE(Matcher(s).accept(std::string("\"\xed\xa0\x80")));  // a surrogate
 }
 
-// Random walks through each grammar over the vocabulary above: at every step the trie's mask equals the naive one
+// Random walks through each grammar over the vocabulary above: at every step the trie walk's mask (through the
+// grammar's DFA, or the matcher when the DFA's table is full) equals the naive one
 // (each token tried alone); a walk that draws the end-of-sequence token (or reaches a grammar's end) has produced a
 // text that the jsonschema oracle then validates against the schema.
 TEST(StructuredOutput, TrieMaskEqualsNaiveMaskAndCompletedTextsValidate) {
@@ -121,11 +122,14 @@ TEST(StructuredOutput, TrieMaskEqualsNaiveMaskAndCompletedTextsValidate) {
       out << json{{"label", c["name"].get<std::string>() + " (corpus)"}, {"schema", schema}, {"text", text}}.dump() << "\n";
       ++valid_texts;
     }
+    // Each walk's DFA kept between its steps, as a request's; every third one with a table of 3 states, so that its
+    // walks go on through the matcher when it is full.
     for (int walk = 0; walk < 12; ++walk) {
+      structured::GrammarStates states(g, walk % 3 == 2 ? 3 : 8192);
       Matcher m(g);
       std::string text;
       for (int step = 0; step < 300; ++step, ++steps) {
-        const auto fast = mask.allowed(m);
+        const auto fast = mask.allowed(states, m);
         ASSERT_EQ(fast, mask.allowed_naive(m)) << c["name"] << " after " << json(text).dump();
         std::vector<int64_t> ids;
         for (size_t id = 0; id < fast.size(); ++id) {

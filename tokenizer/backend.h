@@ -26,6 +26,8 @@ class Backend {
   virtual const std::vector<AddedToken>& added_tokens() const = 0;
   // The vocabulary's tokens are GPT-2's byte-to-unicode strings (a ByteLevel decoder), not text with a metaspace.
   virtual bool byte_level() const { return false; }
+  // A control or unknown piece of a SentencePiece model (<s>, </s>, <unk>): no text of its own.
+  virtual bool is_control(int64_t /*id*/) const { return false; }
 };
 
 // tokenizer.json's text; `config` (tokenizer_config.json merged over special_tokens_map.json, or null) sets

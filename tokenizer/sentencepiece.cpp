@@ -67,6 +67,10 @@ class SentencePieceBackend final : public Backend {
 
   int64_t vocab_size() const override { return sp_.GetPieceSize(); }
   const std::vector<AddedToken>& added_tokens() const override { return none_; }
+  bool is_control(int64_t id) const override {
+    const int i = static_cast<int>(id);
+    return sp_.IsControl(i) || sp_.IsUnknown(i) || sp_.IsUnused(i);
+  }
 
  private:
   sentencepiece::SentencePieceProcessor sp_;

@@ -124,11 +124,13 @@ std::optional<int64_t> Tokenizer::token_to_id(const std::string& token) const { 
 std::optional<std::string> Tokenizer::id_to_token(int64_t id) const { return backend_->id_to_token(id); }
 
 std::optional<std::string> Tokenizer::token_bytes(int64_t id) const {
+  // An added token's text depends on the decoder's spacing around it (a Llama 2 tokenizer puts a space before one):
+  // none, as a special token's.
   for (const AddedToken& a : backend_->added_tokens()) {
-    if (a.id == id) return a.special ? std::nullopt : std::optional<std::string>(a.content);
+    if (a.id == id) return std::nullopt;
   }
   const std::optional<std::string> token = backend_->id_to_token(id);
-  if (!token) return std::nullopt;
+  if (!token || backend_->is_control(id)) return std::nullopt;
   const std::string& t = *token;
   if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
       t.substr(3, 2).find_first_not_of("0123456789ABCDEFabcdef") == std::string::npos) {

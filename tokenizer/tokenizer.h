@@ -45,7 +45,7 @@ class Tokenizer {
   std::optional<int64_t> token_to_id(const std::string& token) const;
   std::optional<std::string> id_to_token(int64_t id) const;
   // The bytes token `id` adds to decoded text (a byte-level token's bytes, "<0xAB>" byte 0xAB, a metaspace as a
-  // space, a non-special added token's content); nullopt for a special token or an id outside the vocabulary.
+  // space); nullopt for an added token (special or not), a SentencePiece control piece, or an id outside the vocabulary.
   // A token may be part of a UTF-8 character. What structured output masks the vocabulary by.
   std::optional<std::string> token_bytes(int64_t id) const;
   int64_t vocab_size() const;  // the model's plus the added tokens (HF's len(tokenizer))

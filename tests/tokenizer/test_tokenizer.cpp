@@ -111,6 +111,48 @@ TEST_P(HfTokenizer, StreamedTextIsTheWholeDecode) {
   EXPECT_GT(streams, 500);
 }
 
+// Whole UTF-8 characters only (a byte-level token may hold part of one).
+bool whole_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
+// token_bytes (what structured output masks by) against the decoder: for every token of the vocabulary whose bytes are
+// whole UTF-8, the decode of [anchor, token] is the decode of [anchor] followed by them; added and control tokens
+// have none.
+TEST_P(HfTokenizer, TokenBytesAreWhatEachTokenAddsToTheDecode) {
+  const auto tok = tokenizer::Tokenizer::from_pretrained(root() + "/" + GetParam());
+  const int64_t anchor = tok.encode("a", /*add_special_tokens=*/false).at(0);
+  const std::string before = tok.decode({anchor});
+  int64_t checked = 0, partial = 0, none = 0;
+  for (int64_t id = 0; id < tok.vocab_size(); ++id) {
+    const auto bytes = tok.token_bytes(id);
+    bool added = false;
+    for (const auto& a : tok.added_tokens()) added = added || a.id == id;
+    if (added) EXPECT_FALSE(bytes.has_value()) << GetParam() << " id " << id;
+    if (!bytes) {
+      ++none;
+      continue;
+    }
+    if (!whole_utf8(*bytes)) {
+      ++partial;  // part of a character: its decode alone is U+FFFD
+      continue;
+    }
+    EXPECT_EQ(tok.decode({anchor, id}), before + *bytes) << GetParam() << " id " << id;
+    ++checked;
+  }
+  EXPECT_GT(checked, tok.vocab_size() / 2) << GetParam() << ": " << partial << " partial";
+  EXPECT_LT(none, 300) << GetParam();  // the added and control tokens only
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, HfTokenizer, ::testing::ValuesIn(kKinds),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "dtensor/core/error.h"
+#include "dtensor/nn/attention.h"
 #include "llama/model.h"
 
 namespace llama {
@@ -143,13 +144,14 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   const int64_t n_rep = q.size(1) / k.size(1);  // query heads per key/value head
   at::Tensor out;
   if (softcap > 0) {
+    DTENSOR_CHECK(!dtensor::nn::attention_overridden(), "llama: soft-capped attention (attn_logit_softcapping) does not "
+                  "run under context parallelism: ring attention has no logit soft-capping");
     out = eager_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, scale, softcap);
   } else {
-    const std::optional<at::Tensor> attn_mask = mask.defined() ? std::optional<at::Tensor>(mask) : std::nullopt;
-    // The default scale is left to the kernel (head_dim^-1/2); a config's own is passed.
+    // The default scale is left to the kernel (head_dim^-1/2); a config's own is passed. Through dtensor::nn's kernel:
+    // under context parallelism it is ring attention over the sequence's shards.
     const std::optional<double> sdpa_scale = explicit_scale ? std::optional<double>(scale) : std::nullopt;
-    out = at::scaled_dot_product_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), attn_mask, /*dropout_p=*/0.0,
-                                           /*is_causal=*/!mask.defined(), sdpa_scale);
+    out = dtensor::nn::scaled_dot_product_attention(q, k, v, mask, /*is_causal=*/!mask.defined(), sdpa_scale);
   }
   return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
 }

@@ -29,6 +29,7 @@ std::string corpus_text(const std::string& path);
 struct Batch {
   at::Tensor inputs;  // int64 [batch, seq_len]
   at::Tensor labels;  // int64 [batch, seq_len]: inputs shifted by one
+  at::Tensor positions;  // int64 [seq_len]: the tokens' positions (context parallel: its shard's); undefined: 0..
 };
 
 // Step `step`'s batch: `batch` windows of seq_len + 1 tokens at offsets drawn from (seed, step).

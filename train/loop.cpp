@@ -9,6 +9,7 @@
 
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/error.h"
+#include "dtensor/cp/context_parallel.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/nn/materialize.h"
 #include "train/checkpointing.h"
@@ -81,7 +82,11 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
                       .loss_parallel = llama::loss_parallel_enabled(dims, parallelize_config(o)),
                       .device = dims.tp_mesh().device(),
                       .max_norm = o.max_norm};
-  // Each dp rank's loss is its rows' mean: the global batch's mean is their average (equal row counts).
+  if (dims.cp_enabled()) {
+    context.cp_mesh = dims.cp_mesh();
+    context.cp_options.rotate_method = dtensor::cp::rotate_method_from_string(o.cp_rotate_method);
+  }
+  // Each data rank's loss is its tokens' mean: the global batch's mean is their average (equal token counts).
   if (dims.dp_enabled()) {
     const dtensor::DeviceMesh data_mesh = dims.data_mesh();
     context.reduce_loss = [data_mesh](double loss) {
@@ -102,6 +107,12 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
       const int64_t rows = o.batch / dp;
       batch.inputs = batch.inputs.narrow(0, dp_rank * rows, rows);
       batch.labels = batch.labels.narrow(0, dp_rank * rows, rows);
+    }
+    if (dims.cp_enabled()) {  // this cp rank's chunks of each row (load-balanced), and their positions
+      const dtensor::DeviceMesh cp_mesh = dims.cp_mesh();
+      batch.inputs = dtensor::cp::context_parallel_shard(batch.inputs, 1, cp_mesh);
+      batch.labels = dtensor::cp::context_parallel_shard(batch.labels, 1, cp_mesh);
+      batch.positions = dtensor::cp::context_parallel_positions(o.seq_len, cp_mesh).cpu();
     }
     std::function<void()> after_backward;
     if (hooks.after_backward) after_backward = [&] { hooks.after_backward(step, model); };

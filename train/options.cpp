@@ -1,5 +1,7 @@
 #include "train/options.h"
 
+#include "dtensor/cp/context_parallel.h"
+
 #include <ATen/ATen.h>
 
 #include "common/dtype.h"
@@ -128,12 +130,13 @@ void fit_to_corpus(TrainOptions& o, const Corpus& corpus) {
   }
 }
 
-int64_t tp_degree(const TrainOptions& o, int64_t world) { return o.tp ? o.tp : std::max<int64_t>(1, world / o.dp); }
+int64_t tp_degree(const TrainOptions& o, int64_t world) { return o.tp ? o.tp : std::max<int64_t>(1, world / (o.dp * o.cp)); }
 
 models::ParallelDims parallel_dims(const TrainOptions& o, int64_t world) {
   models::ParallelDims dims;
   dims.dp = o.dp;
   dims.ep = o.ep;
+  dims.cp = o.cp;
   dims.tp = tp_degree(o, world);
   dims.data_parallel = o.data_parallel;
   dims.device = o.device;
@@ -151,9 +154,33 @@ llama::ParallelizeConfig parallelize_config(const TrainOptions& o) {
 
 void check_options(const TrainOptions& o, int64_t world) {
   const int64_t tp = tp_degree(o, world);
-  if (o.dp * tp != world) {
-    throw ConfigError("--dp " + std::to_string(o.dp) + " x --tp " + std::to_string(tp) + " != world size " +
-                     std::to_string(world) + " (run with --nproc-per-node " + std::to_string(o.dp * tp) + ")");
+  if (o.dp * o.cp * tp != world) {
+    const std::string cp = o.cp > 1 ? " x --cp " + std::to_string(o.cp) : "";
+    throw ConfigError("--dp " + std::to_string(o.dp) + cp + " x --tp " + std::to_string(tp) + " != world size " +
+                     std::to_string(world) + " (run with --nproc-per-node " + std::to_string(o.dp * o.cp * tp) + ")");
+  }
+  if (o.cp > 1) {
+    // Load balancing cuts each sequence into 2 * cp chunks; sequence parallel then cuts a rank's share over tp.
+    const int64_t divisor = 2 * o.cp * (o.sequence_parallel ? tp : 1);
+    if (o.seq_len % divisor != 0) {
+      throw ConfigError("--seq-len " + std::to_string(o.seq_len) + " is not divisible by " +
+                        (o.sequence_parallel && tp > 1 ? "tp * 2 * cp = " : "2 * cp = ") + std::to_string(divisor) +
+                        " (context parallel's load balancing cuts each sequence into 2 * cp chunks" +
+                        (o.sequence_parallel && tp > 1 ? ", and sequence parallel a rank's share over tp)" : ")"));
+    }
+    try {
+      dtensor::cp::rotate_method_from_string(o.cp_rotate_method);
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("--cp-rotate-method: ") + e.what());
+    }
+    if (o.ep > 1) throw ConfigError("--cp with --ep: context parallelism beside expert parallelism is not supported");
+    if (o.model.moe.num_experts > 0) {
+      throw ConfigError("--cp with a mixture of experts: context parallelism beside routed experts is not supported");
+    }
+    if (o.model.attention.sliding_window > 0 || o.model.attention.attn_logit_softcapping > 0) {
+      throw ConfigError("--cp: this model's attention has sliding windows or logit soft-capping, which ring attention "
+                        "does not compute");
+    }
   }
   if (o.batch % o.dp != 0) {
     throw ConfigError("--batch " + std::to_string(o.batch) + " is not divisible by --dp " + std::to_string(o.dp) +

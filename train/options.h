@@ -29,6 +29,9 @@ struct TrainOptions {
   int64_t tp = 0;  // 0: the world size / dp
   int64_t dp = 1;  // data-parallel degree: world = dp * tp on a ("dp", "tp") mesh; each dp rank trains on batch / dp
   int64_t ep = 1;  // expert-parallel degree (a mixture of experts): ep divides dp; dp defaults to ep
+  // Context parallelism: each sequence split over cp ranks (world = dp * cp * tp), ring attention by this rotation.
+  int64_t cp = 1;
+  std::string cp_rotate_method = "allgather";
   models::DataParallel data_parallel = models::DataParallel::ddp;  // with dp > 1: replicate or fully_shard
   bool reshard_after_forward = true;  // fsdp: free gathered parameters after each block's forward
   bool fsdp_prefetch = true;          // fsdp: the next block's all-gather runs while this one computes

@@ -37,8 +37,8 @@ at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& labels) {
 }
 
 at::Tensor training_loss(llama::LlamaForCausalLM& model, const at::Tensor& inputs, const at::Tensor& labels,
-                         const llama::SumOverRanks& sum_over_data_ranks) {
-  at::Tensor loss = next_token_loss(model(inputs), labels);
+                         const llama::SumOverRanks& sum_over_data_ranks, const at::Tensor& positions) {
+  at::Tensor loss = next_token_loss(model(inputs, at::Tensor(), positions), labels);
   // A mixture of experts adds its routers' load-balancing loss, as transformers' causal LM loss does. The
   // routers run on plain tensors, the same on every TP rank: beside a DTensor loss (loss parallel) the term
   // is that rank's replica, so that its gradient comes back plain.
@@ -82,7 +82,11 @@ void train_step(llama::LlamaForCausalLM& model, const Batch& batch, const StepCo
     dtensor::CommDebugMode comm;
     std::optional<dtensor::LossParallelGuard> guard;
     if (c.loss_parallel) guard.emplace();
-    at::Tensor loss = training_loss(model, batch.inputs.to(c.device), batch.labels.to(c.device), c.sum_over_data_ranks);
+    std::optional<dtensor::cp::ContextParallel> context_parallel;
+    if (c.cp_mesh) context_parallel.emplace(*c.cp_mesh, c.cp_options);
+    const at::Tensor positions = batch.positions.defined() ? batch.positions.to(c.device) : at::Tensor();
+    at::Tensor loss = training_loss(model, batch.inputs.to(c.device), batch.labels.to(c.device), c.sum_over_data_ranks,
+                                    positions);
     loss.backward();
     rec.loss = scalar(loss);
     rec.fwd_bwd_counts = comm.get_comm_counts();

@@ -7,6 +7,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+
+#include "dtensor/cp/context_parallel.h"
 #include <map>
 #include <string>
 #include <vector>
@@ -36,7 +39,7 @@ at::Tensor next_token_loss(const at::Tensor& logits, const at::Tensor& labels);
 // The training loss of `model` on `inputs`: the next-token cross-entropy, plus a mixture of experts'
 // router_aux_loss_coef * load-balancing loss (its statistics pooled by sum_over_data_ranks when given).
 at::Tensor training_loss(llama::LlamaForCausalLM& model, const at::Tensor& inputs, const at::Tensor& labels,
-                         const llama::SumOverRanks& sum_over_data_ranks = {});
+                         const llama::SumOverRanks& sum_over_data_ranks = {}, const at::Tensor& positions = {});
 // The load-balancing statistics' sum over the dp ranks of `dims` (empty at dp 1).
 llama::SumOverRanks sum_over_data_ranks(const models::ParallelDims& dims);
 
@@ -58,6 +61,9 @@ struct StepContext {
   // A mixture of experts' load-balancing statistics summed over the dp ranks (llama::load_balancing_loss),
   // so that the loss is the global batch's; empty: this rank's rows alone.
   llama::SumOverRanks sum_over_data_ranks = {};
+  // Context parallel: the forward's attention is ring attention over this mesh (dtensor/cp/context_parallel.h).
+  std::optional<dtensor::DeviceMesh> cp_mesh = std::nullopt;
+  dtensor::cp::RingAttentionOptions cp_options = {};
 };
 
 // Runs one step on `batch` (this rank's rows) at learning rate rec.lr and fills rec's loss (reduce_loss of this

@@ -17,7 +17,15 @@ const dtensor::DeviceMesh& ParallelDims::build_mesh() {
                 " must be >= 1");
   DTENSOR_CHECK(dp % ep == 0, "dtensor: ParallelDims: ep ", ep, " does not divide dp ", dp,
                 " (expert parallelism borrows data-parallel ranks)");
-  if (ep > 1) {
+  DTENSOR_CHECK(cp >= 1 && (cp == 1 || ep == 1), "dtensor: ParallelDims: cp ", cp, " with ep ", ep,
+                ": context parallelism beside expert parallelism is not supported");
+  if (cp > 1) {
+    mesh_ = dtensor::init_device_mesh(device, {dp * cp, tp}, {"dp", "tp"});
+    // The same ranks as (dp, cp, tp): this rank's cp group (collective: every rank builds it).
+    std::vector<int> ranks(static_cast<size_t>(world_size()));
+    for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int>(r);
+    cp_mesh_ = dtensor::DeviceMesh(device, {dp, cp, tp}, ranks, {"dp", "cp", "tp"})["cp"];
+  } else if (ep > 1) {
     mesh_ = dtensor::init_device_mesh(device, {dp / ep, ep, tp}, {"dp", "ep", "tp"});
   } else if (dp == 1) {
     mesh_ = dtensor::init_device_mesh(device, {tp}, {"tp"});
@@ -38,7 +46,7 @@ dtensor::DeviceMesh ParallelDims::tp_mesh() const {
 }
 
 dtensor::DeviceMesh ParallelDims::data_mesh() const {
-  DTENSOR_CHECK(dp > 1, "dtensor: ParallelDims: no data parallelism (dp 1)");
+  DTENSOR_CHECK(dp_enabled(), "dtensor: ParallelDims: no data parallelism (dp 1, cp 1)");
   const dtensor::DeviceMesh& mesh = world_mesh();
   if (ep == 1) return mesh["dp"];
   return dp == ep ? mesh["ep"] : mesh.slice({"dp", "ep"}).flatten("dp_ep");
@@ -47,8 +55,13 @@ dtensor::DeviceMesh ParallelDims::data_mesh() const {
 int64_t ParallelDims::data_rank() const {
   if (dp == 1) return 0;
   const dtensor::DeviceMesh& mesh = world_mesh();
-  if (ep == 1) return mesh.get_local_rank("dp");
+  if (ep == 1) return mesh.get_local_rank("dp") / cp;  // the cp ranks of a group take the same rows
   return mesh.get_local_rank("dp") * ep + mesh.get_local_rank("ep");
+}
+
+dtensor::DeviceMesh ParallelDims::cp_mesh() const {
+  DTENSOR_CHECK(cp > 1 && cp_mesh_, "dtensor: ParallelDims: no context parallelism (cp 1, or no mesh built)");
+  return *cp_mesh_;
 }
 
 dtensor::DeviceMesh ParallelDims::expert_mesh() const {

@@ -1,8 +1,12 @@
 // ParallelDims (torchtitan's distributed/parallel_dims.py): the degree of each parallelism and the mesh they
 // make, shared by every model family's parallelize_<family>(model, parallel_dims, config).
 //
-//   world = dp * tp. At dp 1 the mesh is 1-D ("tp"); else 2-D ("dp", "tp") with the TP ranks adjacent
+//   world = dp * cp * tp. At dp * cp 1 the mesh is 1-D ("tp"); else 2-D ("dp", "tp") with the TP ranks adjacent
 //   (rank = dp_index * tp + tp_index): TP inside a host, data parallel across hosts.
+//   Context parallelism (torchtitan's order dp, cp, tp): the cp ranks of a data-parallel group take the same rows
+//   and split their sequence (dtensor/cp/context_parallel.h). They hold different tokens, so the mesh's "dp" dim
+//   spans dp * cp ranks (rank = (dp_index * cp + cp_index) * tp + tp_index; FSDP shards over it, DDP averages over
+//   it, as torchtitan's dp_shard_cp), and cp_mesh() is the 1-D mesh of this rank's cp group.
 //   Expert parallelism borrows data-parallel ranks, as torchtitan's does: ep divides dp, and the mesh is 3-D
 //   ("dp", "ep", "tp") of sizes (dp / ep, ep, tp) (dims of size 1 kept), the data rank being
 //   dp_index * ep + ep_index. The ep ranks hold different tokens and split the experts between them; the
@@ -28,13 +32,15 @@ struct ParallelDims {
   int64_t dp = 1;
   int64_t tp = 1;
   int64_t ep = 1;                                  // divides dp
+  int64_t cp = 1;                                  // context parallel: the sequence split over cp ranks
   DataParallel data_parallel = DataParallel::ddp;  // with dp > 1
   std::string device = "cpu";                      // the mesh's device type
 
-  bool dp_enabled() const { return dp > 1; }
+  bool dp_enabled() const { return dp * cp > 1; }  // ranks hold different tokens: gradients are averaged over them
   bool tp_enabled() const { return tp > 1; }
   bool ep_enabled() const { return ep > 1; }
-  int64_t world_size() const { return dp * tp; }
+  bool cp_enabled() const { return cp > 1; }
+  int64_t world_size() const { return dp * cp * tp; }
 
   // Makes the mesh over the initialised world (its size must be dp * tp) and keeps it.
   const dtensor::DeviceMesh& build_mesh();
@@ -42,10 +48,12 @@ struct ParallelDims {
   const dtensor::DeviceMesh& world_mesh() const;
   // The "tp" dim of the mesh (the mesh itself when 1-D).
   dtensor::DeviceMesh tp_mesh() const;
-  // The 1-D mesh over the dp ranks through this rank (all ranks that hold other tokens), and this rank's
-  // index in it (which rows of the global batch it takes). Needs dp > 1.
+  // The 1-D mesh over the ranks through this rank that hold other tokens (dp * cp of them). Needs dp * cp > 1.
   dtensor::DeviceMesh data_mesh() const;
+  // Which rows of the global batch this rank takes (its dp index, in [0, dp)).
   int64_t data_rank() const;
+  // The 1-D mesh of this rank's cp group (the ranks that split one sequence). Needs cp > 1.
+  dtensor::DeviceMesh cp_mesh() const;
   // Expert parallelism: the experts' mesh, ("ep") or ("ep", "tp") when tp > 1. Needs ep > 1.
   dtensor::DeviceMesh expert_mesh() const;
 
@@ -55,6 +63,7 @@ struct ParallelDims {
 
  private:
   std::optional<dtensor::DeviceMesh> mesh_;
+  std::optional<dtensor::DeviceMesh> cp_mesh_;
 };
 
 }  // namespace models

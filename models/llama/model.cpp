@@ -86,9 +86,26 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
 }
 
-at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask) {
+at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask, const at::Tensor& position_ids) {
   const int64_t b = tokens.size(0), s = tokens.size(1), past = cache_length();
   AttentionInputs in;  // mask undefined: causal over s (the training forward)
+  if (position_ids.defined()) {
+    DTENSOR_CHECK(!has_cache() && !attention_mask.defined() && config.attention.sliding_window == 0,
+                  "llama: position_ids are taken without a cache, an attention mask or sliding windows");
+    DTENSOR_CHECK(position_ids.dim() == 1 && position_ids.size(0) == s, "llama: position_ids must be [", s, "], got ",
+                  position_ids.sizes());
+    DTENSOR_CHECK(!rope_depends_on_length(config), "llama: rope_type '", config.rotary.rope_scaling.rope_type,
+                  "' follows the sequence's length: position_ids do not say it");
+    const int64_t len = position_ids.max().item<int64_t>() + 1;
+    auto at_positions = [&](const LlamaConfig& c, at::Tensor& cos, at::Tensor& sin) {
+      auto [cos_table, sin_table] = rotary_tables(c, len, tokens.device());
+      cos = cos_table.index_select(0, position_ids);
+      sin = sin_table.index_select(0, position_ids);
+    };
+    at_positions(config, in.cos, in.sin);
+    if (config.rotary.local_theta > 0) at_positions(local_rope_config(config), in.local_cos, in.local_sin);
+    return run(tokens, in, past);
+  }
   if (has_cache() || attention_mask.defined() || config.attention.sliding_window > 0) {
     at::Tensor padding =
         attention_mask.defined() ? attention_mask : at::ones({b, past + s}, tokens.options().dtype(at::kLong));
@@ -160,10 +177,11 @@ LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c)
   if (c.tie_word_embeddings) dtensor::nn::replace_parameter(*lm_head, "weight", model->embed_tokens->weight);
 }
 
-at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask) {
+at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask,
+                                         const at::Tensor& position_ids) {
   // Through the model's own hooks (module_hooks.h rule 2): fully_shard(model) gathers the root's parameters.
-  return dtensor::nn::call_with_hooks(*this, {tokens, attention_mask},
-                                      [this](const dtensor::nn::Tensors& in) { return logits(model(in[0], in[1])); });
+  return dtensor::nn::call_with_hooks(*this, {tokens, attention_mask, position_ids},
+                                      [this](const dtensor::nn::Tensors& in) { return logits(model(in[0], in[1], in[2])); });
 }
 
 at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& hidden) {

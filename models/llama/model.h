@@ -104,10 +104,12 @@ struct DecoderLayerImpl : torch::nn::Module {
 TORCH_MODULE(DecoderLayer);
 
 // HF's LlamaModel: embeddings, layers, final norm. tokens [b, s] -> hidden states [b, s, hidden];
-// attention_mask [b, past + s] or undefined (all tokens).
+// attention_mask [b, past + s] or undefined (all tokens); position_ids [s] (HF's position_ids, the same for every
+// row): the tokens' positions for the rotary embedding, undefined: 0..s-1. Context parallelism gives its shard's
+// positions (dtensor/cp/context_parallel.h), which need neither a cache nor a mask.
 struct LlamaModelImpl : torch::nn::Module {
   explicit LlamaModelImpl(const LlamaConfig& config);
-  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {});
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {}, const at::Tensor& position_ids = {});
   // One cache per layer, in order (inference/kv_cache.h's make_kv_caches, inference/paged_kv_cache.h's
   // PagedKVCache::layers); throws dtensor::Error for a count other than the layers'.
   void set_kv_caches(const std::vector<std::shared_ptr<models::KVCacheLayer>>& caches);
@@ -131,7 +133,7 @@ TORCH_MODULE(LlamaModel);
 // tokens [b, s] -> logits [b, s, vocab] (attention_mask as LlamaModel's).
 struct LlamaForCausalLMImpl : torch::nn::Module {
   explicit LlamaForCausalLMImpl(const LlamaConfig& config);
-  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {});
+  at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {}, const at::Tensor& position_ids = {});
   // The logits of hidden states [b, s, hidden]: lm_head, then the family's scaling and soft-capping.
   at::Tensor logits(const at::Tensor& hidden);
   // Deterministic initialization from `seed` alone (its own generator: ranks that are threads may build

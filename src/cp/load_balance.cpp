@@ -1,6 +1,7 @@
 // The shards of context parallelism: which chunks of the sequence a rank holds (context_parallel.h).
 #include <ATen/ATen.h>
 
+#include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/error.h"
 #include "dtensor/cp/context_parallel.h"
 #include "dtensor/mesh/functional_collectives.h"
@@ -68,7 +69,13 @@ ContextParallel::ContextParallel(const DeviceMesh& cp_mesh, RingAttentionOptions
                                 bool is_causal, std::optional<double> scale) {
         DTENSOR_CHECK(!mask.defined(), "dtensor: context parallel: attention with a mask (padding, a sliding window) is "
                       "not supported under ring attention; only causal or full attention");
-        return ring_attention(q, k, v, is_causal, scale, cp_mesh, options);
+        auto ring = [&](const std::vector<at::Tensor>& in) {
+          return ring_attention(in[0], in[1], in[2], is_causal, scale, cp_mesh, options);
+        };
+        // Under TP the heads are DTensors sharded over "tp": each rank's heads meet the same heads of its cp peers,
+        // and the output keeps the queries' placements.
+        if (is_dtensor(q)) return local_map(ring, {q, k, v}, {std::nullopt, std::nullopt, std::nullopt}, placements(q));
+        return ring({q, k, v});
       }) {
   DTENSOR_CHECK(cp_mesh.ndim() == 1, "dtensor: context parallel needs a 1-D mesh, got ", cp_mesh.to_string());
 }

@@ -142,10 +142,10 @@ int main(int argc, char** argv) {
     llama::LlamaForCausalLM model = train::build_model(options, dims);  // meta-first: each rank only its shards
     const int64_t tokens_per_step = options.batch * options.seq_len;
     if (rank == 0) {
-      std::printf("llama_train: device=%s params=%s mixed_precision=%s dp=%lld (%s) ep=%lld tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d async_tp=%d | %s | corpus %s, %lld tokens\n",
+      std::printf("llama_train: device=%s params=%s mixed_precision=%s dp=%lld (%s) ep=%lld cp=%lld tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d async_tp=%d | %s | corpus %s, %lld tokens\n",
                   tp_mesh.device().str().c_str(), models::dtype_name(train::param_dtype(options)).c_str(),
-                  train::to_string(options.mixed_precision).c_str(), static_cast<long long>(options.dp), options.dp > 1 ? models::to_string(options.data_parallel).c_str() : "none",
-                  static_cast<long long>(options.ep), static_cast<long long>(tp_mesh.size()), llama::to_string(options.plan).c_str(), options.sequence_parallel,
+                  train::to_string(options.mixed_precision).c_str(), static_cast<long long>(options.dp), options.dp * options.cp > 1 ? models::to_string(options.data_parallel).c_str() : "none",
+                  static_cast<long long>(options.ep), static_cast<long long>(options.cp), static_cast<long long>(tp_mesh.size()), llama::to_string(options.plan).c_str(), options.sequence_parallel,
                   options.loss_parallel, options.async_tp, options.model.to_string().c_str(), corpus.source.c_str(),
                   static_cast<long long>(corpus.tokens.numel()));
     }

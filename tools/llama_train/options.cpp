@@ -28,6 +28,14 @@ void define(CLI::App& app, train::TrainOptions& o, Seen& seen) {
                  "expert parallelism (a mixture of experts): the experts split over N of the dp ranks, tokens sent to "
                  "them by all_to_all (--dp defaults to N; DDP only)")
       ->check(tools_cli::positive());
+  app.add_option("--cp", o.cp,
+                 "context parallelism: each sequence split over N ranks (load-balanced chunks), attention as ring "
+                 "attention; world = dp x cp x tp, and DDP / FSDP reduce over dp x cp")
+      ->check(tools_cli::positive());
+  app.add_option("--cp-rotate-method", o.cp_rotate_method,
+                 "how ring attention's keys and values travel: allgather (one all-gather) or alltoall (a ring of "
+                 "rotations, each overlapped with a block)")
+      ->check(CLI::IsMember({"allgather", "alltoall"}));
   app.add_flag_callback("--ddp", [&] { o.data_parallel = models::DataParallel::ddp; },
                         "the data-parallel kind: replicate (DDP, default)");
   app.add_flag_callback("--fsdp", [&] { o.data_parallel = models::DataParallel::fsdp; },

@@ -37,11 +37,11 @@ LOGS = os.path.join(BUILD, "flake_check")
 DTENSOR_SUITES = ["Failures", "Rendezvous", "SizeMismatch", "ShmBackend", "ShmAsync", "Tprun", "TprunWatchdog",
                   "TprunStore", "LaunchEnv",
                   "CheckpointErrors", "CheckpointInterop", "AsyncTP", "Oracle", "Parallelize", "StockModules",
-                  "MixedPrecision", "Float8Linear", "Float8Styles"]
+                  "MixedPrecision", "Float8Linear", "Float8Styles", "RingAttention"]
 LLAMA_SUITES = ["LlamaTrainCli", "LlamaCheckpoint", "LlamaGenerate", "LlamaGenerateCli", "LlamaAsyncTP",
                 "LlamaDataParallelMesh", "LlamaDataParallelCheckpoint", "PagedGenerate", "PlanSearch",
                 "Parallelisms/BuildModel", "BuildModelMemory", "BuildModelGradientSync", "MixedPrecisionTraining",
-                "Float8Training", "LlamaDryRun"]
+                "Float8Training", "LlamaDryRun", "ContextParallel"]
 # transformers in a Python process beside each test (or once per process: the HF families and tokenizers)
 LLAMA_ORACLE_SUITES = ["LlamaHF", "Cases/HfFamily", "HfFamilies", "Moe", "TokenizedCorpus"]
 # ctest entries, run through ctest so their commands have one home (tests/CMakeLists.txt).

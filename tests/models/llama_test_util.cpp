@@ -40,40 +40,56 @@ const train::Corpus& test_corpus() {
 
 namespace {
 
-// Ranks as threads on `make_mesh(world)`; rank 0's results.
+// Ranks as threads on `make_mesh(world)` (or the dims `make_dims(world)` built, when given); rank 0's results.
 RunResult run_ranks_on(const train::TrainOptions& options, int world, bool capture_grads, Build build,
-                       const std::function<dtensor::DeviceMesh(int world)>& make_mesh);
+                       const std::function<dtensor::DeviceMesh(int world)>& make_mesh,
+                       const std::function<models::ParallelDims(int world)>& make_dims = {});
 
 }  // namespace
 
 RunResult run_tp(const train::TrainOptions& options, int tp, bool capture_grads, Build build) {
-  return run_ranks_on(options, tp, capture_grads, build, [&](int world) { return dtensor::init_device_mesh(options.device, {world}); });
+  return run_ranks_on(options, tp, capture_grads, build, [&](int world) { return dtensor::init_device_mesh(options.device, {world}); }, {});
 }
 
 RunResult run_dp_tp(train::TrainOptions options, int dp, int tp, bool capture_grads, Build build) {
   options.dp = dp;
   options.tp = tp;
   return run_ranks_on(options, dp * tp, capture_grads, build,
-                      [&](int world) { return train::parallel_dims(options, world).build_mesh(); });
+                      [&](int world) { return train::parallel_dims(options, world).build_mesh(); }, {});
+}
+
+RunResult run_dp_cp_tp(train::TrainOptions options, int dp, int cp, int tp, bool capture_grads) {
+  options.dp = dp;
+  options.cp = cp;
+  options.tp = tp;
+  return run_ranks_on(options, dp * cp * tp, capture_grads, Build::meta_first, {}, [&](int world) {
+    models::ParallelDims dims = train::parallel_dims(options, world);
+    dims.build_mesh();
+    return dims;
+  });
 }
 
 namespace {
 
 RunResult run_ranks_on(const train::TrainOptions& options, int world_size, bool capture_grads, Build build,
-                       const std::function<dtensor::DeviceMesh(int world)>& make_mesh) {
+                       const std::function<dtensor::DeviceMesh(int world)>& make_mesh,
+                       const std::function<models::ParallelDims(int world)>& make_dims) {
   RunResult out;
   std::mutex mu;
   dtensor::testing::RunOptions run_options;
   run_options.run_timeout = std::chrono::milliseconds(300000);
   run_options.expect_all_succeed = false;  // rank errors are thrown below (the tests skip known library gaps)
   const auto errors = dtensor::testing::run_ranks(world_size, [&](int rank, int world) {
-    auto mesh = make_mesh(world);
     llama::LlamaForCausalLM model{nullptr};
     models::ParallelDims dims;
-    if (build == Build::meta_first) {
-      dims = models::ParallelDims::from_mesh(mesh, options.data_parallel);
+    if (make_dims) {  // dims that a mesh alone does not say (context parallel)
+      dims = make_dims(world);
+      model = train::build_model(options, dims);
+    } else if (build == Build::meta_first) {
+      dims = models::ParallelDims::from_mesh(make_mesh(world), options.data_parallel);
       model = train::build_model(options, dims);
     } else {
+      const dtensor::DeviceMesh mesh = make_mesh(world);
       model = train::make_model(options);
       model->to(mesh.device());
       dims = train::parallelize(model, options, mesh);

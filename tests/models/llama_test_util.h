@@ -39,6 +39,9 @@ RunResult run_tp(const train::TrainOptions& options, int tp, bool capture_grads 
 RunResult run_dp_tp(train::TrainOptions options, int dp, int tp, bool capture_grads = false,
                     Build build = Build::meta_first);
 
+// Trains `options` with context parallelism: dp * cp * tp ranks (threads) on ParallelDims{dp, cp, tp}'s meshes.
+RunResult run_dp_cp_tp(train::TrainOptions options, int dp, int cp, int tp, bool capture_grads = false);
+
 // Loads the HF checkpoint `dir` with llama::from_pretrained at TP `tp` (ranks as threads) under `plan` and
 // returns rank 0's full logits for tokens (and attention mask, when given).
 at::Tensor pretrained_logits(const std::string& dir, int tp, const std::string& plan, const at::Tensor& tokens,

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "dtensor/core/error.h"
+#include "dtensor/cp/context_parallel.h"
 #include "dtensor/tp/loss_parallel.h"
 #include "llama/model.h"
 #include "llama/parallelize.h"
@@ -18,6 +19,8 @@ PlanOptions plan_options_of(const train::TrainOptions& o, int64_t tp) {
   p.tp = tp;
   p.dp = o.dp;
   p.ep = o.ep;
+  p.cp = o.cp;
+  p.cp_rotate_method = o.cp_rotate_method;
   p.data_parallel = o.data_parallel;
   p.tp_plan = o.plan;
   p.sequence_parallel = o.sequence_parallel;
@@ -34,9 +37,11 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
   DTENSOR_CHECK(o.batch % o.dp == 0, "llama_plan: batch ", o.batch, " is not divisible by dp ", o.dp);
   o.model.validate();
   DTENSOR_CHECK(o.ep >= 1 && o.dp % o.ep == 0, "llama_plan: --ep ", o.ep, " does not divide --dp ", o.dp);
-  // llama_train's mesh (models::ParallelDims::build_mesh): ("tp"), ("dp", "tp") or ("dp", "ep", "tp").
-  const bool two_d = o.dp > 1;
-  std::vector<int64_t> shape = two_d ? std::vector<int64_t>{o.dp, o.tp} : std::vector<int64_t>{o.tp};
+  DTENSOR_CHECK(o.cp >= 1 && (o.cp == 1 || o.ep == 1), "llama_plan: --cp with --ep is not supported");
+  // llama_train's mesh (models::ParallelDims::build_mesh): ("tp"), ("dp", "tp") with dp * cp ranks on "dp", or
+  // ("dp", "ep", "tp").
+  const bool two_d = o.dp * o.cp > 1;
+  std::vector<int64_t> shape = two_d ? std::vector<int64_t>{o.dp * o.cp, o.tp} : std::vector<int64_t>{o.tp};
   dtensor::DryRunOptions options;
   options.mesh_dim_names = two_d ? std::vector<std::string>{"dp", "tp"} : std::vector<std::string>{"tp"};
   if (o.ep > 1) {
@@ -62,7 +67,7 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
       },
       shape,
       [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
-        llama::parallelize_llama(model, models::ParallelDims::from_mesh(mesh, o.data_parallel), config);
+        llama::parallelize_llama(model, models::ParallelDims::from_mesh(mesh, o.data_parallel, o.cp), config);
       },
       [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
         // Token ids: where the forward reads DTensors (TP > 1), plain tensors beside them stay on the CPU
@@ -71,10 +76,16 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
         // HF's plan keeps the activations plain local tensors (its styles return local outputs): as at TP 1,
         // everything beside them is meta.
         const bool dtensor_forward = o.tp > 1 && o.tp_plan == llama::TPPlan::torchtitan;
-        const at::Tensor tokens =
+        at::Tensor tokens =
             at::zeros({o.batch / o.dp, o.seq_len}, at::TensorOptions(at::kLong).device(dtensor_forward ? at::kCPU : at::kMeta));
-        const models::ParallelDims dims = models::ParallelDims::from_mesh(mesh, o.data_parallel);
-        return train::training_loss(model, tokens, tokens, train::sum_over_data_ranks(dims));
+        const models::ParallelDims dims = models::ParallelDims::from_mesh(mesh, o.data_parallel, o.cp);
+        if (!dims.cp_enabled()) return train::training_loss(model, tokens, tokens, train::sum_over_data_ranks(dims));
+        // Context parallel, as llama_train: this rank's chunks of each row and their positions, ring attention.
+        const dtensor::DeviceMesh cp_mesh = dims.cp_mesh();
+        tokens = dtensor::cp::context_parallel_shard(tokens, 1, cp_mesh);
+        const at::Tensor positions = dtensor::cp::context_parallel_positions(o.seq_len, cp_mesh).to(tokens.device());
+        dtensor::cp::ContextParallel guard(cp_mesh, {.rotate_method = dtensor::cp::rotate_method_from_string(o.cp_rotate_method)});
+        return train::training_loss(model, tokens, tokens, train::sum_over_data_ranks(dims), positions);
       },
       options);
 }

@@ -22,6 +22,8 @@ struct PlanOptions {
   int64_t tp = 2;
   int64_t dp = 1;
   int64_t ep = 1;  // expert parallelism over ep of the dp ranks (a mixture of experts), as llama_train's --ep
+  int64_t cp = 1;  // context parallelism: each sequence over cp ranks (ring attention), as llama_train's --cp
+  std::string cp_rotate_method = "allgather";
   models::DataParallel data_parallel = models::DataParallel::ddp;  // over dp, as llama_train's --ddp / --fsdp
   llama::TPPlan tp_plan = llama::TPPlan::torchtitan;              // as llama_train's --plan
   bool sequence_parallel = true;

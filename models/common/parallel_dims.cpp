@@ -21,10 +21,7 @@ const dtensor::DeviceMesh& ParallelDims::build_mesh() {
                 ": context parallelism beside expert parallelism is not supported");
   if (cp > 1) {
     mesh_ = dtensor::init_device_mesh(device, {dp * cp, tp}, {"dp", "tp"});
-    // The same ranks as (dp, cp, tp): this rank's cp group (collective: every rank builds it).
-    std::vector<int> ranks(static_cast<size_t>(world_size()));
-    for (size_t r = 0; r < ranks.size(); ++r) ranks[r] = static_cast<int>(r);
-    cp_mesh_ = dtensor::DeviceMesh(device, {dp, cp, tp}, ranks, {"dp", "cp", "tp"})["cp"];
+    cp_mesh_ = mesh_->unflatten(0, {dp, cp}, {"dp", "cp"})["cp"];  // this rank's cp group, from the same ranks
   } else if (ep > 1) {
     mesh_ = dtensor::init_device_mesh(device, {dp / ep, ep, tp}, {"dp", "ep", "tp"});
   } else if (dp == 1) {
@@ -70,7 +67,7 @@ dtensor::DeviceMesh ParallelDims::expert_mesh() const {
   return tp > 1 ? mesh.slice({"ep", "tp"}) : mesh["ep"];
 }
 
-ParallelDims ParallelDims::from_mesh(const dtensor::DeviceMesh& mesh, DataParallel data_parallel) {
+ParallelDims ParallelDims::from_mesh(const dtensor::DeviceMesh& mesh, DataParallel data_parallel, int64_t cp) {
   const bool expert = mesh.ndim() == 3 && mesh.mesh_dim_names() == std::vector<std::string>{"dp", "ep", "tp"};
   DTENSOR_CHECK(mesh.ndim() == 1 || mesh.ndim() == 2 || expert,
                 "dtensor: ParallelDims takes a 1-D (\"tp\"), 2-D (\"dp\", \"tp\") or 3-D (\"dp\", \"ep\", \"tp\") mesh, got ",
@@ -82,6 +79,13 @@ ParallelDims ParallelDims::from_mesh(const dtensor::DeviceMesh& mesh, DataParall
   dims.data_parallel = data_parallel;
   dims.device = mesh.device_type();
   dims.mesh_ = mesh;
+  if (cp > 1) {
+    DTENSOR_CHECK(mesh.ndim() == 2 && !expert && dims.dp % cp == 0, "dtensor: ParallelDims: cp ", cp,
+                  " needs a (\"dp\", \"tp\") mesh whose dp dim it divides, got ", mesh.to_string());
+    dims.cp = cp;
+    dims.dp /= cp;
+    dims.cp_mesh_ = mesh.unflatten(0, {dims.dp, cp}, {"dp", "cp"})["cp"];
+  }
   return dims;
 }
 

@@ -59,7 +59,9 @@ struct ParallelDims {
 
   // The dims of an existing mesh from build_mesh's layout (a dry run's fake mesh, a test's own mesh): 1-D
   // ("tp"), 2-D ("dp", "tp") or 3-D ("dp", "ep", "tp").
-  static ParallelDims from_mesh(const dtensor::DeviceMesh& mesh, DataParallel data_parallel = DataParallel::ddp);
+  // cp > 1: the mesh's "dp" dim holds dp * cp ranks, as build_mesh lays them out.
+  static ParallelDims from_mesh(const dtensor::DeviceMesh& mesh, DataParallel data_parallel = DataParallel::ddp,
+                                int64_t cp = 1);
 
  private:
   std::optional<dtensor::DeviceMesh> mesh_;

@@ -96,7 +96,8 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
                   position_ids.sizes());
     DTENSOR_CHECK(!rope_depends_on_length(config), "llama: rope_type '", config.rotary.rope_scaling.rope_type,
                   "' follows the sequence's length: position_ids do not say it");
-    const int64_t len = position_ids.max().item<int64_t>() + 1;
+    // The table up to the largest position (a dry run's meta positions have no values: the model's whole range).
+    const int64_t len = position_ids.is_meta() ? config.max_position_embeddings : position_ids.max().item<int64_t>() + 1;
     auto at_positions = [&](const LlamaConfig& c, at::Tensor& cos, at::Tensor& sin) {
       auto [cos_table, sin_table] = rotary_tables(c, len, tokens.device());
       cos = cos_table.index_select(0, position_ids);

@@ -89,6 +89,10 @@ struct Ring {
   // The rank whose block this rank holds at step t of the ring (its own at t = 0).
   int64_t source(int64_t t) const { return ((rank - t) % cp + cp) % cp; }
 
+  // Every rank's shard has x's length: known, so no size agreement travels with the all-gather.
+  std::vector<int64_t> sizes(const at::Tensor& x) const { return std::vector<int64_t>(static_cast<size_t>(cp), x.size(2)); }
+  at::Tensor gather(const at::Tensor& x) const { return all_gather(x, 2, *group, sizes(x)); }
+
   // [k; v] of one rank, flat, and back.
   static at::Tensor pack(const at::Tensor& k, const at::Tensor& v) { return at::cat({k.reshape({-1}), v.reshape({-1})}); }
   static std::pair<at::Tensor, at::Tensor> unpack(const at::Tensor& kv, const at::Tensor& like) {
@@ -153,7 +157,7 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
     if (ring.cp == 1) {
       attend(0, k, v);
     } else if (ring.method == RotateMethod::allgather) {
-      const at::Tensor ks = all_gather(k, 2, *ring.group), vs = all_gather(v, 2, *ring.group);
+      const at::Tensor ks = ring.gather(k), vs = ring.gather(v);
       const int64_t s = k.size(2);
       for (int64_t src = 0; src < ring.cp; ++src) attend(src, ks.narrow(2, src * s, s), vs.narrow(2, src * s, s));
     } else {
@@ -209,15 +213,15 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
       dk = zeros(k), dv = zeros(v);
       back(0, k, v, dk, dv);
     } else if (ring.method == RotateMethod::allgather) {
-      const at::Tensor ks = all_gather(k, 2, *ring.group), vs = all_gather(v, 2, *ring.group);
+      const at::Tensor ks = ring.gather(k), vs = ring.gather(v);
       at::Tensor dks = zeros(ks), dvs = zeros(vs);
       const int64_t s = k.size(2);
       for (int64_t src = 0; src < ring.cp; ++src) {
         at::Tensor dk_src = dks.narrow(2, src * s, s), dv_src = dvs.narrow(2, src * s, s);
         back(src, ks.narrow(2, src * s, s), vs.narrow(2, src * s, s), dk_src, dv_src);
       }
-      dk = reduce_scatter(dks, ReduceOp::SUM, 2, *ring.group);  // each block's gradient to its owner
-      dv = reduce_scatter(dvs, ReduceOp::SUM, 2, *ring.group);
+      dk = reduce_scatter(dks, ReduceOp::SUM, 2, *ring.group, ring.sizes(k));  // each block's gradient to its owner
+      dv = reduce_scatter(dvs, ReduceOp::SUM, 2, *ring.group, ring.sizes(v));
     } else {
       // The block and its gradients' accumulator travel together; after cp rotations the accumulator is home.
       at::Tensor held = Ring::pack(k, v);

@@ -190,6 +190,30 @@ DeviceMesh DeviceMesh::flatten(const std::string& name) const {
   return DeviceMesh(impl_->device_type, {size()}, impl_->ranks, names, impl_->world);
 }
 
+DeviceMesh DeviceMesh::unflatten(int64_t mesh_dim, const std::vector<int64_t>& sizes,
+                                  const std::vector<std::string>& names) const {
+  const int64_t d = mesh_dim < 0 ? mesh_dim + ndim() : mesh_dim;
+  DTENSOR_CHECK(d >= 0 && d < ndim(), "dtensor: unflatten: mesh dim ", mesh_dim, " of a ", ndim(), "-D mesh");
+  int64_t product = 1;
+  for (int64_t s : sizes) product *= s;
+  DTENSOR_CHECK(product == impl_->shape[static_cast<size_t>(d)] && names.size() == sizes.size(),
+                "dtensor: unflatten: sizes multiplying to ", impl_->shape[static_cast<size_t>(d)], " with a name each");
+  std::vector<int64_t> shape;
+  std::vector<std::string> dim_names;
+  for (int64_t i = 0; i < ndim(); ++i) {
+    if (i == d) {
+      shape.insert(shape.end(), sizes.begin(), sizes.end());
+      dim_names.insert(dim_names.end(), names.begin(), names.end());
+    } else {
+      shape.push_back(impl_->shape[static_cast<size_t>(i)]);
+      if (!impl_->names.empty()) dim_names.push_back(impl_->names[static_cast<size_t>(i)]);
+    }
+  }
+  DTENSOR_CHECK(impl_->names.empty() || dim_names.size() == shape.size(), "dtensor: unflatten: names");
+  if (impl_->names.empty()) dim_names.clear();
+  return DeviceMesh(impl_->device_type, shape, impl_->ranks, dim_names, impl_->world);
+}
+
 std::string DeviceMesh::to_string() const {
   std::ostringstream os;
   os << "DeviceMesh('" << impl_->device_type << "', ";

@@ -1,7 +1,8 @@
 // Context parallelism in training (llama_train --cp): the losses and the step-1 gradients of every parameter at
 // cp 2 and cp 4, cp 2 x tp 2, cp 2 with the alltoall ring, and cp 2 x dp 2 under FSDP equal one rank's within fp32
 // rounding (ranks as threads, the library's training loop); llama_train --cp through tprun logs cp 1's losses, and
-// a sequence length the load balancer cannot cut is one error naming the divisor (exit 2).
+// a sequence length the load balancer cannot cut is one error naming the divisor (exit 2); llama_plan --cp's dry run
+// counts the real run's collectives per step.
 #include <gtest/gtest.h>
 
 #include "harness/subprocess.h"
@@ -37,6 +38,25 @@ TEST(ContextParallel, LossesAndGradientsEqualOneRanks) {
     for (const auto& [name, g] : ref.step1_grads) {
       EXPECT_LT(rel(got.step1_grads.at(name), g), 2e-5) << c.label << " " << name;
     }
+  }
+}
+
+TEST(ContextParallel, DryRunCountsTheRealRunsCollectives) {
+  auto field = [](const std::string& out, const std::string& key) {
+    const size_t at = out.rfind(key + "=");
+    return at == std::string::npos ? -1 : std::stoll(out.substr(at + key.size() + 1));
+  };
+  for (const char* cp : {"2", "4"}) {
+    const auto plan = dtensor::testing::run_process({dtensor::testing::bin_path("llama_plan"), "--cp", cp, "--tp", "1"}, {}, 120);
+    ASSERT_EQ(plan.exit_code, 0) << plan.output;
+    const auto run = dtensor::testing::run_process(
+        {dtensor::testing::bin_path("tprun"), "--nproc-per-node", cp, "--master-port", "0",
+         dtensor::testing::bin_path("llama_train"), "--cp", cp, "--steps", "2", "--mixed-precision", "off"},
+        {{"OMP_NUM_THREADS", "1"}}, 300);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_EQ(field(plan.output, "fwd_collectives") + field(plan.output, "bwd_collectives"),
+              field(run.output, "collectives_per_step"))
+        << plan.output << run.output;
   }
 }
 

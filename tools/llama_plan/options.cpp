@@ -67,6 +67,10 @@ void define(CLI::App& app, CliOptions& o, ModelFlags& m) {
   app.add_option("--batch", o.plan.batch, "sequences per step, global")->check(tools_cli::positive());
   app.add_option("--tp", o.plan.tp, "tensor-parallel degree")->check(tools_cli::positive());
   app.add_option("--dp", o.plan.dp, "data-parallel degree: mesh dp x tp")->check(tools_cli::positive());
+  app.add_option("--cp", o.plan.cp, "context parallelism: each sequence over N ranks (ring attention); mesh "
+                 "(dp x cp) x tp")->check(tools_cli::positive());
+  app.add_option("--cp-rotate-method", o.plan.cp_rotate_method, "ring attention's rotation: allgather or alltoall")
+      ->check(CLI::IsMember({"allgather", "alltoall"}));
   app.add_option("--ep", o.plan.ep, "expert parallelism over N of the dp ranks (a mixture of experts; mesh dp/N x N x tp)")
       ->check(tools_cli::positive());
   app.add_flag_callback("--ddp", [&] { o.plan.data_parallel = models::DataParallel::ddp; },

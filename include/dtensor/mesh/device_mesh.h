@@ -60,6 +60,10 @@ class DeviceMesh {
   // This rank's slice over all dims as a 1-D mesh (collective over the slice's ranks if no group of
   // exactly those ranks exists yet).
   DeviceMesh flatten(const std::string& name = "") const;
+  // The same ranks with mesh dim `mesh_dim` split into dims of `sizes` (their product its size) named `names`
+  // (PyTorch's DeviceMesh._unflatten): ("dp", "tp") of (4, 2) -> ("dp", "cp", "tp") of (2, 2, 2). Collective over
+  // the new dims' slices whose groups do not exist yet.
+  DeviceMesh unflatten(int64_t mesh_dim, const std::vector<int64_t>& sizes, const std::vector<std::string>& names) const;
 
   int64_t dim_index(const std::string& dim_name) const;  // throws naming the known dims
   std::string to_string() const;  // DeviceMesh('cpu', [[0, 1], [2, 3]], mesh_dim_names=('dp', 'tp'))

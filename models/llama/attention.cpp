@@ -14,12 +14,7 @@
 namespace llama {
 namespace {
 
-// [b, kv_heads, s, d] -> [b, kv_heads * n_rep, s, d], each head repeated n_rep times in place.
-at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
-  if (n_rep == 1) return x;
-  auto b = x.size(0), kv = x.size(1), s = x.size(2), d = x.size(3);
-  return x.unsqueeze(2).expand({b, kv, n_rep, s, d}).reshape({b, kv * n_rep, s, d});
-}
+using dtensor::nn::repeat_kv;
 
 // The additive masks [b, 1, s, t] (0 or -inf) over cache indices: `visible` [b, s, t] and, with a sliding
 // window, the same with keys at or before query index - window hidden too.

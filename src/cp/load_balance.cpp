@@ -5,14 +5,12 @@
 #include "dtensor/core/error.h"
 #include "dtensor/cp/context_parallel.h"
 #include "dtensor/mesh/functional_collectives.h"
+#include "cp/layout.h"
 
 namespace dtensor::cp {
 namespace {
 
-// The chunks (of 2 * cp with load balancing, else cp) that rank r holds, in order.
-std::vector<int64_t> chunks_of(int64_t r, int64_t cp, bool load_balance) {
-  return load_balance ? std::vector<int64_t>{r, 2 * cp - 1 - r} : std::vector<int64_t>{r};
-}
+using internal::chunks_of;
 
 int64_t chunk_length(int64_t seq_len, int64_t cp, bool load_balance) {
   const int64_t n = load_balance ? 2 * cp : cp;

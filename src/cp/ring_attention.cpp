@@ -9,6 +9,7 @@
 #include "dtensor/core/error.h"
 #include "dtensor/cp/context_parallel.h"
 #include "dtensor/mesh/functional_collectives.h"
+#include "cp/layout.h"
 #include "mesh/autograd_comm_scope.h"
 
 namespace dtensor::cp {
@@ -17,21 +18,13 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// The global chunk indices of rank r's shard, and how many chunks a shard has.
-std::vector<int64_t> chunks_of(int64_t r, int64_t cp, bool load_balance) {
-  return load_balance ? std::vector<int64_t>{r, 2 * cp - 1 - r} : std::vector<int64_t>{r};
-}
+using internal::chunks_of;
+using nn::repeat_kv;
 
 // How query chunk i sees key chunk j: 0 not at all, 1 causally (the diagonal), 2 whole.
 int visibility(int64_t i, int64_t j, bool causal) {
   if (!causal) return 2;
   return j < i ? 2 : j == i ? 1 : 0;
-}
-
-at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
-  if (n_rep == 1) return x;
-  const int64_t b = x.size(0), kv = x.size(1), t = x.size(2), d = x.size(3);
-  return x.unsqueeze(2).expand({b, kv, n_rep, t, d}).reshape({b, kv * n_rep, t, d});
 }
 
 // The gradient of repeat_kv: each key/value head's copies summed.

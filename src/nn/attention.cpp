@@ -7,14 +7,13 @@ namespace {
 
 thread_local AttentionOverride current;
 
-// [b, kv_heads, t, d] -> [b, kv_heads * n_rep, t, d], each head repeated n_rep times in place.
+}  // namespace
+
 at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
   if (n_rep == 1) return x;
   const int64_t b = x.size(0), kv = x.size(1), t = x.size(2), d = x.size(3);
   return x.unsqueeze(2).expand({b, kv, n_rep, t, d}).reshape({b, kv * n_rep, t, d});
 }
-
-}  // namespace
 
 at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const at::Tensor& mask, bool is_causal, std::optional<double> scale) {

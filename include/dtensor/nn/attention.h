@@ -18,6 +18,9 @@ namespace dtensor::nn {
 using AttentionOverride = std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                                    const at::Tensor& mask, bool is_causal, std::optional<double> scale)>;
 
+// [b, kv_heads, t, d] -> [b, kv_heads * n_rep, t, d], each key/value head repeated n_rep times in place (HF's repeat_kv).
+at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep);
+
 at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const at::Tensor& mask, bool is_causal, std::optional<double> scale);
 

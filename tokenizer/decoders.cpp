@@ -11,15 +11,6 @@ namespace {
 
 const char* const kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
 
-// "<0x41>" -> 0x41; false for anything else.
-bool byte_token(const std::string& t, unsigned char& byte) {
-  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return false;
-  const std::string hex = t.substr(3, 2);
-  if (hex.find_first_not_of("0123456789ABCDEFabcdef") != std::string::npos) return false;
-  byte = static_cast<unsigned char>(std::stoi(hex, nullptr, 16));
-  return true;
-}
-
 bool valid_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
     const size_t n = utf8_length(static_cast<unsigned char>(s[i]));
@@ -77,7 +68,7 @@ Decoder byte_fallback() {
     };
     for (const auto& t : tokens) {
       unsigned char byte = 0;
-      if (byte_token(t, byte)) {
+      if (byte_fallback_token(t, byte)) {
         bytes += static_cast<char>(byte);
         ++pending;
       } else {

@@ -1,5 +1,7 @@
 #include "tokenizer/streamer.h"
 
+#include "tokenizer/text.h"
+
 #include <algorithm>
 #include <cctype>
 #include <optional>
@@ -18,8 +20,8 @@ bool ends_incomplete(const std::string& s) {
 // still change: a run of such pieces that is not valid UTF-8 decodes to U+FFFD as a whole, even a valid "<0x59>"
 // ("Y") at its start. So a stream waits for the run to end before printing any of it.
 bool is_byte_piece(const std::optional<std::string>& piece) {
-  return piece && piece->size() == 6 && piece->compare(0, 3, "<0x") == 0 && piece->back() == '>' &&
-         std::isxdigit(static_cast<unsigned char>((*piece)[3])) && std::isxdigit(static_cast<unsigned char>((*piece)[4]));
+  unsigned char byte = 0;
+  return piece && byte_fallback_token(*piece, byte);
 }
 
 bool starts_incomplete(const std::string& s) { return s.compare(0, 3, "\xEF\xBF\xBD") == 0; }

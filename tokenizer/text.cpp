@@ -63,6 +63,14 @@ const ByteLevelAlphabet& alphabet() {
 
 const std::string& byte_to_unicode(uint8_t byte) { return alphabet().to_unicode[byte]; }
 
+bool byte_fallback_token(const std::string& t, unsigned char& byte) {
+  if (t.size() != 6 || t.compare(0, 3, "<0x") != 0 || t[5] != '>') return false;
+  const std::string hex = t.substr(3, 2);
+  if (hex.find_first_not_of("0123456789ABCDEFabcdef") != std::string::npos) return false;
+  byte = static_cast<unsigned char>(std::stoi(hex, nullptr, 16));
+  return true;
+}
+
 bool unicode_to_bytes(const std::string& token, std::string& bytes) {
   bytes.clear();
   for (const auto& ch : utf8_chars(token)) {

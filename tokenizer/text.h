@@ -19,6 +19,8 @@ std::vector<std::string> utf8_chars(const std::string& s);
 const std::string& byte_to_unicode(uint8_t byte);
 // The bytes of a byte-level token, or false when a character is not in the alphabet.
 bool unicode_to_bytes(const std::string& token, std::string& bytes);
+// A byte-fallback piece "<0xAB>" -> byte 0xAB; false for anything else.
+bool byte_fallback_token(const std::string& token, unsigned char& byte);
 
 // A compiled PCRE2 pattern (UTF, Unicode properties). Throws tokenizer::Error naming the pattern.
 class Regex {

@@ -132,10 +132,7 @@ std::optional<std::string> Tokenizer::token_bytes(int64_t id) const {
   const std::optional<std::string> token = backend_->id_to_token(id);
   if (!token || backend_->is_control(id)) return std::nullopt;
   const std::string& t = *token;
-  if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' &&
-      t.substr(3, 2).find_first_not_of("0123456789ABCDEFabcdef") == std::string::npos) {
-    return std::string(1, static_cast<char>(std::stoi(t.substr(3, 2), nullptr, 16)));  // byte fallback
-  }
+  if (unsigned char byte = 0; byte_fallback_token(t, byte)) return std::string(1, static_cast<char>(byte));
   std::string bytes;
   if (backend_->byte_level()) return unicode_to_bytes(t, bytes) ? bytes : t;
   static const std::string kMetaspace = "\xE2\x96\x81";  // U+2581

@@ -51,6 +51,19 @@ AttentionInputs AttentionInputs::to(at::ScalarType dtype, bool fp32_tables) cons
   return {cast(cos), cast(sin), cast(mask), cast(sliding_mask), cast(local_cos), cast(local_sin)};
 }
 
+void rotary_at(const LlamaConfig& config, const at::Tensor& positions, int64_t table_len, at::IntArrayRef shape,
+               AttentionInputs& in, int64_t freq_len) {
+  std::vector<int64_t> view(shape.begin(), shape.end());
+  view.push_back(-1);
+  auto gather = [&](const LlamaConfig& c, at::Tensor& cos, at::Tensor& sin) {
+    auto [cos_table, sin_table] = rotary_tables(c, table_len, positions.device(), freq_len);  // [table_len, d]
+    cos = cos_table.index_select(0, positions).view(view);
+    sin = sin_table.index_select(0, positions).view(view);
+  };
+  gather(config, in.cos, in.sin);
+  if (config.rotary.local_theta > 0) gather(local_rope_config(config), in.local_cos, in.local_sin);
+}
+
 AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s) {
   const int64_t b = attention_mask.size(0), t = past + s;
   DTENSOR_CHECK(attention_mask.dim() == 2 && attention_mask.size(1) == t, "llama: attention_mask must be [batch, ", t,
@@ -61,14 +74,7 @@ AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& at
   // dynamic / longrope: the frequencies of this forward's length, HF's max(position_ids) + 1.
   const int64_t freq_len = rope_depends_on_length(config) ? pos.max().item<int64_t>() + 1 : t;
   AttentionInputs in;
-  auto gather = [&](const LlamaConfig& c, at::Tensor& cos, at::Tensor& sin) {
-    auto [cos_table, sin_table] = rotary_tables(c, t, attention_mask.device(), freq_len);  // [t, d]
-    const int64_t d = cos_table.size(1);
-    cos = cos_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
-    sin = sin_table.index_select(0, pos.reshape({-1})).view({b, 1, s, d});
-  };
-  gather(config, in.cos, in.sin);
-  if (config.rotary.local_theta > 0) gather(local_rope_config(config), in.local_cos, in.local_sin);
+  rotary_at(config, pos.reshape({-1}), t, {b, 1, s}, in, freq_len);
   const auto longs = attention_mask.options().dtype(at::kLong);
   at::Tensor query_pos = at::arange(past, t, longs).view({s, 1});
   at::Tensor key_pos = at::arange(t, longs).view({1, t});
@@ -83,13 +89,7 @@ AttentionInputs paged_attention_inputs(const LlamaConfig& config, const models::
   const int64_t t = step.tokens.numel();
   const int64_t table_len = step.positions.numel() ? step.positions.max().item<int64_t>() + 1 : 1;
   AttentionInputs in;
-  auto gather = [&](const LlamaConfig& c, at::Tensor& cos, at::Tensor& sin) {
-    auto [cos_table, sin_table] = rotary_tables(c, table_len, step.tokens.device());  // [len, d]
-    cos = cos_table.index_select(0, step.positions).view({1, 1, t, -1});
-    sin = sin_table.index_select(0, step.positions).view({1, 1, t, -1});
-  };
-  gather(config, in.cos, in.sin);
-  if (config.rotary.local_theta > 0) gather(local_rope_config(config), in.local_cos, in.local_sin);
+  rotary_at(config, step.positions, table_len, {1, 1, t}, in);
   at::Tensor query_pos = step.positions.view({t, 1}), key_pos = step.key_pos.view({1, -1});
   at::Tensor visible = ((step.key_seq.view({1, -1}) == step.query_seq.view({t, 1})) & (key_pos <= query_pos)).unsqueeze(0);
   fill_masks(config, visible, query_pos, key_pos, in);

@@ -98,13 +98,7 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
                   "' follows the sequence's length: position_ids do not say it");
     // The table up to the largest position (a dry run's meta positions have no values: the model's whole range).
     const int64_t len = position_ids.is_meta() ? config.max_position_embeddings : position_ids.max().item<int64_t>() + 1;
-    auto at_positions = [&](const LlamaConfig& c, at::Tensor& cos, at::Tensor& sin) {
-      auto [cos_table, sin_table] = rotary_tables(c, len, tokens.device());
-      cos = cos_table.index_select(0, position_ids);
-      sin = sin_table.index_select(0, position_ids);
-    };
-    at_positions(config, in.cos, in.sin);
-    if (config.rotary.local_theta > 0) at_positions(local_rope_config(config), in.local_cos, in.local_sin);
+    rotary_at(config, position_ids.to(tokens.device()), len, {s}, in);
     return run(tokens, in, past);
   }
   if (has_cache() || attention_mask.defined() || config.attention.sliding_window > 0) {

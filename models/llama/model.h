@@ -58,6 +58,10 @@ struct AttentionInputs {
   AttentionInputs to(at::ScalarType dtype, bool fp32_tables = false) const;
 };
 AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& attention_mask, int64_t past, int64_t s);
+// in's cos and sin (and the local rope's) at `positions` (1-D Long), from tables of table_len positions (frequencies of
+// freq_len, -1: table_len) on positions' device, viewed as shape + [rotary_dim]: one home for every forward's rotary.
+void rotary_at(const LlamaConfig& config, const at::Tensor& positions, int64_t table_len, at::IntArrayRef shape,
+               AttentionInputs& in, int64_t freq_len = -1);
 // The same for a packed step of continuous batching (common/kv_cache_layer.h): cos, sin [1, 1, T, head_dim] at each
 // token's position, and a block-diagonal causal mask [1, 1, T, K]: a query sees the keys of its own sequence at
 // or before its position (and, on sliding layers, after position - window). Throws dtensor::Error for a rotary

@@ -5,7 +5,7 @@
 #     ("dtensor/<layer>/x.h" public, "<layer>/x.h" internal), or the umbrella "dtensor/dtensor.h";
 #   - a folder of src/ or include/dtensor/ that is not in the table;
 #   - model code including library headers other than dtensor/core and dtensor/nn: every file of
-#     models/<family>/ except the family's plans (parallelize.*) and its weight loader (hf_weights.*);
+#     models/<family>/ except the family's plans (parallelize.*, parallelize_*.*) and its weight loader (hf_weights.*);
 #   - above src/ (the table's `tree` lines): a file of tokenizer/, models/, train/, inference/ or tools/ including a
 #     header of a folder not listed for it (the library counts as one folder, "dtensor"), a top-level folder with
 #     sources that is not in the table, and an add_library in CMakeLists.txt built from tools/ (tools/ holds mains).
@@ -68,7 +68,7 @@ done
 for family in "$ROOT"/models/*/; do
   [[ "$(basename "$family")" == common ]] && continue
   while IFS= read -r file; do
-    case "$(basename "$file")" in parallelize.* | hf_weights.*) continue ;; esac
+    case "$(basename "$file")" in parallelize.* | parallelize_*.* | hf_weights.*) continue ;; esac
     files=$((files + 1))
     while IFS=: read -r lineno inc; do
       includes=$((includes + 1))

@@ -177,10 +177,6 @@ void check_options(const TrainOptions& o, int64_t world) {
     if (o.model.moe.num_experts > 0) {
       throw ConfigError("--cp with a mixture of experts: context parallelism beside routed experts is not supported");
     }
-    if (o.model.attention.sliding_window > 0 || o.model.attention.attn_logit_softcapping > 0) {
-      throw ConfigError("--cp: this model's attention has sliding windows or logit soft-capping, which ring attention "
-                        "does not compute");
-    }
   }
   if (o.batch % o.dp != 0) {
     throw ConfigError("--batch " + std::to_string(o.batch) + " is not divisible by --dp " + std::to_string(o.dp) +

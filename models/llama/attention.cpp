@@ -14,8 +14,6 @@
 namespace llama {
 namespace {
 
-using dtensor::nn::repeat_kv;
-
 // The additive masks [b, 1, s, t] (0 or -inf) over cache indices: `visible` [b, s, t] and, with a sliding
 // window, the same with keys at or before query index - window hidden too.
 void fill_masks(const LlamaConfig& config, const at::Tensor& visible, const at::Tensor& query_pos,
@@ -27,20 +25,6 @@ void fill_masks(const LlamaConfig& config, const at::Tensor& visible, const at::
   };
   in.mask = additive(visible);
   if (config.attention.sliding_window > 0) in.sliding_mask = additive(visible & (key_pos > query_pos - config.attention.sliding_window).unsqueeze(0));
-}
-
-// The naive attention (HF's eager_attention_forward), for what scaled_dot_product_attention cannot do:
-// softmax(softcap(q k^T * scale) + mask) v, the softmax in fp32.
-at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor mask, double scale,
-                           double softcap) {
-  at::Tensor scores = at::matmul(q, k.transpose(2, 3)) * scale;
-  if (softcap > 0) scores = at::tanh(scores / softcap) * softcap;
-  if (!mask.defined()) {  // causal over s
-    const int64_t s = q.size(2);
-    mask = at::full({s, s}, -std::numeric_limits<float>::infinity(), q.options().dtype(at::kFloat)).triu(1);
-  }
-  const at::Tensor probs = at::softmax(scores + mask, -1, at::kFloat).to(q.scalar_type());
-  return at::matmul(probs, v);
 }
 
 }  // namespace
@@ -96,11 +80,12 @@ AttentionInputs paged_attention_inputs(const LlamaConfig& config, const models::
   return in;
 }
 
-AttentionImpl::AttentionImpl(const LlamaConfig& c)
+AttentionImpl::AttentionImpl(const LlamaConfig& c, bool sliding)
     : head_dim(c.head_dim()),
       scale(c.attention.scale > 0 ? c.attention.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim()))),
       explicit_scale(c.attention.scale > 0),
       softcap(c.attention.attn_logit_softcapping),
+      sliding_window(sliding ? c.attention.sliding_window : 0),
       clip_qkv(c.attention.clip_qkv),
       interleaved(c.rotary.interleaved),
       rotate_in_fp32(c.rotary.rotate_in_fp32),
@@ -136,18 +121,12 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
   }
   // Dense: [b, kv_heads, past + s, head_dim]; paged: [1, kv_heads, K, head_dim].
   if (cache) std::tie(k, v) = cache->update(k, v);
-  const int64_t n_rep = q.size(1) / k.size(1);  // query heads per key/value head
-  at::Tensor out;
-  if (softcap > 0) {
-    DTENSOR_CHECK(!dtensor::nn::attention_overridden(), "llama: soft-capped attention (attn_logit_softcapping) does not "
-                  "run under context parallelism: ring attention has no logit soft-capping");
-    out = eager_attention(q, repeat_kv(k, n_rep), repeat_kv(v, n_rep), mask, scale, softcap);
-  } else {
-    // The default scale is left to the kernel (head_dim^-1/2); a config's own is passed. Through dtensor::nn's kernel:
-    // under context parallelism it is ring attention over the sequence's shards.
-    const std::optional<double> sdpa_scale = explicit_scale ? std::optional<double>(scale) : std::nullopt;
-    out = dtensor::nn::scaled_dot_product_attention(q, k, v, mask, /*is_causal=*/!mask.defined(), sdpa_scale);
-  }
+  // The default scale is left to the kernel (head_dim^-1/2); a config's own is passed. Through dtensor::nn's kernel:
+  // under context parallelism it is ring attention over the sequence's shards. Without a mask the attention is
+  // causal, within the layer's window (a mask holds its own).
+  const std::optional<double> sdpa_scale = explicit_scale ? std::optional<double>(scale) : std::nullopt;
+  const dtensor::nn::AttentionKwargs kwargs{mask.defined() ? 0 : sliding_window, softcap};
+  const at::Tensor out = dtensor::nn::scaled_dot_product_attention(q, k, v, mask, /*is_causal=*/!mask.defined(), sdpa_scale, kwargs);
   return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
 }
 

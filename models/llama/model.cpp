@@ -30,7 +30,7 @@ Norm norm_of(const LlamaConfig& c, int64_t dim) { return Norm(c.norm.kind, dim, 
 DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, int64_t layer)
     : kind(c.norm.placement),
       residual_multiplier(c.scaling.residual_multiplier),
-      self_attn(register_module("self_attn", Attention(c))),
+      self_attn(register_module("self_attn", Attention(c, c.layer_slides(layer)))),
       sliding(c.layer_slides(layer)) {
   if (c.layer_is_moe(layer)) {
     moe = register_module("mlp", SparseMoeBlock(c));
@@ -90,8 +90,8 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
   const int64_t b = tokens.size(0), s = tokens.size(1), past = cache_length();
   AttentionInputs in;  // mask undefined: causal over s (the training forward)
   if (position_ids.defined()) {
-    DTENSOR_CHECK(!has_cache() && !attention_mask.defined() && config.attention.sliding_window == 0,
-                  "llama: position_ids are taken without a cache, an attention mask or sliding windows");
+    DTENSOR_CHECK(!has_cache() && !attention_mask.defined(), "llama: position_ids are taken without a cache or an "
+                  "attention mask");
     DTENSOR_CHECK(position_ids.dim() == 1 && position_ids.size(0) == s, "llama: position_ids must be [", s, "], got ",
                   position_ids.sizes());
     DTENSOR_CHECK(!rope_depends_on_length(config), "llama: rope_type '", config.rotary.rope_scaling.rope_type,
@@ -101,7 +101,8 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
     rotary_at(config, position_ids.to(tokens.device()), len, {s}, in);
     return run(tokens, in, past);
   }
-  if (has_cache() || attention_mask.defined() || config.attention.sliding_window > 0) {
+  // Without a cache or padding no mask is built: attention is causal, a sliding layer's within its window.
+  if (has_cache() || attention_mask.defined()) {
     at::Tensor padding =
         attention_mask.defined() ? attention_mask : at::ones({b, past + s}, tokens.options().dtype(at::kLong));
     in = attention_inputs(config, padding, past, s);

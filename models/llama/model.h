@@ -69,15 +69,17 @@ void rotary_at(const LlamaConfig& config, const at::Tensor& positions, int64_t t
 AttentionInputs paged_attention_inputs(const LlamaConfig& config, const models::PagedStep& step);
 
 struct AttentionImpl : torch::nn::Module {
-  explicit AttentionImpl(const LlamaConfig& config);
+  // sliding: the layer attends within config.attention.sliding_window (when its mask does not say it already).
+  AttentionImpl(const LlamaConfig& config, bool sliding = false);
   // x [b, s, hidden]; cos, sin [s, head_dim] or [b, 1, s, head_dim] (undefined: no rotary); mask:
-  // undefined (causal over s) or additive [b, 1, s, past + s]. With a cache, k and v are appended to it and
+  // undefined (causal over s, within sliding_window) or additive [b, 1, s, past + s] (holding the window). With a cache, k and v are appended to it and
   // the attention reads all of it. Returns [b, s, hidden].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
   int64_t head_dim;
   double scale;         // the softmax scale
   bool explicit_scale;  // the config sets it (else head_dim^-1/2)
-  double softcap;       // attention logit soft-capping (0: off; then scaled_dot_product_attention)
+  double softcap;       // attention logit soft-capping (0: off)
+  int64_t sliding_window;  // 0: the layer does not slide
   double clip_qkv;      // 0: off
   bool interleaved;     // rotary pairs (2i, 2i+1)
   bool rotate_in_fp32;  // Cohere: q, k rotated in fp32

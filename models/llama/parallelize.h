@@ -7,6 +7,7 @@
 #include <optional>
 
 #include <string>
+#include <vector>
 
 #include "common/parallel_dims.h"
 #include "dtensor/dp/fully_shard.h"
@@ -52,6 +53,10 @@ dtensor::ParallelizePlan hf_plan(const LlamaConfig& config, int64_t tp);
 // (2 all-reduces per layer per forward), lm_head Colwise with its output gathered to Replicate; embeddings
 // and norms whole. k/v heads may be replicated as in torchtitan_plan; the KV cache follows the k/v shards.
 dtensor::ParallelizePlan inference_plan(const LlamaConfig& config, int64_t tp);
+
+// The plan keys of the sparse layers' experts ("model.layers.*.mlp.experts" when every layer is sparse, else one per
+// sparse layer): where apply_ep places them, and what a TP plan leaves out under expert parallelism.
+std::vector<std::string> expert_plan_keys(const LlamaConfig& config);
 
 // Checks the sizes (the errors above) and applies the plan: nothing moves when a check fails. With
 // options.async_tp, then enable_async_tp on the same plan (an error without sequence parallel).

@@ -64,11 +64,11 @@ at::Tensor context_parallel_positions(int64_t seq_len, const DeviceMesh& cp_mesh
 
 ContextParallel::ContextParallel(const DeviceMesh& cp_mesh, RingAttentionOptions options)
     : guard_([cp_mesh, options](const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                                bool is_causal, std::optional<double> scale) {
-        DTENSOR_CHECK(!mask.defined(), "dtensor: context parallel: attention with a mask (padding, a sliding window) is "
-                      "not supported under ring attention; only causal or full attention");
+                                bool is_causal, std::optional<double> scale, const nn::AttentionKwargs& kwargs) {
+        DTENSOR_CHECK(!mask.defined(), "dtensor: context parallel: attention with a mask (padding) is not supported under "
+                      "ring attention; only causal or full attention, within a sliding window or not");
         auto ring = [&](const std::vector<at::Tensor>& in) {
-          return ring_attention(in[0], in[1], in[2], is_causal, scale, cp_mesh, options);
+          return ring_attention(in[0], in[1], in[2], is_causal, scale, cp_mesh, options, kwargs);
         };
         // Under TP the heads are DTensors sharded over "tp": each rank's heads meet the same heads of its cp peers,
         // and the output keeps the queries' placements.

@@ -9,6 +9,7 @@
 #include "dtensor/core/error.h"
 #include "dtensor/cp/context_parallel.h"
 #include "dtensor/mesh/functional_collectives.h"
+#include "cp/block_attention.h"
 #include "cp/layout.h"
 #include "mesh/autograd_comm_scope.h"
 
@@ -18,14 +19,10 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+using internal::BlockMask;
+using internal::BlockSpec;
 using internal::chunks_of;
 using nn::repeat_kv;
-
-// How query chunk i sees key chunk j: 0 not at all, 1 causally (the diagonal), 2 whole.
-int visibility(int64_t i, int64_t j, bool causal) {
-  if (!causal) return 2;
-  return j < i ? 2 : j == i ? 1 : 0;
-}
 
 // The gradient of repeat_kv: each key/value head's copies summed.
 at::Tensor sum_kv(const at::Tensor& g, int64_t n_rep) {
@@ -34,48 +31,11 @@ at::Tensor sum_kv(const at::Tensor& g, int64_t n_rep) {
   return g.view({b, h / n_rep, n_rep, t, d}).sum(2);
 }
 
-at::Tensor causal_fill(const at::Tensor& scores) {
-  const int64_t s = scores.size(-2), t = scores.size(-1);
-  const at::Tensor above = at::ones({s, t}, scores.options().dtype(at::kBool)).triu(1);
-  return scores.masked_fill(above, -std::numeric_limits<float>::infinity());
-}
-
-// One block: (out [b, h, s, d] in q's dtype, lse [b, h, s] fp32). The CPU's flash kernel, else the math.
-std::pair<at::Tensor, at::Tensor> block_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
-                                                double scale) {
-  if (q.device().is_cpu()) {
-    auto [o, l] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, std::nullopt, scale);
-    return {o, l};
-  }
-  at::Tensor s = at::matmul(q.to(at::kFloat), k.to(at::kFloat).transpose(-1, -2)) * scale;
-  if (causal) s = causal_fill(s);
-  const at::Tensor lse = s.logsumexp(-1);
-  return {at::matmul(at::exp(s - lse.unsqueeze(-1)), v.to(at::kFloat)).to(q.scalar_type()), lse};
-}
-
-// A block's (dq, dk, dv) given the merged output and log-sum-exp of its queries (flash attention's backward).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> block_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
-                                                              const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
-                                                              bool causal, double scale) {
-  if (q.device().is_cpu()) {
-    return at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, causal, std::nullopt, scale);
-  }
-  const at::Tensor qf = q.to(at::kFloat), kf = k.to(at::kFloat), vf = v.to(at::kFloat), dof = dout.to(at::kFloat);
-  at::Tensor s = at::matmul(qf, kf.transpose(-1, -2)) * scale;
-  if (causal) s = causal_fill(s);
-  const at::Tensor p = at::exp(s - lse.unsqueeze(-1));
-  const at::Tensor dv = at::matmul(p.transpose(-1, -2), dof);
-  const at::Tensor dp = at::matmul(dof, vf.transpose(-1, -2));
-  const at::Tensor ds = p * (dp - (dof * out.to(at::kFloat)).sum(-1, true));
-  return {(at::matmul(ds, kf) * scale).to(q.scalar_type()), (at::matmul(ds.transpose(-1, -2), qf) * scale).to(k.scalar_type()),
-          dv.to(v.scalar_type())};
-}
-
 struct Ring {
   ProcessGroup* group;
   int64_t cp, rank;
-  bool causal, load_balance;
-  double scale;
+  bool load_balance;
+  BlockSpec spec;  // causal, sliding window, soft-capping, scale
   RotateMethod method;
 
   int64_t per_rank() const { return load_balance ? 2 : 1; }
@@ -100,15 +60,14 @@ struct Ring {
     return group->all_to_all_single_async(into, buf, out_splits, in_splits);
   }
 
-  // Visits every visible (local query chunk a, source rank's key chunk b) block with `f(a, b, visibility)`, for the
-  // block of source rank `src` whose keys and values are k_src, v_src.
+  // Visits every visible (local query chunk a, source rank's key chunk b) block with `f(a, b, mask)`, chunks m long;
+  // `like` gives the masks' dtype and device.
   template <typename F>
-  void blocks_of(int64_t src, F&& f) const {
+  void blocks_of(int64_t src, int64_t m, const at::Tensor& like, F&& f) const {
     const auto mine = chunks_of(rank, cp, load_balance), theirs = chunks_of(src, cp, load_balance);
     for (size_t a = 0; a < mine.size(); ++a) {
       for (size_t b = 0; b < theirs.size(); ++b) {
-        const int vis = visibility(mine[a], theirs[b], causal);
-        if (vis) f(static_cast<int64_t>(a), static_cast<int64_t>(b), vis == 1);
+        if (auto mask = internal::block_mask(mine[a], theirs[b], m, spec, like)) f(static_cast<int64_t>(a), static_cast<int64_t>(b), *mask);
       }
     }
   }
@@ -124,8 +83,10 @@ struct Merged {
       acc_lse = l;
       return;
     }
+    // A row no block has shown yet keeps lse -inf: weights exp(-inf - 0) = 0, not exp(-inf + inf).
     const at::Tensor merged = at::logaddexp(acc_lse, l);
-    acc = acc * at::exp(acc_lse - merged).unsqueeze(-1) + o.to(at::kFloat) * at::exp(l - merged).unsqueeze(-1);
+    const at::Tensor finite = merged.masked_fill(merged.isinf(), 0);
+    acc = acc * at::exp(acc_lse - finite).unsqueeze(-1) + o.to(at::kFloat) * at::exp(l - finite).unsqueeze(-1);
     acc_lse = merged;
   }
 };
@@ -141,9 +102,9 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
     Merged merged{std::vector<at::Tensor>(static_cast<size_t>(ring.per_rank())),
                   std::vector<at::Tensor>(static_cast<size_t>(ring.per_rank()))};
     auto attend = [&](int64_t src, const at::Tensor& ks, const at::Tensor& vs) {
-      ring.blocks_of(src, [&](int64_t a, int64_t b, bool diagonal) {
-        auto [o, l] = block_forward(chunk(q, a), repeat_kv(chunk(ks, b), n_rep), repeat_kv(chunk(vs, b), n_rep), diagonal,
-                                    ring.scale);
+      ring.blocks_of(src, m, q, [&](int64_t a, int64_t b, const BlockMask& mask) {
+        auto [o, l] = internal::block_forward(chunk(q, a), repeat_kv(chunk(ks, b), n_rep), repeat_kv(chunk(vs, b), n_rep),
+                                              mask, ring.spec);
         merged.add(a, o, l);
       });
     };
@@ -171,9 +132,11 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
     detail::save_group(ctx, *ring.group);
     ctx->saved_data["cp"] = ring.cp;
     ctx->saved_data["rank"] = ring.rank;
-    ctx->saved_data["causal"] = ring.causal;
     ctx->saved_data["load_balance"] = ring.load_balance;
-    ctx->saved_data["scale"] = ring.scale;
+    ctx->saved_data["causal"] = ring.spec.causal;
+    ctx->saved_data["sliding_window"] = ring.spec.sliding_window;
+    ctx->saved_data["softcap"] = ring.spec.softcap;
+    ctx->saved_data["scale"] = ring.spec.scale;
     ctx->saved_data["method"] = static_cast<int64_t>(ring.method);
     return out;
   }
@@ -182,9 +145,10 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
     const CommScopeGuard scope = detail::restore_comm_scope(ctx);
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const BlockSpec spec{ctx->saved_data["causal"].toBool(), ctx->saved_data["sliding_window"].toInt(),
+                         ctx->saved_data["softcap"].toDouble(), ctx->saved_data["scale"].toDouble()};
     const Ring ring{&detail::load_group(ctx), ctx->saved_data["cp"].toInt(), ctx->saved_data["rank"].toInt(),
-                    ctx->saved_data["causal"].toBool(), ctx->saved_data["load_balance"].toBool(),
-                    ctx->saved_data["scale"].toDouble(), static_cast<RotateMethod>(ctx->saved_data["method"].toInt())};
+                    ctx->saved_data["load_balance"].toBool(), spec, static_cast<RotateMethod>(ctx->saved_data["method"].toInt())};
     const at::Tensor dout = grads[0].contiguous();
     const int64_t n_rep = q.size(1) / k.size(1);
     const int64_t m = q.size(2) / ring.per_rank();
@@ -192,9 +156,9 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
     at::Tensor dq = at::zeros(q.sizes(), q.options().dtype(at::kFloat));
     // The gradients of one source rank's block, accumulated into dk, dv (fp32, its shape).
     auto back = [&](int64_t src, const at::Tensor& ks, const at::Tensor& vs, at::Tensor& dk, at::Tensor& dv) {
-      ring.blocks_of(src, [&](int64_t a, int64_t b, bool diagonal) {
-        auto [gq, gk, gv] = block_backward(chunk(dout, a), chunk(q, a), repeat_kv(chunk(ks, b), n_rep),
-                                           repeat_kv(chunk(vs, b), n_rep), chunk(out, a), chunk(lse, a), diagonal, ring.scale);
+      ring.blocks_of(src, m, q, [&](int64_t a, int64_t b, const BlockMask& mask) {
+        auto [gq, gk, gv] = internal::block_backward(chunk(dout, a), chunk(q, a), repeat_kv(chunk(ks, b), n_rep),
+                                                     repeat_kv(chunk(vs, b), n_rep), chunk(out, a), chunk(lse, a), mask, ring.spec);
         chunk(dq, a).add_(gq.to(at::kFloat));
         chunk(dk, b).add_(sum_kv(gk.to(at::kFloat), n_rep));
         chunk(dv, b).add_(sum_kv(gv.to(at::kFloat), n_rep));
@@ -241,7 +205,8 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
 }  // namespace
 
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal,
-                          std::optional<double> scale, const DeviceMesh& cp_mesh, const RingAttentionOptions& options) {
+                          std::optional<double> scale, const DeviceMesh& cp_mesh, const RingAttentionOptions& options,
+                          const nn::AttentionKwargs& kwargs) {
   DTENSOR_CHECK(cp_mesh.ndim() == 1, "dtensor: ring attention needs a 1-D mesh, got ", cp_mesh.to_string());
   DTENSOR_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && k.sizes() == v.sizes() && q.size(0) == k.size(0) &&
                     q.size(2) == k.size(2) && q.size(3) == k.size(3) && k.size(1) > 0 && q.size(1) % k.size(1) == 0,
@@ -250,8 +215,13 @@ at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Te
   const int64_t per_rank = options.load_balance ? 2 : 1;
   DTENSOR_CHECK(q.size(2) % per_rank == 0, "dtensor: ring attention: a load-balanced shard holds two chunks, but its "
                 "length ", q.size(2), " is odd");
-  Ring ring{&cp_mesh.get_group(0), cp_mesh.size(), cp_mesh.get_local_rank(0), is_causal, options.load_balance,
-            scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3))), options.rotate_method};
+  DTENSOR_CHECK(kwargs.sliding_window >= 0 && kwargs.softcap >= 0 && (kwargs.sliding_window == 0 || is_causal),
+                "dtensor: ring attention: a sliding window (", kwargs.sliding_window, ") needs causal attention, and "
+                "neither it nor softcap (", kwargs.softcap, ") may be negative");
+  const BlockSpec spec{is_causal, kwargs.sliding_window, kwargs.softcap,
+                       scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)))};
+  Ring ring{&cp_mesh.get_group(0), cp_mesh.size(), cp_mesh.get_local_rank(0), options.load_balance, spec,
+            options.rotate_method};
   return RingAttentionFn::apply(q, k, v, ring);
 }
 

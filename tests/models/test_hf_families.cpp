@@ -166,6 +166,21 @@ TEST(HfFamilies, SlidingWindowCacheKeepsTheWindowOnly) {
   });
 }
 
+// The training forward (no cache, no padding) builds no mask: a sliding layer's window goes to the kernel as a
+// keyword (dtensor::nn::AttentionKwargs), as under context parallelism. On the unpadded prompt (row 0: 20 tokens,
+// windows of 5) its logits equal transformers' at TP 1 and TP 2.
+TEST(HfFamilies, SlidingLayersWithoutAMaskEqualTransformers) {
+  for (const std::string name : {"mistral", "qwen2_sliding", "gemma2", "gemma3", "cohere2", "phi3", "starcoder2"}) {
+    const Reference ref = reference(name);
+    ASSERT_EQ(ref.mask[0].sum().item<int64_t>(), ref.mask.size(1)) << name << ": row 0 is the unpadded prompt";
+    for (const auto& [tp, plan] : std::vector<std::pair<int, std::string>>{{1, "hf"}, {2, "torchtitan"}}) {
+      const at::Tensor got = llama_test::pretrained_logits(root() + "/" + name, tp, plan, ref.tokens.narrow(0, 0, 1));
+      const double rel = masked_rel(got, ref.logits.narrow(0, 0, 1), ref.mask.narrow(0, 0, 1));
+      EXPECT_LE(rel, 1e-5) << name << " TP " << tp;
+    }
+  }
+}
+
 // Phi-3's generate() recomputes the whole sequence once it passes original_max_position_embeddings (16 in
 // phi3_longrope; the batch's width 9 plus 11 steps crosses it): with that, every cached step's logits equal
 // the naive reference's (no cache: all positions with the frequencies of the current length, which is what

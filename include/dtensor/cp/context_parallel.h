@@ -13,7 +13,8 @@
 // the divisor.
 //
 // Ring attention, per rank: out = merge over the visible (query chunk i, key chunk j) blocks of attention(q_i, k_j,
-// v_j), where causal attention sees a block j < i whole, j == i causally and j > i not at all. Each block gives its
+// v_j), where causal attention sees a block j < i whole, j == i causally and j > i not at all; a sliding window hides
+// the blocks wholly beyond it and masks those it cuts (src/cp/block_attention.h). Each block gives its
 // output o_j and log-sum-exp l_j; they merge as l = log(sum_j e^l_j), out = sum_j e^(l_j - l) o_j (in fp32). The
 // backward of a block, given the merged out and l, is the block's own flash-attention backward: dq sums over blocks,
 // dk and dv go back to the rank that owns the keys. The keys and values travel by
@@ -55,11 +56,13 @@ struct RingAttentionOptions {
 
 // Attention of this rank's queries over the whole sequence's keys and values. q [b, heads, s, d]; k, v
 // [b, kv_heads, s, d] (this rank's shards, in the layout of `options`); kv_heads divides heads. Differentiable.
+// kwargs: a sliding window over the global positions (causal only) and logit soft-capping, as the model's kernel.
 at::Tensor ring_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool is_causal,
-                          std::optional<double> scale, const DeviceMesh& cp_mesh, const RingAttentionOptions& options = {});
+                          std::optional<double> scale, const DeviceMesh& cp_mesh, const RingAttentionOptions& options = {},
+                          const nn::AttentionKwargs& kwargs = {});
 
 // While alive, model attention (dtensor::nn::scaled_dot_product_attention) on this thread is ring attention over
-// cp_mesh (a 1-D mesh). An attention mask (padding, sliding windows) is refused by name.
+// cp_mesh (a 1-D mesh), sliding windows and soft-capping included. An attention mask (padding) is refused by name.
 class ContextParallel {
  public:
   explicit ContextParallel(const DeviceMesh& cp_mesh, RingAttentionOptions options = {});

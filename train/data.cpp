@@ -76,7 +76,7 @@ Batch sample_batch(const Corpus& corpus, int64_t batch, int64_t seq_len, uint64_
   at::Tensor starts = at::randint(n - seq_len - 1, {batch, 1}, gen, at::kLong);
   at::Tensor index = starts + at::arange(seq_len + 1, at::kLong);  // [batch, seq_len + 1]
   at::Tensor windows = corpus.tokens.index_select(0, index.flatten()).view({batch, seq_len + 1});
-  return {windows.narrow(1, 0, seq_len).contiguous(), windows.narrow(1, 1, seq_len).contiguous()};
+  return {windows.narrow(1, 0, seq_len).contiguous(), windows.narrow(1, 1, seq_len).contiguous(), at::Tensor()};
 }
 
 }  // namespace train

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace dtensor::testing {
@@ -52,6 +53,11 @@ std::vector<std::string> run_ranks(int world_size, const RankBody& body, RunOpti
 at::Tensor seeded_randn(uint64_t seed, at::IntArrayRef shape, at::ScalarType dtype) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   return at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble)).to(dtype);
+}
+
+bool on_gloo_pass() {
+  const char* backend = std::getenv("DTENSOR_BACKEND");
+  return backend != nullptr && std::string(backend) == "gloo";
 }
 
 std::string error_of(const std::function<void()>& f) {

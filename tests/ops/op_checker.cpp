@@ -128,7 +128,8 @@ CheckResult check_op(const OpSample& sample, const DeviceMesh& mesh, int max_com
   return result;
 }
 
-std::vector<CheckResult> check_all_ops(const std::vector<OpSample>& samples, const std::string& device_type) {
+std::vector<CheckResult> check_all_ops(const std::vector<OpSample>& samples, const std::string& device_type,
+                                       int combos_1d, int combos_2d) {
   std::vector<CheckResult> results;
   RunOptions options;
   options.run_timeout = std::chrono::milliseconds(900000);
@@ -139,8 +140,8 @@ std::vector<CheckResult> check_all_ops(const std::vector<OpSample>& samples, con
     auto mesh_1d = init_device_mesh(device_type, {4});
     auto mesh_2d = init_device_mesh(device_type, {2, 2});
     for (size_t k = 0; k < samples.size(); ++k) {
-      auto r1 = check_op(samples[k], mesh_1d, 64, 1000 + k);
-      auto r2 = check_op(samples[k], mesh_2d, 12, 2000 + k);
+      auto r1 = check_op(samples[k], mesh_1d, combos_1d, 1000 + k);
+      auto r2 = check_op(samples[k], mesh_2d, combos_2d, 2000 + k);
       if (rank == 0) {
         results.push_back(std::move(r1));
         results.push_back(std::move(r2));

@@ -29,6 +29,9 @@ CheckResult check_op(const OpSample& sample, const DeviceMesh& mesh, int max_com
 // Every sample on a 1-D mesh of 4 ranks (all combinations up to 64) and a 2x2 mesh (12 sampled), world 4
 // as threads; rank 0's results, two rows per sample. On a "cuda" mesh the inputs move to the GPU and the
 // results are compared with the same CPU reference.
-std::vector<CheckResult> check_all_ops(const std::vector<OpSample>& samples, const std::string& device_type = "cpu");
+// combos_1d, combos_2d: the most placement combinations checked per op on the 1-D mesh of 4 and on the 2x2 mesh
+// (a seeded sample when an op has more).
+std::vector<CheckResult> check_all_ops(const std::vector<OpSample>& samples, const std::string& device_type = "cpu",
+                                       int combos_1d = 64, int combos_2d = 12);
 
 }  // namespace dtensor::testing

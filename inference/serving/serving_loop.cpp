@@ -79,7 +79,11 @@ bool ServingLoop::emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> l
   if (seq.drawn() == 1) metrics_.first_token(seconds_since(seq.request->arrival));
   const SamplingParams& p = seq.request->api.params;
   const auto eos = tok_.eos_token_id();
-  if (!p.ignore_eos && eos && token == *eos) return finish(seq, seq.text.end(), "stop", std::move(logprobs)), false;
+  // Under a grammar the end-of-sequence token is allowed only when the text is complete: it is the grammar's end and
+  // stops the choice even with ignore_eos (never kept as text after the JSON).
+  if ((!p.ignore_eos || seq.grammar) && eos && token == *eos) {
+    return finish(seq, seq.text.end(), "stop", std::move(logprobs)), false;
+  }
   std::string piece = seq.text.put(token);
   if (seq.text.stopped()) return finish(seq, std::move(piece), "stop", std::move(logprobs)), false;
   if (seq.drawn() >= p.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= options_.max_model_len) {

@@ -8,7 +8,7 @@
 
 #include "dtensor/core/error.h"
 #include "dtensor/cp/context_parallel.h"
-#include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/mesh/process_group.h"
 #include "cp/block_attention.h"
 #include "cp/layout.h"
 #include "mesh/autograd_comm_scope.h"
@@ -42,16 +42,14 @@ struct Ring {
   // The rank whose block this rank holds at step t of the ring (its own at t = 0).
   int64_t source(int64_t t) const { return ((rank - t) % cp + cp) % cp; }
 
-  // Every rank's shard has x's length: known, so no size agreement travels with the all-gather.
-  std::vector<int64_t> sizes(const at::Tensor& x) const { return std::vector<int64_t>(static_cast<size_t>(cp), x.size(2)); }
-  at::Tensor gather(const at::Tensor& x) const { return all_gather(x, 2, *group, sizes(x)); }
-
   // [k; v] of one rank, flat, and back.
   static at::Tensor pack(const at::Tensor& k, const at::Tensor& v) { return at::cat({k.reshape({-1}), v.reshape({-1})}); }
   static std::pair<at::Tensor, at::Tensor> unpack(const at::Tensor& kv, const at::Tensor& like) {
     const int64_t n = like.numel();
     return {kv.narrow(0, 0, n).view(like.sizes()), kv.narrow(0, n, n).view(like.sizes())};
   }
+  // Starts the all-gather of every rank's packed [k; v] into `all` (rank r's at [r n, (r + 1) n)).
+  Work gather(at::Tensor& all, at::Tensor& mine) const { return group->all_gather_into_async(all, mine); }
   // Starts sending `buf` to the next rank and receiving the previous rank's into `into`.
   Work rotate(at::Tensor& into, at::Tensor& buf) const {
     std::vector<int64_t> in_splits(static_cast<size_t>(cp), 0), out_splits(static_cast<size_t>(cp), 0);
@@ -111,9 +109,18 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
     if (ring.cp == 1) {
       attend(0, k, v);
     } else if (ring.method == RotateMethod::allgather) {
-      const at::Tensor ks = ring.gather(k), vs = ring.gather(v);
-      const int64_t s = k.size(2);
-      for (int64_t src = 0; src < ring.cp; ++src) attend(src, ks.narrow(2, src * s, s), vs.narrow(2, src * s, s));
+      // One all-gather of [k; v], in flight while this rank's own blocks are computed.
+      at::Tensor mine = Ring::pack(k, v);
+      const int64_t n = mine.numel();
+      at::Tensor all = at::empty({ring.cp * n}, mine.options());
+      Work w = ring.gather(all, mine);
+      attend(ring.rank, k, v);
+      w.wait();
+      for (int64_t src = 0; src < ring.cp; ++src) {
+        if (src == ring.rank) continue;
+        auto [ks, vs] = Ring::unpack(all.narrow(0, src * n, n), k);
+        attend(src, ks, vs);
+      }
     } else {
       at::Tensor held = Ring::pack(k, v);
       for (int64_t t = 0; t < ring.cp; ++t) {
@@ -170,15 +177,28 @@ struct RingAttentionFn : torch::autograd::Function<RingAttentionFn> {
       dk = zeros(k), dv = zeros(v);
       back(0, k, v, dk, dv);
     } else if (ring.method == RotateMethod::allgather) {
-      const at::Tensor ks = ring.gather(k), vs = ring.gather(v);
-      at::Tensor dks = zeros(ks), dvs = zeros(vs);
-      const int64_t s = k.size(2);
-      for (int64_t src = 0; src < ring.cp; ++src) {
-        at::Tensor dk_src = dks.narrow(2, src * s, s), dv_src = dvs.narrow(2, src * s, s);
-        back(src, ks.narrow(2, src * s, s), vs.narrow(2, src * s, s), dk_src, dv_src);
+      // The forward's all-gather again, in flight while this rank's own blocks' gradients are computed; then one
+      // reduce-scatter takes every block's [dk; dv] (fp32, rank r's at [r n, (r + 1) n)) to the rank that owns it.
+      at::Tensor mine = Ring::pack(k, v);
+      const int64_t n = mine.numel();
+      at::Tensor all = at::empty({ring.cp * n}, mine.options());
+      Work w = ring.gather(all, mine);
+      at::Tensor grads = at::zeros({ring.cp * n}, k.options().dtype(at::kFloat));
+      auto slot = [&](int64_t src) { return Ring::unpack(grads.narrow(0, src * n, n), k); };
+      {
+        auto [dk_own, dv_own] = slot(ring.rank);
+        back(ring.rank, k, v, dk_own, dv_own);
       }
-      dk = reduce_scatter(dks, ReduceOp::SUM, 2, *ring.group, ring.sizes(k));  // each block's gradient to its owner
-      dv = reduce_scatter(dvs, ReduceOp::SUM, 2, *ring.group, ring.sizes(v));
+      w.wait();
+      for (int64_t src = 0; src < ring.cp; ++src) {
+        if (src == ring.rank) continue;
+        auto [ks, vs] = Ring::unpack(all.narrow(0, src * n, n), k);
+        auto [dk_src, dv_src] = slot(src);
+        back(src, ks, vs, dk_src, dv_src);
+      }
+      at::Tensor home = at::empty({n}, grads.options());
+      ring.group->reduce_scatter_into(home, grads, ReduceOp::SUM);
+      std::tie(dk, dv) = Ring::unpack(home, k);
     } else {
       // The block and its gradients' accumulator travel together; after cp rotations the accumulator is home.
       at::Tensor held = Ring::pack(k, v);

@@ -8,6 +8,7 @@ Checked:
     (prefix_allowed_tokens_fn over the byte-level vocabulary): the mask, the end-of-sequence rule and the stop;
   - four bounded schemas (every string, array and number bounded, so every choice must end "stop"), n=3 sampled
     choices and a greedy one each: every text is JSON that the `jsonschema` package validates against the schema;
+  - ignore_eos with a schema: the end-of-sequence token still ends each choice ("stop"), the text valid JSON;
   - json_object: every choice that ends "stop" is a JSON object; a streamed choice equals the plain one (same seed);
     the completions endpoint takes response_format too;
   - tool_choice "required" and a named function: message.tool_calls, finish_reason "tool_calls", the arguments valid
@@ -148,6 +149,18 @@ def main():
                     problems.append((text, str(e)[:200]))
             check(not problems, f"json_schema '{label}': {len(texts)} choices (greedy, 3 sampled) end 'stop' and validate",
                   problems)
+
+        # ignore_eos under a grammar: the end-of-sequence token (allowed once the text is complete, here made certain
+        # by a logit bias) ends the choice, never kept as text with the grammar going on.
+        r = client.chat.completions.create(model=name, messages=messages, max_tokens=8, temperature=0,
+                                           logit_bias={str(tok.eos_token_id): 100},
+                                           response_format={"type": "json_schema", "json_schema": {
+                                               "name": "n", "schema": {"type": "integer"}}},
+                                           extra_body={"ignore_eos": True})
+        c = r.choices[0]
+        check(c.finish_reason == "stop" and isinstance(json.loads(c.message.content), int),
+              "ignore_eos with a schema: the end-of-sequence token still ends the choice ('stop', an integer)",
+              (c.message.content, c.finish_reason))
 
         # json_object: a dict when it ends; streamed equals plain; completions take response_format.
         fmt = {"type": "json_object"}

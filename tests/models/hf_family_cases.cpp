@@ -7,6 +7,7 @@
 #include <functional>
 #include <iterator>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -38,6 +39,19 @@ std::vector<std::string> case_names() {
     if (!line.empty()) names.push_back(line);
   }
   if (names.empty()) throw std::runtime_error("hf_family_oracle.py list gave no cases");
+  if (dtensor::testing::on_gloo_pass()) {
+    // The families differ in their math, which the first pass checks; on Gloo the cases whose collectives differ:
+    // tied vocab-parallel embeddings, replicated key/value heads, the full-width q/k norm's all-reduce, per-head
+    // norm weights, experts dispatched by all-to-all (and a shared expert), bf16 traffic.
+    const std::set<std::string> sample = {"llama_tied", "llama_kv1", "olmo2", "cohere_qk_norm", "mixtral", "qwen2_moe",
+                                          "llama_bf16"};
+    std::vector<std::string> kept;
+    for (const auto& n : names) {
+      if (sample.count(n)) kept.push_back(n);
+    }
+    if (kept.size() != sample.size()) throw std::runtime_error("hf_family_cases: a Gloo sample case is not listed");
+    return kept;
+  }
   return names;
 }
 

@@ -18,7 +18,8 @@
 // output o_j and log-sum-exp l_j; they merge as l = log(sum_j e^l_j), out = sum_j e^(l_j - l) o_j (in fp32). The
 // backward of a block, given the merged out and l, is the block's own flash-attention backward: dq sums over blocks,
 // dk and dv go back to the rank that owns the keys. The keys and values travel by
-//   allgather  one all-gather of k and v (backward: one reduce-scatter of their gradients);
+//   allgather  one all-gather of [k; v], overlapped with the rank's own blocks (backward: the same gather, then one
+//              reduce-scatter of every block's [dk; dv] to its owner);
 //   alltoall   a ring: cp - 1 rotations to the next rank (all_to_all_single with one peer), each overlapped with the
 //              block it does not need, and the gradients' accumulators travelling with the blocks in the backward.
 // The naive reference is the whole attention on one rank (the tests compare the two).

@@ -16,6 +16,10 @@ What runs in each round:
   tokenizers). Their PyTorch side (torchrun, Gloo) does not read DTENSOR_BACKEND, so
   each PyTorch launch runs N times; our side runs N/2 times on each backend. (Every round on both backends would
   make a 20-round sweep take 2 h 20 min on 2 cores; this keeps it near 1 h 40 min.)
+--failure-paths: the short tests of failure, launch, rendezvous, watchdog, preemption and usage errors only (the bar:
+>= 200 rounds on both backends beside 2 hogs): per backend, dtensor_tests' FAILURE_SUITES, llama_tests'
+FAILURE_LLAMA_TESTS, and 2 fault_soak trials that SIGKILL a rank (the store's owner included) mid-collective, whose
+survivors must exit 1 with a named error, never by a signal (SIGPIPE: status 141).
 Every command is bounded by --timeout. H busy loops (default 1) run for the whole sweep. A failed run's output is
 kept in build/flake_check/. The last line is `summary ...`; the exit status is 1 if anything failed.
 """
@@ -48,6 +52,10 @@ LLAMA_ORACLE_SUITES = ["LlamaHF", "Cases/HfFamily", "HfFamilies", "Moe", "Tokeni
 ORACLES = ["toy_tp_vs_pytorch", "llama_vs_pytorch", "llama_fsdp_tp_vs_pytorch", "llama_generate_vs_hf",
            "text_generate_vs_hf", "tokenizer", "serve_vs_hf", "inference", "config_fuzz_vs_hf",
            "llama_mixed_precision_vs_pytorch", "llama_float8_vs_torchao", "frozen_rank_trials", "serve_reliability", "serve_sampling_vs_hf", "serve_tools_vs_hf", "serve_structured_vs_hf", "serve_ep_vs_hf"]
+# --failure-paths
+FAILURE_SUITES = ["Failures", "Rendezvous", "SizeMismatch", "Tprun", "TprunWatchdog", "TprunStore", "LaunchEnv"]
+FAILURE_LLAMA_TESTS = ["LlamaTrainCli", "LlamaCheckpoint.SigtermSavesAtTheNextStepBoundaryAndResumes",
+                       "PlanSearch.LlamaPlanSearchJsonAndLlamaTrainPlanAuto"]
 GENERATORS = ["oracle_generate", "oracle_styles_generate"]  # backend-independent: PyTorch alone
 CTEST = shutil.which("ctest", path=os.path.dirname(PY) + os.pathsep + os.environ.get("PATH", "")) or "ctest"
 
@@ -109,7 +117,7 @@ def gtest(binary, suites, backend, rnd, env, tally, timeout, only):
     suites = [s for s in suites if not only or re.search(only, s)]
     if not suites:
         return
-    filt = ":".join(s + ".*" for s in suites)
+    filt = ":".join(s if "." in s else s + ".*" for s in suites)
     report = os.path.join(LOGS, f"{binary}.json")
     os.makedirs(LOGS, exist_ok=True)
     if os.path.exists(report):
@@ -152,12 +160,16 @@ def command(name, cmd, backend, rnd, env, tally, timeout):
 def main():
     ap = argparse.ArgumentParser(prog="flake_check.sh", description=__doc__.split("\n")[0])
     ap.add_argument("rounds", type=int, help="rounds (N); the bar is 0 failures at N >= 20")
-    ap.add_argument("--hogs", type=int, default=1, help="busy loops beside the tests (default 1)")
+    ap.add_argument("--hogs", type=int, default=None, help="busy loops beside the tests (default 1; 2 with --failure-paths)")
+    ap.add_argument("--failure-paths", action="store_true",
+                    help="only the failure, launch, rendezvous, watchdog, preemption and usage-error tests")
     ap.add_argument("--only", default="", help="only the suites / oracles whose name matches this regex")
     ap.add_argument("--backends", default="shm,gloo", help="DTENSOR_BACKEND values (default shm,gloo)")
     ap.add_argument("--timeout", type=int, default=900, help="bound of each command, in seconds (default 900)")
     ap.add_argument("--seed", type=int, default=1000, help="fault_soak's seed in round r is seed + r")
     args = ap.parse_args()
+    if args.hogs is None:
+        args.hogs = 2 if args.failure_paths else 1
     if args.rounds < 1 or args.hogs < 0 or args.timeout < 1:
         ap.error("rounds and timeout must be >= 1, hogs >= 0")
     backends = [b for b in args.backends.split(",") if b]
@@ -171,6 +183,19 @@ def main():
     try:
         for rnd in range(1, args.rounds + 1):
             base = dict(os.environ, OMP_NUM_THREADS="1")
+            if args.failure_paths:
+                for backend in backends:
+                    env = dict(base, DTENSOR_BACKEND=backend)
+                    gtest("dtensor_tests", FAILURE_SUITES, backend, rnd, env, tally, args.timeout, only)
+                    gtest("llama_tests", FAILURE_LLAMA_TESTS, backend, rnd, env, tally, args.timeout, only)
+                    if not only or re.search(only, "fault_soak"):
+                        soak = [os.path.join(BIN, "fault_soak"), "--trials", "2", "--jobs", "2", "--timeout", "3",
+                                "--slack", "5", "--backends", backend, "--signals", "kill", "--launch", "hand",
+                                "--seed", str(args.seed + rnd)]
+                        command("fault_soak (2 SIGKILL trials)", soak, backend, rnd, env, tally, args.timeout)
+                print(f"[flake] round {rnd}/{args.rounds} done: {tally.failures()} failures so far, "
+                      f"{time.time() - t_start:.0f} s", flush=True)
+                continue
             for name in GENERATORS:
                 if not only or re.search(only, name):
                     command(name, ctest(name), "any", rnd, base, tally, args.timeout)

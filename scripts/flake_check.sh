@@ -4,6 +4,6 @@
 # Sets up and builds what is missing first (scripts/setup.sh). The bar is 0 failures at N >= 20.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -ge 1 ] || { echo "usage: scripts/flake_check.sh N [--hogs H] [--only REGEX] [--backends shm,gloo] [--timeout S]" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: scripts/flake_check.sh N [--failure-paths] [--hogs H] [--only REGEX] [--backends shm,gloo] [--timeout S]" >&2; exit 2; }
 ./scripts/setup.sh
 exec .venv/bin/python scripts/flake_check.py "$@"

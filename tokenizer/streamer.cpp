@@ -31,7 +31,7 @@ bool starts_incomplete(const std::string& s) { return s.compare(0, 3, "\xEF\xBF\
 std::string TextStreamer::window(size_t from, size_t to) const {
   return tok_.decode(std::vector<int64_t>(ids_.begin() + static_cast<std::ptrdiff_t>(from),
                                           ids_.begin() + static_cast<std::ptrdiff_t>(to)),
-                     skip_special_);
+                     skip_special_, UnknownIds::kSkip);
 }
 
 void TextStreamer::prime(const std::vector<int64_t>& prompt) {

@@ -19,6 +19,8 @@
 
 namespace tokenizer {
 
+// A generated stream: ids outside the tokenizer's vocabulary (a padded embedding's rows) add nothing to the text, as in
+// transformers' decode.
 class TextStreamer {
  public:
   explicit TextStreamer(const Tokenizer& tok, bool skip_special_tokens = true)

@@ -1,5 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -116,9 +118,19 @@ std::vector<std::vector<int64_t>> Tokenizer::encode_batch(const std::vector<std:
   return out;
 }
 
-std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
-  return backend_->decode(ids, skip_special_tokens);
+std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens, UnknownIds unknown) const {
+  if (unknown == UnknownIds::kError || std::all_of(ids.begin(), ids.end(), [&](int64_t id) { return has_id(id); })) {
+    return backend_->decode(ids, skip_special_tokens);
+  }
+  std::vector<int64_t> known;
+  known.reserve(ids.size());
+  for (int64_t id : ids) {
+    if (has_id(id)) known.push_back(id);
+  }
+  return backend_->decode(known, skip_special_tokens);
 }
+
+bool Tokenizer::has_id(int64_t id) const { return backend_->id_to_token(id).has_value(); }
 
 std::optional<int64_t> Tokenizer::token_to_id(const std::string& token) const { return backend_->token_to_id(token); }
 std::optional<std::string> Tokenizer::id_to_token(int64_t id) const { return backend_->id_to_token(id); }

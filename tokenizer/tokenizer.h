@@ -28,6 +28,11 @@ struct AddedToken {
   bool special = false, normalized = true, lstrip = false, rstrip = false, single_word = false;
 };
 
+// What decode does with an id outside the vocabulary (neither the model's nor an added token). A model's embedding may
+// be padded past its tokenizer (Qwen2: 151,936 rows for 151,665 tokens; Phi-3: 32,064 for 32,011), so it can draw
+// such ids: kSkip decodes them to nothing, as transformers' (fast) decode does; kError throws Error naming the id.
+enum class UnknownIds { kError, kSkip };
+
 class Tokenizer {
  public:
   // dir holds tokenizer.json or tokenizer.model; throws Error naming what is missing.
@@ -40,7 +45,10 @@ class Tokenizer {
 
   std::vector<int64_t> encode(const std::string& text, bool add_special_tokens = true) const;
   std::vector<std::vector<int64_t>> encode_batch(const std::vector<std::string>& texts, bool add_special_tokens = true) const;
-  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false,
+                     UnknownIds unknown = UnknownIds::kError) const;
+  // Whether `id` is a token of this tokenizer (the model's vocabulary or an added token).
+  bool has_id(int64_t id) const;
 
   std::optional<int64_t> token_to_id(const std::string& token) const;
   std::optional<std::string> id_to_token(int64_t id) const;

@@ -1,4 +1,5 @@
 #include "train/checkpointing.h"
+#include "train/export.h"
 
 #include "common/dtype.h"
 
@@ -67,6 +68,7 @@ void save_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torc
     DTENSOR_CHECK(out, "dtensor: llama_train: cannot write ", tmp.string());
   }
   fs::rename(tmp, fs::path(o.checkpoint_dir) / "config.json");
+  save_tokenizer(o, o.checkpoint_dir);  // serve --checkpoint DIR --tokenizer DIR reads the model's text
 }
 
 int64_t resume_from_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torch::optim::AdamW& optimizer) {

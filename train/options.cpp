@@ -1,5 +1,7 @@
 #include "train/options.h"
 
+#include "tokenizer/tokenizer.h"
+
 #include "dtensor/cp/context_parallel.h"
 
 #include <ATen/ATen.h>
@@ -121,6 +123,16 @@ void fit_to_corpus(TrainOptions& o, const Corpus& corpus) {
   const int64_t max_token = corpus.max_token();
   if (!o.data.empty() && o.data.ends_with(".bin") && o.hf_dir.empty() && o.tokenizer_dir.empty()) {
     o.model.vocab_size = (max_token + 1 + 127) / 128 * 128;  // a multiple of 128: divisible by the TP degree
+  } else if (o.hf_dir.empty() && !o.tokenizer_dir.empty()) {
+    // A new model over a tokenizer: a row per token of the tokenizer (len(tokenizer), as transformers sizes one),
+    // padded to a multiple of 128 (divisible by the TP degree), so that its own text can be served.
+    int64_t tokens = max_token + 1;
+    try {
+      tokens = std::max(tokens, tokenizer::Tokenizer::from_pretrained(o.tokenizer_dir).vocab_size());
+    } catch (const std::exception& e) {
+      throw ConfigError("--tokenizer " + o.tokenizer_dir + ": " + e.what());
+    }
+    o.model.vocab_size = (tokens + 127) / 128 * 128;
   } else if (max_token >= o.model.vocab_size) {
     throw ConfigError("token id " + std::to_string(max_token) + " >= vocab " + std::to_string(o.model.vocab_size));
   }

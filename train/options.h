@@ -76,6 +76,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // save after every N steps and after the last one (needs checkpoint_dir)
   bool resume = false;           // continue from the newest checkpoint in checkpoint_dir (none: from step 0)
   int64_t stop_after = 0;        // 0: run to `steps`; else stop after this step (the schedule still spans `steps`)
+  std::string save_hf;           // "": none; else the trained model saved there as a HF checkpoint (train/export.h)
 };
 
 // Options that do not fit together (or a checkpoint config that does not load): llama_train prints "error: <what>"

@@ -168,6 +168,7 @@ void print_tables(std::ostream& os, const PlanOptions& o, const dtensor::DryRunR
                 static_cast<long long>(r0.dtensor_ops), cost.dtensor_op_us, e.comm_s * 1e3,
                 cost.comm_source.c_str(), e.fused_overhead_s * 1e3, e.step_s * 1e3);
   os << line;
+  if (!cost.machine_source.empty()) os << "# machine: " << cost.machine_source << "\n";
   if (e.fused_comm_s > 0) {
     std::snprintf(line, sizeof line,
                   "# async TP at best (its fused collectives, %.1f ms, hidden behind the matmuls): step %.1f ms\n",
@@ -209,7 +210,8 @@ nlohmann::json to_json(const PlanOptions& o, const dtensor::DryRunReport& report
           {"ranks", ranks}, {"differing_ranks", report.differing_ranks},
           {"cost_model", {{"matmul_gflops", cost.matmul_gflops}, {"memory_gbps", cost.memory_gbps},
                           {"dtensor_op_us", cost.dtensor_op_us},
-                          {"comm_source", cost.comm_source}}},
+                          {"comm_source", cost.comm_source}, {"comm_world", cost.comm_world},
+                          {"machine_source", cost.machine_source}}},
           {"dry_run_seconds", report.seconds}};
 }
 

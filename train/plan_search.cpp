@@ -118,7 +118,8 @@ nlohmann::json search_json(const PlanOptions& base, const SearchResult& r, const
                       {"why", r.result.why},
                       {"mesh", {{"tp", base.tp}, {"dp", base.dp}}},
                       {"memory_budget_bytes", options.memory_budget_bytes},
-                      {"cost_model", {{"matmul_gflops", options.cost.matmul_gflops}, {"comm_source", options.cost.comm_source}}},
+                      {"cost_model", {{"matmul_gflops", options.cost.matmul_gflops}, {"comm_source", options.cost.comm_source},
+                                      {"machine_source", options.cost.machine_source}}},
                       {"candidates", candidates}};
   j["runner_up"] = r.result.runner_up ? score_json(*r.result.runner_up) : nlohmann::json(nullptr);
   return j;
@@ -129,6 +130,7 @@ void print_search(std::ostream& os, const PlanOptions& base, const SearchResult&
   os << "# plan search: tp " << base.tp << ", dp " << base.dp << ", batch " << base.batch << " x " << base.seq_len
      << " tokens; cost model: matmul " << options.cost.matmul_gflops << " GFLOP/s, memory " << options.cost.memory_gbps
      << " GB/s, " << options.cost.dtensor_op_us << " us per DTensor op, " << options.cost.comm_source << "\n";
+  if (!options.cost.machine_source.empty()) os << "# machine: " << options.cost.machine_source << "\n";
   if (options.memory_budget_bytes > 0) os << "# memory budget: " << (options.memory_budget_bytes >> 20) << " MiB per rank\n";
   std::snprintf(line, sizeof line, "%-44s %10s %10s %10s %10s %10s %6s %7s %10s %5s\n", "candidate", "step_ms", "matmul",
                 "other", "dispatch", "comm", "colls", "dt_ops", "peak_MB", "fits");
@@ -157,14 +159,5 @@ void print_search(std::ostream& os, const PlanOptions& base, const SearchResult&
      << " candidates=" << r.result.candidates.size() << " fitting=" << fitting << "\n";
 }
 
-dtensor::CostModel fixed_cost_model() {
-  dtensor::CostModel m = dtensor::default_cost_model();
-  // measure_matmul_gflops(), measure_memory_gbps() and measure_dtensor_op_us() on one thread (tprun gives each rank
-  // one) of the development machine, 2026-11-26.
-  m.matmul_gflops = 94.0;
-  m.memory_gbps = 25.0;
-  m.dtensor_op_us = 1.9;
-  return m;
-}
 
 }  // namespace train

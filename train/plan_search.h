@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dtensor/plan/auto_plan.h"
+#include "train/machine_model.h"
 #include "train/plan_dry_run.h"
 
 namespace train {
@@ -37,8 +38,7 @@ nlohmann::json search_json(const PlanOptions& base, const SearchResult& r, const
 // The table: every candidate's prediction, the winner's plan, why it won, and a `summary` line.
 void print_search(std::ostream& os, const PlanOptions& base, const SearchResult& r, const dtensor::AutoPlanOptions& options);
 
-// The cost model llama_train --plan auto uses: the built-in numbers, with a fixed matmul rate (measured on the
-// development machine), so every rank computes the same choice without communicating.
-dtensor::CostModel fixed_cost_model();
+// fixed_cost_model(), the cost model llama_train --plan auto uses (the stated machine: every rank computes the same
+// choice without communicating), is in train/machine_model.h.
 
 }  // namespace train

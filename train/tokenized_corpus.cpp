@@ -73,6 +73,9 @@ Corpus load_tokenized_corpus(const std::string& path, const std::string& tokeniz
   const std::string text = corpus_text(path);
   std::vector<int64_t> ids;
   const auto start = std::chrono::steady_clock::now();
+  // On a terminal a bar redrawn in place; into a file or a pipe (a log) a line per tenth, no carriage returns.
+  const bool terminal = ::isatty(2) != 0;
+  int last_tenth = 0;
   for (size_t at = 0; at < text.size();) {
     size_t end = std::min(text.size(), at + kChunk);
     if (end < text.size()) {
@@ -82,7 +85,14 @@ Corpus load_tokenized_corpus(const std::string& path, const std::string& tokeniz
     const auto chunk = tok.encode(text.substr(at, end - at), /*add_special_tokens=*/false);
     ids.insert(ids.end(), chunk.begin(), chunk.end());
     at = end;
-    if (progress) {
+    if (progress && !terminal) {
+      const int tenth = static_cast<int>(10 * at / text.size());
+      if (tenth > last_tenth) {
+        last_tenth = tenth;
+        std::fprintf(stderr, "tokenizing %s: %3d%% %.1f/%.1f MB\n", path.empty() ? "the default corpus" : path.c_str(),
+                     tenth * 10, static_cast<double>(at) / 1e6, static_cast<double>(text.size()) / 1e6);
+      }
+    } else if (progress) {
       const int width = 30, done = static_cast<int>(width * at / text.size());
       std::fprintf(stderr, "\rtokenizing %s [%s%s] %3d%% %.1f/%.1f MB", path.empty() ? "the default corpus" : path.c_str(),
                    std::string(static_cast<size_t>(done), '#').c_str(), std::string(static_cast<size_t>(width - done), '.').c_str(),
@@ -91,7 +101,7 @@ Corpus load_tokenized_corpus(const std::string& path, const std::string& tokeniz
   }
   if (progress) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, "\ntokenized %zu tokens in %.2f s -> %s\n", ids.size(), s, cache.c_str());
+    std::fprintf(stderr, "%stokenized %zu tokens in %.2f s -> %s\n", terminal ? "\n" : "", ids.size(), s, cache.c_str());
   }
   // Written whole, then renamed: a concurrent or interrupted writer never leaves a partial cache.
   fs::create_directories(fs::path(cache).parent_path());

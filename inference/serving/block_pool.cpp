@@ -54,6 +54,13 @@ void BlockAllocator::release(std::vector<int64_t>& blocks) {
   blocks.clear();
 }
 
+void BlockAllocator::release_uncached(std::vector<int64_t>& blocks) {
+  for (int64_t b : blocks) {
+    if (refs_[b] == 1) uncache(b);  // its last holder (every sequence of a failed step is discarded)
+  }
+  release(blocks);
+}
+
 void BlockAllocator::uncache(int64_t block) {
   if (!cached_[block]) return;
   auto it = by_hash_.find(cached_[block]->hash);

@@ -25,6 +25,9 @@ class BlockAllocator {
   std::optional<int64_t> allocate();
   // Drops one reference to each of `blocks` (and empties it); cached blocks stay findable until evicted.
   void release(std::vector<int64_t>& blocks);
+  // As release, after a step that failed: the blocks are forgotten by the prefix cache first (the step was to write
+  // their keys and values and may not have).
+  void release_uncached(std::vector<int64_t>& blocks);
   // Prefix caching: the longest run of cached blocks holding tokens[0, k * block_size), k <= max_blocks, each with
   // one more reference. Counts the tokens asked for (up to max_blocks' worth) and those found.
   std::vector<int64_t> match(const std::vector<int64_t>& tokens, int64_t block_size, int64_t max_blocks);

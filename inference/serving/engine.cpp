@@ -5,6 +5,9 @@
 
 #include "dtensor/core/error.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace serve {
 namespace {
 enum Kind : int64_t { kIdle = 0, kStep = 1, kStop = 2 };
@@ -26,6 +29,11 @@ void Engine::send_header(int64_t kind, int64_t t, int64_t k, int64_t n_out) {
 }
 
 at::Tensor Engine::forward(const inference::PagedStep& s) {
+  ++steps_;
+  if (faults_.forward_fault(steps_, group_ ? group_->rank() : 0)) {
+    throw std::runtime_error("DTENSOR_SERVE_FAULT: injected failure in the forward of step " + std::to_string(steps_) +
+                             " on rank " + std::to_string(group_ ? group_->rank() : 0));
+  }
   at::NoGradGuard no_grad;
   auto on = [&](const at::Tensor& x) { return x.to(device_); };
   const inference::PagedStep d{on(s.tokens), on(s.positions), on(s.query_seq), on(s.write_slots),

@@ -14,6 +14,7 @@
 
 #include "dtensor/mesh/process_group.h"
 #include "inference/paged_kv_cache.h"
+#include "inference/serving/fault_injection.h"
 #include "llama/model.h"
 
 namespace serve {
@@ -26,8 +27,14 @@ class Engine {
   at::Tensor step(const inference::PagedStep& step);
   void idle();
   void stop();
-  // Ranks > 0: runs rank 0's steps until it says stop. Throws when a collective fails (a rank died).
+  // Ranks > 0: runs rank 0's steps until it says stop. Throws when a collective fails (a rank died) or the forward
+  // throws.
   void follow();
+  // The ranks running the model: at 1, a step that throws leaves nothing out of step.
+  int world_size() const { return group_ ? group_->size() : 1; }
+  // Steps run so far (the same count on every rank).
+  int64_t steps() const { return steps_; }
+  const FaultInjection& faults() const { return faults_; }
 
  private:
   at::Tensor forward(const inference::PagedStep& step);
@@ -36,6 +43,8 @@ class Engine {
   std::shared_ptr<dtensor::ProcessGroup> group_;
   c10::Device device_;
   std::shared_ptr<inference::PagedKVCache> cache_;
+  int64_t steps_ = 0;
+  FaultInjection faults_ = FaultInjection::from_env();
 };
 
 }  // namespace serve

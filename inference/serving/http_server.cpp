@@ -44,6 +44,7 @@ HttpServer::HttpServer(ServingLoop& loop, Metrics& metrics, ApiLimits limits, Ht
   });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (loop_.failed()) return send_error(res, 503, "the server has failed", "server_error");
+    if (loop_.stopping()) return send_error(res, 503, "the server is shutting down", "server_error");
     res.set_content("{\"status\":\"ok\"}", "application/json");
   });
   s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -73,6 +74,8 @@ HttpServer::HttpServer(ServingLoop& loop, Metrics& metrics, ApiLimits limits, Ht
 }
 
 HttpServer::~HttpServer() {
+  // A handler waits for its request's events: those still open can no longer finish once the server goes.
+  fail_open("the server is shutting down");
   if (thread_.joinable()) {
     server_->stop();
     thread_.join();
@@ -106,7 +109,7 @@ void HttpServer::stop(std::chrono::milliseconds grace) {
 
 void HttpServer::fail_open(const std::string& message) {
   std::lock_guard<std::mutex> lock(open_mu_);
-  for (const auto& r : open_requests_) r->push({"", "", 503, message, {}, 0});
+  for (const auto& r : open_requests_) r->push({"", "", 503, message, {}, 0, {}});
 }
 
 void HttpServer::completions(const std::string& body, bool chat, void* response) {
@@ -166,6 +169,7 @@ void HttpServer::completions(const std::string& body, bool chat, void* response)
         Choice& c = choices[static_cast<size_t>(e.index)];
         c.text += e.text;
         c.logprobs.insert(c.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+        c.token_ids.insert(c.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
         if (!e.finish_reason.empty()) {
           c.finish_reason = e.finish_reason;
           --unfinished;

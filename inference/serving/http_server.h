@@ -41,6 +41,8 @@ class HttpServer {
   // Ends every open request with a 503 and `message` (from any thread: the serving loop may be stuck in a
   // collective with a dead rank).
   void fail_open(const std::string& message);
+  // Requests being answered now (running, queued or streaming).
+  int64_t open_requests() const { return open_; }
 
  private:
   void completions(const std::string& body, bool chat, void* response);

@@ -18,12 +18,12 @@ const std::set<std::string>& known_fields(bool chat) {
   static const std::set<std::string> completions = {
       "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "n", "stream", "stream_options", "stop", "seed",
       "user", "echo", "logprobs", "presence_penalty", "frequency_penalty", "best_of", "logit_bias", "suffix",
-      "ignore_eos", "repetition_penalty", "min_tokens", "response_format"};
+      "ignore_eos", "repetition_penalty", "min_tokens", "response_format", "return_token_ids"};
   static const std::set<std::string> chats = {
       "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "n", "stream",
       "stream_options", "stop", "seed", "user", "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
       "logit_bias", "response_format", "tools", "tool_choice", "chat_template_kwargs", "ignore_eos",
-      "repetition_penalty", "min_tokens"};
+      "repetition_penalty", "min_tokens", "return_token_ids"};
   return chat ? chats : completions;
 }
 
@@ -289,6 +289,10 @@ ApiRequest parse_request(const std::string& body_text, bool chat, const ApiLimit
     }
     r.include_usage = boolean(so, "include_usage");
   }
+  r.return_token_ids = boolean(body, "return_token_ids");
+  if (r.return_token_ids && r.stream) {
+    throw bad("return_token_ids", "'return_token_ids' is supported without 'stream' only");
+  }
   SamplingParams& p = r.params;
   p.temperature = number(body, "temperature", 1.0);
   if (p.temperature < 0) throw bad("temperature", "'temperature' must not be negative");
@@ -409,7 +413,15 @@ json completion_response(const ApiRequest& r, const std::string& id, int64_t cre
     }
     choice["logprobs"] = logprobs_json(r, choices[i].logprobs, 0);
     choice["finish_reason"] = finish_reason;
+    if (r.return_token_ids) choice["token_ids"] = choices[i].token_ids;
     out.push_back(choice);
+  }
+  if (r.return_token_ids) {
+    json o = {{"id", id}, {"object", r.chat ? "chat.completion" : "text_completion"}, {"created", created}, {"model", model},
+              {"choices", out}, {"prompt_token_ids", r.prompt_ids},
+              {"usage", {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion_tokens},
+                         {"total_tokens", prompt_tokens + completion_tokens}}}};
+    return o;
   }
   return {{"id", id},
           {"object", r.chat ? "chat.completion" : "text_completion"},

@@ -70,6 +70,9 @@ struct ApiRequest {
   bool parses_tool_calls() const { return chat && (!tool_parser.empty() || structured.forces_tool_call()); }
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
+  // vLLM's return_token_ids: each choice's generated ids ("token_ids", the end-of-sequence token included when it
+  // ended the choice) and the prompt's ("prompt_token_ids"). Without stream only.
+  bool return_token_ids = false;
   std::vector<int64_t> prompt_ids;
   SamplingParams params;
 };
@@ -96,6 +99,7 @@ struct Choice {
   std::string text;
   std::string finish_reason;
   std::vector<TokenLogprob> logprobs;
+  std::vector<int64_t> token_ids;  // the drawn tokens (return_token_ids)
 };
 // A chat choice whose text the request's tool parser reads: its content and calls ("tool_calls" finish).
 ParsedToolCalls parsed_choice(const ApiRequest& request, const Choice& choice);

@@ -25,6 +25,7 @@ struct Event {
   std::string error;
   std::vector<TokenLogprob> logprobs;  // of the tokens drawn since the last event (when the request asked)
   int64_t index = 0;                   // the choice (one of the request's n sequences)
+  std::vector<int64_t> token_ids;      // the tokens drawn since the last event
 };
 
 class Request {

@@ -124,11 +124,19 @@ Scheduler::Batch Scheduler::schedule() {
   return batch;
 }
 
-void Scheduler::remove(Sequence* seq) {
+void Scheduler::remove(Sequence* seq) { drop(seq, false); }
+
+void Scheduler::discard(Sequence* seq) { drop(seq, true); }
+
+void Scheduler::drop(Sequence* seq, bool uncached) {
   auto drop = [&](auto& list) {
     for (auto it = list.begin(); it != list.end(); ++it) {
       if (it->get() == seq) {
-        blocks_.release((*it)->blocks);
+        if (uncached) {
+          blocks_.release_uncached((*it)->blocks);
+        } else {
+          blocks_.release((*it)->blocks);
+        }
         list.erase(it);
         return true;
       }

@@ -43,6 +43,7 @@ struct Sequence {
   std::vector<int64_t> draft;  // speculative tokens to score after the last one (set before schedule(), then used)
   std::optional<structured::Matcher> grammar;  // structured output: where the drawn text is in the request's grammar
   TextOutput text;
+  std::vector<int64_t> unsent_ids;  // drawn tokens not yet in an event
   int64_t drawn() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }  // tokens generated so far
 };
 
@@ -61,6 +62,9 @@ class Scheduler {
   Batch schedule();
   // Removes `seq` (finished, cancelled or failed) and frees its blocks.
   void remove(Sequence* seq);
+  // Removes `seq` after the step that scheduled it failed: as remove, and its blocks are forgotten by the prefix
+  // cache (schedule() cached them for the step to write).
+  void discard(Sequence* seq);
   // Every sequence, running then waiting (for cancellation checks and failure).
   std::vector<Sequence*> all() const;
 
@@ -73,6 +77,7 @@ class Scheduler {
  private:
   bool grow(Sequence& seq, int64_t positions);  // blocks for `positions`; false when none is free
   void preempt(size_t running_index);
+  void drop(Sequence* seq, bool uncached);
 
   BlockAllocator blocks_;
   int64_t block_size_, max_num_seqs_, max_num_batched_tokens_;

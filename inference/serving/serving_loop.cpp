@@ -4,7 +4,10 @@
 
 #include "inference/logits_processors.h"
 
+#include <cstdio>
 #include <limits>
+#include <stdexcept>
+#include <utility>
 
 #include "dtensor/core/error.h"
 
@@ -25,7 +28,7 @@ ServingLoop::ServingLoop(Engine& engine, const tokenizer::Tokenizer& tok, Metric
 bool ServingLoop::submit(std::shared_ptr<Request> request) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (failed_) return false;
+    if (failed_ || stopping_) return false;
     incoming_.push_back(std::move(request));
   }
   cv_.notify_one();
@@ -52,7 +55,7 @@ void ServingLoop::drop_cancelled() {
 }
 
 void ServingLoop::finish(Sequence& seq, std::string text, const std::string& reason, std::vector<TokenLogprob> logprobs) {
-  seq.request->push({std::move(text), reason, 0, "", std::move(logprobs), seq.index});
+  seq.request->push({std::move(text), reason, 0, "", std::move(logprobs), seq.index, std::exchange(seq.unsent_ids, {})});
   metrics_.latency(seconds_since(seq.request->arrival));
   ++finished_;
   scheduler_.remove(&seq);  // frees its blocks; `seq` is gone after this
@@ -61,11 +64,12 @@ void ServingLoop::finish(Sequence& seq, std::string text, const std::string& rea
 TokenLogprob ServingLoop::logprob_of(const at::Tensor& raw_logits, int64_t token, int64_t top) const {
   // Of the model's raw logits (vLLM's default "raw_logprobs"): before penalties, bias and temperature.
   const at::Tensor lp = raw_logits.to(at::kFloat).reshape({-1}).log_softmax(0);
-  TokenLogprob out{token, tok_.decode({token}), lp[token].item<double>(), {}};
+  auto text = [&](int64_t id) { return tok_.decode({id}, false, tokenizer::UnknownIds::kSkip); };
+  TokenLogprob out{token, text(token), lp[token].item<double>(), {}};
   if (top > 0) {
     auto [values, ids] = lp.topk(std::min<int64_t>(top, lp.size(0)));
     for (int64_t i = 0; i < values.size(0); ++i) {
-      out.top.emplace_back(tok_.decode({ids[i].item<int64_t>()}), values[i].item<double>());
+      out.top.emplace_back(text(ids[i].item<int64_t>()), values[i].item<double>());
     }
   }
   return out;
@@ -73,6 +77,7 @@ TokenLogprob ServingLoop::logprob_of(const at::Tensor& raw_logits, int64_t token
 
 bool ServingLoop::emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> logprobs) {
   seq.tokens.push_back(token);
+  seq.unsent_ids.push_back(token);
   ++generated_;
   metrics_.tokens(0, 1);
   ++seq.request->completion_tokens;
@@ -89,7 +94,9 @@ bool ServingLoop::emit(Sequence& seq, int64_t token, std::vector<TokenLogprob> l
   if (seq.drawn() >= p.max_tokens || static_cast<int64_t>(seq.tokens.size()) >= options_.max_model_len) {
     return finish(seq, piece + seq.text.end(), "length", std::move(logprobs)), false;
   }
-  if (!piece.empty() || !logprobs.empty()) seq.request->push({std::move(piece), "", 0, "", std::move(logprobs), seq.index});
+  if (!piece.empty() || !logprobs.empty()) {
+    seq.request->push({std::move(piece), "", 0, "", std::move(logprobs), seq.index, std::exchange(seq.unsent_ids, {})});
+  }
   return true;
 }
 
@@ -143,14 +150,55 @@ void ServingLoop::fail_all(const std::string& message) {
   }
   intake();
   for (Sequence* s : scheduler_.all()) {
-    s->request->push({"", "", 503, message, {}, 0});
+    s->request->push({"", "", 503, message, {}, 0, {}});
     scheduler_.remove(s);
   }
 }
 
 std::string ServingLoop::run() {
+  // Anything that escapes a step's own handling (a bug in scheduling or bookkeeping) leaves the loop's state
+  // unknown: every open request is answered 503 and the server stops, saying why (never a hang, never silence).
+  try {
+    return run_steps();
+  } catch (const std::exception& e) {
+    const std::string why = std::string("the serving loop failed: ") + e.what();
+    log_error(why);
+    fail_all(why);
+    return why;
+  }
+}
+
+void ServingLoop::log_error(const std::string& message) const {
+  std::fprintf(stderr, "error: serve: %s\n", message.c_str());
+  std::fflush(stderr);
+}
+
+void ServingLoop::fail_request(const std::shared_ptr<Request>& request, const std::string& message,
+                               std::set<std::shared_ptr<Request>>& failed) {
+  if (!failed.insert(request).second) return;
+  log_error("request " + request->id + " failed: " + message);
+  request->push({"", "", 500, message, {}, 0, {}});
+}
+
+void ServingLoop::discard_failed(const std::set<std::shared_ptr<Request>>& failed, bool step_failed) {
+  if (failed.empty()) return;
+  for (Sequence* s : scheduler_.all()) {
+    if (!failed.contains(s->request)) continue;
+    if (step_failed) {
+      scheduler_.discard(s);
+    } else {
+      scheduler_.remove(s);
+    }
+  }
+}
+
+std::string ServingLoop::run_steps() {
   auto last_broadcast = Clock::now();
   while (true) {
+    if (stop_requested_) {
+      fail_all("the server is shutting down");
+      return "";
+    }
     intake();
     drop_cancelled();
     if (options_.speculative.num_speculative_tokens > 0) propose_drafts();
@@ -160,7 +208,7 @@ std::string ServingLoop::run() {
     metrics_.prefix_cache(scheduler_.blocks().queried_tokens(), scheduler_.blocks().hit_tokens());
     if (batch.chunks.empty()) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return !incoming_.empty(); });
+      cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return !incoming_.empty() || stop_requested_; });
       lock.unlock();
       if (seconds_since(last_broadcast) >= 1.0) {  // the followers' heartbeat
         try {
@@ -178,55 +226,84 @@ std::string ServingLoop::run() {
     try {
       logits = engine_.step(inference::pack_step(batch.chunks, scheduler_.block_size()));
     } catch (const std::exception& e) {
-      const std::string why = std::string("a rank failed: ") + e.what();
-      fail_all(why);
-      return why;
+      if (engine_.world_size() > 1) {
+        // A collective failed (a rank died), or this rank's forward threw between collectives: the ranks are out of
+        // step, and no step can run again.
+        const std::string why = std::string("a step failed, the ranks are out of step: ") + e.what();
+        fail_all(why);
+        return why;
+      }
+      // One rank is never out of step: the step's requests fail (500), their blocks are forgotten, the rest go on.
+      std::set<std::shared_ptr<Request>> failed;
+      for (Sequence* s : batch.seqs) fail_request(s->request, std::string("the model's forward failed: ") + e.what(), failed);
+      discard_failed(failed, /*step_failed=*/true);
+      last_broadcast = Clock::now();
+      continue;
     }
     last_broadcast = Clock::now();
+    // A sequence whose output throws (its tokenizer, processors, grammar) fails its request (500) alone: the step's
+    // collectives are over, so the ranks stay in step. Its sequences are removed after the batch (the batch's
+    // pointers stay valid until then).
+    std::set<std::shared_ptr<Request>> failed;
     int64_t row = 0;
+    bool inject = engine_.faults().output_fault(engine_.steps());
     for (size_t i = 0; i < batch.chunks.size(); ++i) {
       const int64_t scored = batch.chunks[i].logits;
       if (scored == 0) continue;
+      const int64_t first = row;
+      row += scored;
       Sequence& seq = *batch.seqs[i];
-      if (scored > 1) {  // the last token and a draft: keep the greedy tokens while the draft agrees, then one more
-        const std::vector<int64_t> draft = seq.draft;
-        const at::Tensor targets = logits.narrow(0, row, scored).argmax(-1);
-        row += scored;
-        int64_t accepted = 0;
-        bool alive = true;
-        for (int64_t j = 0; j < scored && alive; ++j) {
-          const int64_t t = targets[j].item<int64_t>();
-          alive = emit(seq, t, {});
-          if (j == scored - 1 || t != draft[static_cast<size_t>(j)]) break;
-          ++accepted;
+      if (failed.contains(seq.request)) continue;
+      try {
+        if (inject) {
+          inject = false;
+          throw std::runtime_error("DTENSOR_SERVE_FAULT: injected failure in the output of step " +
+                                   std::to_string(engine_.steps()));
         }
-        metrics_.speculation(scored - 1, accepted);
-        if (alive) {  // positions past the kept tokens held rejected draft tokens: computed again later
-          seq.computed = static_cast<int64_t>(seq.tokens.size()) - 1;
-          seq.draft.clear();
-        }
-        continue;
-      }
-      const at::Tensor raw = logits[row++].unsqueeze(0);
-      // The request's processors (bias, min_tokens, penalties), then the sampler's temperature, top-k, top-p.
-      at::Tensor scores =
-          seq.processing.active() ? inference::process_logits(seq.processing, raw, seq.tokens, seq.prompt_len) : raw;
-      // Structured output: only the tokens that keep the text a prefix of the grammar's language.
-      if (seq.grammar && !mask_to_grammar(seq, scores)) {
-        seq.request->push({"", "", 500, "structured output: no token of the vocabulary continues the text", {}, seq.index});
-        scheduler_.remove(&seq);
-        continue;
-      }
-      const int64_t token = seq.sampler.sample(scores)[0].item<int64_t>();
-      if (seq.grammar) advance_grammar(seq, token);
-      const SamplingParams& p = seq.request->api.params;
-      std::vector<TokenLogprob> logprobs;
-      if (p.logprobs) logprobs.push_back(logprob_of(raw, token, p.top_logprobs));
-      // A grammar that admits nothing more ends the choice here ("stop"), as its end-of-sequence token would.
-      if (emit(seq, token, std::move(logprobs)) && seq.grammar && seq.grammar->finished()) {
-        finish(seq, seq.text.end(), "stop");
+        output(seq, logits.narrow(0, first, scored), scored);
+      } catch (const std::exception& e) {
+        fail_request(seq.request, e.what(), failed);
       }
     }
+    discard_failed(failed, /*step_failed=*/false);
+  }
+}
+
+void ServingLoop::output(Sequence& seq, const at::Tensor& logits, int64_t scored) {
+  if (scored > 1) {  // the last token and a draft: keep the greedy tokens while the draft agrees, then one more
+    const std::vector<int64_t> draft = seq.draft;
+    const at::Tensor targets = logits.argmax(-1);
+    int64_t accepted = 0;
+    bool alive = true;
+    for (int64_t j = 0; j < scored && alive; ++j) {
+      const int64_t t = targets[j].item<int64_t>();
+      alive = emit(seq, t, {});
+      if (j == scored - 1 || t != draft[static_cast<size_t>(j)]) break;
+      ++accepted;
+    }
+    metrics_.speculation(scored - 1, accepted);
+    if (alive) {  // positions past the kept tokens held rejected draft tokens: computed again later
+      seq.computed = static_cast<int64_t>(seq.tokens.size()) - 1;
+      seq.draft.clear();
+    }
+    return;
+  }
+  const at::Tensor raw = logits[0].unsqueeze(0);
+  // The request's processors (bias, min_tokens, penalties), then the sampler's temperature, top-k, top-p.
+  at::Tensor scores =
+      seq.processing.active() ? inference::process_logits(seq.processing, raw, seq.tokens, seq.prompt_len) : raw;
+  // Structured output: only the tokens that keep the text a prefix of the grammar's language.
+  if (seq.grammar && !mask_to_grammar(seq, scores)) {
+    throw std::runtime_error("structured output: no token of the vocabulary continues the text");
+  }
+  const int64_t token = seq.sampler.sample(scores)[0].item<int64_t>();
+  if (seq.grammar) advance_grammar(seq, token);
+  const SamplingParams& p = seq.request->api.params;
+  std::vector<TokenLogprob> logprobs;
+  if (p.logprobs) logprobs.push_back(logprob_of(raw, token, p.top_logprobs));
+  // A grammar that admits nothing more ends the choice here ("stop"), as its end-of-sequence token would.
+  if (emit(seq, token, std::move(logprobs)) && seq.grammar && seq.grammar->finished()) {
+    finish(seq, seq.text.end(), "stop");
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <csignal>
 #include <mutex>
 #include <stdexcept>
 
@@ -314,6 +315,16 @@ thread_local WorldSlot thread_world;
 std::mutex process_world_mutex;
 WorldSlot process_world{nullptr, true};
 
+// A write to a socket whose peer died (the store's server, a Gloo peer) must fail with EPIPE, which the collective
+// reports naming the peer, not raise SIGPIPE, which ends the process silently (status 141). So SIGPIPE is ignored
+// where its disposition is still the default, as CPython does at start-up (which is why c10d and Gloo get EPIPE
+// from Python); a handler the program installed stays.
+void ignore_sigpipe_if_default() {
+  struct sigaction old {};
+  if (sigaction(SIGPIPE, nullptr, &old) != 0) return;
+  if ((old.sa_flags & SA_SIGINFO) == 0 && old.sa_handler == SIG_DFL) std::signal(SIGPIPE, SIG_IGN);
+}
+
 std::shared_ptr<World> install(std::shared_ptr<World> world) {
   world->world_group();  // connects every rank: a barrier that proves the job is whole
   thread_world.world = world;
@@ -324,6 +335,7 @@ std::shared_ptr<World> install(std::shared_ptr<World> world) {
 }  // namespace
 
 std::shared_ptr<World> init_process_group(InitOptions options) {
+  ignore_sigpipe_if_default();
   LaunchEnv env = LaunchEnv::from_environ();
   options.timeout = resolve_timeout(options.timeout);
   if (options.gloo_hostname.empty()) {
@@ -350,6 +362,7 @@ std::shared_ptr<World> init_process_group(InitOptions options) {
 
 std::shared_ptr<World> init_process_group(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                                           InitOptions options) {
+  ignore_sigpipe_if_default();
   if (options.gloo_hostname.empty()) options.gloo_hostname = "127.0.0.1";
   options.timeout = resolve_timeout(options.timeout);
   store->setTimeout(options.timeout);  // the store's own get/wait are bounded like everything else

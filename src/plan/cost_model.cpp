@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <sstream>
@@ -33,7 +34,8 @@ double CostModel::collective_seconds(const std::string& fused_or_plain, int64_t 
   double wire = b * (ranks - 1) / ranks;
   if (collective == "all_reduce") wire = 2 * b * (ranks - 1) / ranks;
   if (collective == "all_gather") wire = b * (ranks - 1);
-  return it->second.latency_us * 1e-6 + wire / (it->second.busbw_gbps * 1e9);
+  const double steps = (ranks - 1) / std::max(1.0, static_cast<double>(comm_world - 1));
+  return it->second.latency_us * 1e-6 * steps + wire / (it->second.busbw_gbps * 1e9);
 }
 
 CostModel default_cost_model() {
@@ -58,6 +60,10 @@ void load_comm_table(CostModel& model, const std::string& path) {
   std::map<std::string, std::vector<std::pair<double, std::pair<double, double>>>> rows;  // size -> (us, busbw)
   std::string line, current;
   while (std::getline(in, line)) {
+    if (const size_t at = line.find("comm_bench: world "); at != std::string::npos) {
+      model.comm_world = std::max(2, std::atoi(line.c_str() + at + 18));  // "# dtensor comm_bench: world N, ..."
+      continue;
+    }
     if (line.rfind("# ", 0) == 0) {
       std::istringstream words(line.substr(2));
       std::string name;

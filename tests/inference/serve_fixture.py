@@ -77,10 +77,12 @@ def hf_greedy(model, torch, prompt_ids, max_new_tokens, eos):
 class Server:
     """`tprun --nproc-per-node TP serve --hf-dir DIR --port 0 ARGS`; .url once it prints `serving`."""
 
-    def __init__(self, bin_dir, model_dir, tp=2, args=(), ready_timeout=120, threads=1, tprun_args=()):
+    def __init__(self, bin_dir, model_dir, tp=2, args=(), ready_timeout=120, threads=1, tprun_args=(), weights=None):
+        """weights: the serve flags that name the model (default: --hf-dir model_dir)."""
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        weights = list(weights) if weights else ["--hf-dir", model_dir]
         self.proc = subprocess.Popen([os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(tp), "--master-port", "0",
-                                      *tprun_args, "serve", "--hf-dir", model_dir, "--port", "0", *args],
+                                      *tprun_args, "serve", *weights, "--port", "0", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         self.lines, self.err_lines = [], []
         ready = threading.Event()

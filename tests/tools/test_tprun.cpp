@@ -53,9 +53,60 @@ TEST(Tprun, ForwardsSigterm) {
   kill(pid, SIGTERM);
   auto r = wait_process(pid, out, 30);
   EXPECT_FALSE(r.timed_out);
-  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
+  // Every rank handled it and exited 0 (a saved preemption, a drained server): tprun exits 0, the ranks' status.
+  EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "[rank0]: got TERM")) << r.output;
   EXPECT_TRUE(contains(r.output, "[rank1]: got TERM")) << r.output;
+}
+
+TEST(Tprun, ExitsWithTheSignalWhenRanksDieOfIt) {
+  std::string out = "/tmp/dtensor_tprun_sig2_" + std::to_string(getpid());
+  int pid = start_process({bin_path("tprun"), "--nproc-per-node", "2", "sh", "-c", "echo ready; while :; do sleep 0.05; done"},
+                          {}, out);
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream in(out);
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (contains(s, "[rank0]: ready") && contains(s, "[rank1]: ready")) break;
+    usleep(50000);
+  }
+  kill(pid, SIGTERM);
+  auto r = wait_process(pid, out, 30);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.output;
+}
+
+namespace {
+size_t count(const std::string& haystack, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos; at = haystack.find(needle, at + 1)) ++n;
+  return n;
+}
+}  // namespace
+
+// A usage error is found by every rank and printed by rank 0 alone: whichever rank exits first, rank 0's line is
+// shown once and tprun exits 2. Rank 0's print is delayed by 1.5 s (rank 1 exits first), and not.
+TEST(Tprun, UsageErrorIsPrintedOnceWhicheverRankExitsFirst) {
+  for (const char* delay : {"1500", "0"}) {
+    auto r = run_process({bin_path("tprun"), "--nproc-per-node", "2", bin_path("llama_train"), "--steps", "5", "--stepz", "5"},
+                         {{"DTENSOR_TEST_USAGE_ERROR_DELAY_MS", delay}}, 60);
+    EXPECT_FALSE(r.timed_out);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    EXPECT_EQ(count(r.output, "error:"), 1u) << r.output;
+    EXPECT_TRUE(contains(r.output, "[rank0]: error: unknown option --stepz (did you mean --steps?)")) << r.output;
+    EXPECT_FALSE(contains(r.output, "failed first")) << r.output;
+    EXPECT_TRUE(contains(r.output, "exited with status 2 (a usage error), as every rank did")) << r.output;
+  }
+}
+
+// A rank that exits 2 while another goes on: after tprun's bounded wait (10 s) the others are stopped; exit 2.
+TEST(Tprun, UsageErrorOnOneRankStopsTheOthersAfterABoundedWait) {
+  auto r = run_process({bin_path("tprun"), "--nproc-per-node", "2", "sh", "-c",
+                        "if [ $RANK = 1 ]; then echo 'error: bad flag' >&2; exit 2; fi; sleep 60"},
+                       {}, 60);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_TRUE(contains(r.output, "[rank1]: error: bad flag")) << r.output;
+  EXPECT_TRUE(contains(r.output, "the other ranks were stopped")) << r.output;
 }
 
 TEST(Tprun, RunsAFourProcessJob) {

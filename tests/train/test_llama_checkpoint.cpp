@@ -249,7 +249,7 @@ TEST(LlamaCheckpoint, SigtermSavesAtTheNextStepBoundaryAndResumes) {
   ASSERT_EQ(::kill(pid, SIGTERM), 0);
   const auto stopped = dtensor::testing::wait_process(pid, log, 120);
   ASSERT_TRUE(started) << stopped.output;
-  EXPECT_EQ(stopped.exit_code, 128 + SIGTERM) << stopped.output;  // tprun reports the signal; the ranks exited 0
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.output;  // the ranks saved and exited 0: so does tprun (the README's word)
   EXPECT_NE(stopped.output.find("preempted=1"), std::string::npos) << stopped.output;
   const auto latest = train::latest_checkpoint(dir);
   ASSERT_TRUE(latest.has_value()) << stopped.output;

@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <regex>
 #include <thread>
 
@@ -188,3 +191,35 @@ TEST(PlanSearch, LlamaPlanSearchJsonAndLlamaTrainPlanAuto) {
 }
 
 }  // namespace
+
+// llama_plan answers the same each time by default (the stated machine, named in its output); a measured machine is
+// timed once and cached per machine (the second run quotes the cache), --remeasure times it again.
+TEST(PlanSearch, LlamaPlanIsDeterministicAndCachesAMeasuredMachine) {
+  const std::vector<std::string> argv = {bin_path("llama_plan"), "--tp", "2", "--json"};
+  const auto a = run_process(argv, {}, 120), b = run_process(argv, {}, 120);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  auto estimate = [](const std::string& out) {
+    auto j = nlohmann::json::parse(out.substr(out.find('{')));
+    j.erase("dry_run_seconds");
+    return j;
+  };
+  EXPECT_EQ(estimate(a.output), estimate(b.output));
+  EXPECT_NE(a.output.find("stated: the development machine"), std::string::npos) << a.output;
+  const std::string cache = "/tmp/dtensor_machine_cache_" + std::to_string(::getpid());
+  // fp32 (bf16 matmuls without native support take seconds each on some CPUs)
+  const std::vector<std::string> measured = {bin_path("llama_plan"), "--tp", "2", "--mixed-precision", "off", "--machine", "measured"};
+  const auto first = run_process(measured, {{"XDG_CACHE_HOME", cache}}, 300);
+  const auto second = run_process(measured, {{"XDG_CACHE_HOME", cache}}, 300);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_NE(first.output.find("# machine: measured on "), std::string::npos) << first.output;
+  EXPECT_NE(first.output.find("over 5 runs"), std::string::npos) << first.output;
+  EXPECT_EQ(first.output.find("(cached in"), std::string::npos) << first.output;
+  EXPECT_NE(second.output.find("(cached in " + cache), std::string::npos) << second.output;
+  auto again = measured;
+  again.push_back("--remeasure");
+  const auto third = run_process(again, {{"XDG_CACHE_HOME", cache}}, 300);
+  EXPECT_EQ(third.output.find("(cached in"), std::string::npos) << third.output;
+  EXPECT_EQ(run_process({bin_path("llama_plan"), "--remeasure"}, {}, 60).exit_code, 2);
+  std::filesystem::remove_all(cache);
+}

@@ -9,6 +9,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
 #include <memory>
 #include <cstdint>
 #include <stdexcept>
@@ -93,6 +97,69 @@ inline CLI::Option* each(CLI::Option* option) {
   return option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->trigger_on_parse();
 }
 
+// A usage error found before any communication: one `error:` line, printed by rank 0 alone (every rank finds it and
+// exits 2; tprun waits for them all, whichever exits first). Returns 2, the exit status.
+// DTENSOR_TEST_USAGE_ERROR_DELAY_MS delays rank 0's print: the test of tprun's wait.
+inline int usage_error_exit(int rank, const std::string& message) {
+  if (rank != 0) return 2;
+  if (const char* ms = std::getenv("DTENSOR_TEST_USAGE_ERROR_DELAY_MS"); ms && *ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(ms)));
+  }
+  std::fprintf(stderr, "error: %s\n", message.c_str());
+  std::fflush(stderr);
+  return 2;
+}
+
+// The known option closest to `given` (edit distance at most a third of its length, at least 2), or "".
+inline std::string closest_option(const CLI::App& app, const std::string& given) {
+  auto distance = [](const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+      size_t diag = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= b.size(); ++j) {
+        const size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diag = up;
+      }
+    }
+    return row[b.size()];
+  };
+  std::string best;
+  size_t best_d = std::max<size_t>(2, given.size() / 3) + 1;
+  for (const CLI::Option* o : app.get_options()) {
+    for (const std::string& name : o->get_lnames()) {
+      const size_t d = distance(given, "--" + name);
+      if (d < best_d) best_d = d, best = "--" + name;
+    }
+  }
+  return best;
+}
+
+// CLI11's "The following arguments were not expected: 5 --stepz" (its own order, the value first) as a message
+// that names the first unknown option in command-line order and the closest known one.
+inline std::string unexpected_arguments(const CLI::App& app, const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a.rfind("--", 0) != 0 || a == "--") continue;
+    const std::string name = a.substr(0, a.find('='));
+    bool known = false;
+    for (const CLI::Option* o : app.get_options()) {
+      for (const std::string& l : o->get_lnames()) known = known || "--" + l == name;
+    }
+    if (known) continue;
+    const std::string near = closest_option(app, name);
+    return "unknown option " + name + (near.empty() ? "" : " (did you mean " + near + "?)") + "; --help lists them";
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].rfind("-", 0) != 0) {
+      return "unexpected argument '" + args[i] + "'" + (i > 0 ? " after " + args[i - 1] : std::string()) +
+             " (an option takes one value; --help lists them)";
+    }
+  }
+  return "";
+}
+
 // Parses `args` (argv without argv[0]) into `app`. Returns true when --help was given (the caller prints app.help()
 // and exits 0). A CLI11 parse error, and a UsageError or std::exception that an option's callback throws, become
 // one UsageError whose message names the option.
@@ -102,6 +169,11 @@ inline bool parse(CLI::App& app, const std::vector<std::string>& args) {
     app.parse(std::move(reversed));
   } catch (const CLI::CallForHelp&) {
     return true;
+  } catch (const CLI::ExtrasError& e) {
+    const std::string better = unexpected_arguments(app, args);
+    std::string what = e.what();
+    if (!what.empty() && what.back() == '\n') what.pop_back();
+    throw UsageError(better.empty() ? what : better);
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     if (!what.empty() && what.back() == '\n') what.pop_back();

@@ -11,10 +11,11 @@
 namespace tools_cli {
 
 // --dtype (llama_generate, serve, llama_train): models/common/dtype.h's names; another is a bad flag (exit 2).
-inline CLI::Option* add_dtype(CLI::App& app, std::string& dtype) {
+// random_init: the tool can make a random model (no checkpoint), which auto makes float32.
+inline CLI::Option* add_dtype(CLI::App& app, std::string& dtype, bool random_init = true) {
   return app.add_option("--dtype", dtype,
-                        "the dtype the model computes in: auto (the checkpoint's config.json dtype; float32 for a random "
-                        "init), bfloat16, float16 or float32")
+                        std::string("the dtype the model computes in: auto (the checkpoint's config.json dtype") +
+                            (random_init ? "; float32 for a random init" : "") + "), bfloat16, float16 or float32")
       ->check(CLI::IsMember(models::dtype_names()));
 }
 

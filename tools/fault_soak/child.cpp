@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,9 +70,19 @@ Child spawn_child(const std::vector<std::string>& argv, const std::map<std::stri
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);  // dup2 clears close-on-exec on 1 and 2
   posix_spawn_file_actions_adddup2(&actions, err[1], 2);
   if (pass_fd >= 0) posix_spawn_file_actions_adddup2(&actions, pass_fd, 3);  // inheritable there
+  // The soak itself ignores SIGPIPE, and an ignored signal stays ignored across exec: a job must start with the
+  // default, as from a shell, or a rank's death by SIGPIPE (status 141) could never show here.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
   Child c;
-  int rc = posix_spawn(&c.pid, args[0], &actions, nullptr, args.data(), envp.data());
+  int rc = posix_spawn(&c.pid, args[0], &actions, &attr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   close(out[1]);
   close(err[1]);
   if (rc != 0) {

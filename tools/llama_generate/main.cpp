@@ -19,6 +19,7 @@
 #include "tokenizer/streamer.h"
 #include "inference/generate.h"
 #include "options.h"
+#include "tools/common/terminal.h"
 #include "inference/weights.h"
 
 namespace {
@@ -68,8 +69,7 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const std::exception& e) {
-    if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return tools_cli::usage_error_exit(rank, e.what());
   }
   try {
     auto world = dtensor::init_process_group();
@@ -79,18 +79,19 @@ int main(int argc, char** argv) {
     try {
       model = inference::load_model(options, config, tp_mesh);
     } catch (const inference::SourceError& e) {
-      if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
-      return 2;
+      return tools_cli::usage_error_exit(rank, e.what());
     }
     const double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - load_start).count();
     const bool bytes = options.byte_prompts;
     const tokenizer::Tokenizer* tok = options.tokenizer.get();
     // A sequence as text: decoded by the tokenizer, else bytes or ids.
-    auto text_of = [&](const std::vector<int64_t>& ids) { return tok ? tok->decode(ids, true) : show_all(ids, bytes); };
+    auto text_of = [&](const std::vector<int64_t>& ids) {
+      return tok ? tok->decode(ids, true, tokenizer::UnknownIds::kSkip) : show_all(ids, bytes);
+    };
     if (rank == 0) {
       std::printf("llama_generate: %s=%lld batch=%zu | %s\n", options.ep > 1 ? "ep" : "tp", static_cast<long long>(tp_mesh.size()),
                   options.prompts.size(), config.to_string().c_str());
-      if (options.stream) std::printf("%s", text_of(options.prompts[0]).c_str());
+      if (options.stream) std::printf("%s", tools_cli::for_stdout(text_of(options.prompts[0])).c_str());
       std::fflush(stdout);
     }
     inference::TokenCallback stream;
@@ -103,7 +104,7 @@ int main(int argc, char** argv) {
       stream = [&](int64_t, const std::vector<int64_t>& tokens) {
         if (tokens[0] < 0) return;
         // With a tokenizer: the text this token completes (a UTF-8 character split across tokens waits).
-        std::printf("%s", streamer ? streamer->put(tokens[0]).c_str() : show(tokens[0], bytes).c_str());
+        std::printf("%s", tools_cli::for_stdout(streamer ? streamer->put(tokens[0]) : show(tokens[0], bytes)).c_str());
         std::fflush(stdout);
       };
     }
@@ -114,11 +115,12 @@ int main(int argc, char** argv) {
     const auto all_bytes = comm.get_comm_bytes();
     const int64_t all_to_all_bytes = all_bytes.contains("all_to_all") ? all_bytes.at("all_to_all") : 0;
     if (rank == 0) {
-      if (options.stream) std::printf("%s\n", streamer ? streamer->end().c_str() : "");
+      if (options.stream) std::printf("%s\n", tools_cli::for_stdout(streamer ? streamer->end() : "").c_str());
       int64_t new_tokens = 0;
       for (size_t i = 0; i < result.new_tokens.size(); ++i) {
         new_tokens += static_cast<int64_t>(result.new_tokens[i].size());
-        std::printf("[%zu] %s|%s\n", i, text_of(options.prompts[i]).c_str(), text_of(result.new_tokens[i]).c_str());
+        std::printf("[%zu] %s|%s\n", i, tools_cli::for_stdout(text_of(options.prompts[i])).c_str(),
+                    tools_cli::for_stdout(text_of(result.new_tokens[i])).c_str());
       }
       const double ms_per_token = result.steps > 1 ? result.decode_ms / static_cast<double>(result.steps - 1) : 0.0;
       const double tokens_per_s = result.decode_ms > 0

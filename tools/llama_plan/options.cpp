@@ -100,11 +100,17 @@ void define(CLI::App& app, CliOptions& o, ModelFlags& m) {
                                        "ranks to simulate (default: 0 and the last)")
       ->option_text("all|R,R,...");
   app.add_option("--comm-table", o.comm_table, "collective latency/bandwidth from comm_bench's output (default: built in)");
-  app.add_option("--mm-gflops", o.mm_gflops, "local matmul throughput (default: measured, ~0.1 s)")
+  app.add_option("--machine", o.machine,
+                 "the machine the step is priced for: stated (the development machine's numbers, fixed: the same "
+                 "answer every run) or measured (this machine's, each the median of 5 timings with its range, cached "
+                 "per CPU model and thread count under $XDG_CACHE_HOME/dtensor/machine)")
+      ->check(CLI::IsMember({"stated", "measured"}));
+  app.add_flag("--remeasure", o.remeasure, "with --machine measured: time this machine again, replacing the cache");
+  app.add_option("--mm-gflops", o.mm_gflops, "local matmul throughput (default: the --machine's)")
       ->check(tools_cli::positive())->default_str("");
-  app.add_option("--memory-gbps", o.memory_gbps, "memory bandwidth for the step's elementwise rest (default: measured)")
+  app.add_option("--memory-gbps", o.memory_gbps, "memory bandwidth for the step's elementwise rest (default: the --machine's)")
       ->check(tools_cli::positive())->default_str("");
-  app.add_option("--dtensor-op-us", o.dtensor_op_us, "microseconds each DTensor operator call adds (default: measured)")
+  app.add_option("--dtensor-op-us", o.dtensor_op_us, "microseconds each DTensor operator call adds (default: the --machine's)")
       ->check(tools_cli::non_negative())->default_str("");
   app.add_flag("--json", o.json, "one JSON object instead of the tables");
 }
@@ -141,6 +147,7 @@ CliOptions parse_options(const std::vector<std::string>& args) {
     if (given > 0) *field = given;
   }
   if (o.memory_budget_mb > 0 && !o.search) throw UsageError("--memory-budget-mb needs --search");
+  if (o.remeasure && o.machine != "measured") throw UsageError("--remeasure needs --machine measured");
   {
     // llama_train's rules for the two flags (train/options.h): fp32 masters under mixed precision, "auto" float32.
     train::TrainOptions dtypes;

@@ -29,6 +29,7 @@
 #include "train/loop.h"
 #include "train/tokenized_corpus.h"
 #include "tools/llama_train/options.h"
+#include "train/export.h"
 
 namespace {
 
@@ -131,8 +132,7 @@ int main(int argc, char** argv) {
     if (tp > 1 && options.plan == llama::TPPlan::hf) llama::hf_plan(options.model, tp);
     if (tp > 1 && options.plan == llama::TPPlan::torchtitan) llama::torchtitan_plan(options.model, tp);
   } catch (const std::exception& e) {
-    if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return tools_cli::usage_error_exit(rank, e.what());
   }
   try {
     auto world = dtensor::init_process_group();
@@ -183,7 +183,18 @@ int main(int argc, char** argv) {
       std::printf("%s\n", latest ? ("resuming from " + latest->second).c_str() : "no checkpoint to resume from: starting at step 0");
       std::fflush(stdout);
     }
+    if (rank == 0 && !train::keeps_weights(options)) {
+      std::fprintf(stderr, "llama_train: note: this run keeps no weights (no --checkpoint-dir with --checkpoint-every, no "
+                           "--save-hf DIR): the trained model is lost when it ends\n");
+      std::fflush(stderr);
+    }
     const auto result = train::run(model, options, corpus, dims, hooks);
+    if (!options.save_hf.empty() && !result.stopped_early) {
+      train::save_hf(options, model, options.save_hf);
+      if (rank == 0) std::printf("saved the model to %s (transformers' from_pretrained loads it)\n", options.save_hf.c_str());
+    } else if (!options.save_hf.empty() && rank == 0) {
+      std::printf("--save-hf: not saved: the run stopped early (--resume finishes it, then saves)\n");
+    }
     if (rank == 0 && result.stopped_early) {
       const int64_t at = result.steps.empty() ? result.start_step : result.steps.back().step + 1;
       if (result.saved_step > 0) {

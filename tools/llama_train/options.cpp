@@ -118,6 +118,11 @@ void define(CLI::App& app, train::TrainOptions& o, Seen& seen) {
   app.add_option("--checkpoint-every", o.checkpoint_every, "save after every N steps and after the last step")
       ->check(tools_cli::positive());
   app.add_flag("--resume", o.resume, "continue from the newest checkpoint in --checkpoint-dir (none: start fresh)");
+  app.add_option("--save-hf", o.save_hf,
+                 "after the last step, save the model to DIR as transformers' save_pretrained does (config.json, "
+                 "model.safetensors in the parameters' dtype, the tokenizer): AutoModelForCausalLM.from_pretrained(DIR) "
+                 "loads it, serve --hf-dir DIR serves it")
+      ->check(tools_cli::non_empty());
   app.add_option("--stop-after", o.stop_after,
                  "stop after step K, as an interrupted run (the schedule still spans --steps)")
       ->check(tools_cli::positive());

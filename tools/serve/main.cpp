@@ -6,9 +6,14 @@
 // Rank 0 runs the HTTP server (http_server.h) and the serving loop (serving_loop.h: continuous batching over a
 // paged KV cache); every rank runs the model on the steps rank 0 broadcasts (engine.h). A bad command line (or
 // weights, tokenizer or cache sizes that do not fit) prints one `error:` line on rank 0 and exits 2 on every
-// rank, before any communication. On SIGINT the server answers what is open with 503 and exits 0; on a rank's
-// failure (or tprun's SIGTERM after one) it does the same and exits 1 with an `error:` line. Last, rank 0
-// prints a machine-readable `summary` line.
+// rank, before any communication.
+//
+// Stopping: SIGTERM drains (no new requests; the open ones finish within --shutdown-timeout, those left get 503;
+// the other ranks are told to stop) and every rank exits 0, as uvicorn and vLLM do; the followers ignore SIGTERM
+// and wait for rank 0's word. SIGINT (or a second signal) answers what is open with 503 and exits 0 at once. A
+// failure that leaves the ranks out of step (a rank died, or threw inside the forward at TP > 1) answers what is
+// open with 503 and exits 1 with an `error:` line; a failure that touches some requests (serving_loop.h) answers
+// those 500 and the server goes on. Last, rank 0 prints a machine-readable `summary` line.
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -26,8 +31,11 @@
 
 namespace {
 
-std::atomic<int> g_signal{0};
-void on_signal(int sig) { g_signal = sig; }
+std::atomic<int> g_signal{0}, g_signals{0};
+void on_signal(int sig) {
+  if (g_signal == 0) g_signal = sig;
+  ++g_signals;
+}
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -100,10 +108,14 @@ int main(int argc, char** argv) {
       return 0;
     }
   } catch (const std::exception& e) {
-    if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return tools_cli::usage_error_exit(rank, e.what());
   }
   const serve::ServeOptions& o = s.options;
+  if (rank == 0 && s.tok->vocab_size() < s.config.vocab_size) {
+    std::fprintf(stderr, "serve: note: the model's vocabulary (%lld rows) is larger than the tokenizer's (%lld tokens): "
+                         "ids past the tokenizer decode to nothing, as in transformers\n",
+                 static_cast<long long>(s.config.vocab_size), static_cast<long long>(s.tok->vocab_size()));
+  }
   std::signal(SIGPIPE, SIG_IGN);
   try {
     auto world = dtensor::init_process_group();
@@ -112,12 +124,20 @@ int main(int argc, char** argv) {
     try {
       model = inference::load_model(s.weights, s.config, mesh);
     } catch (const inference::SourceError& e) {
-      if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
-      return 2;
+      return tools_cli::usage_error_exit(rank, e.what());
     }
     serve::Engine engine(model, world->world_group(), o.num_blocks, o.block_size, mesh.device());
     if (rank != 0) {
-      engine.follow();
+      // SIGTERM (tprun forwards it to every rank) is rank 0's to act on: it drains, then says stop.
+      std::signal(SIGTERM, SIG_IGN);
+      try {
+        engine.follow();
+      } catch (const std::exception& e) {
+        // Out of step with rank 0: say why and end now (the world's teardown would wait on peers mid-collective).
+        std::fprintf(stderr, "error: serve: rank %d: %s\n", rank, e.what());
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
       return 0;
     }
     serve::Metrics metrics;
@@ -135,7 +155,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "error: %s\n", e.what());
       return 1;
     }
-    // The one way out of a serving rank 0, whoever comes first (a signal, or the loop after a rank failed): open
+    // The one way out of a serving rank 0, whoever comes first (a signal, the loop after a failure, a drain): open
     // requests answered, the summary, then _Exit (the world's teardown would wait on a dead rank).
     auto shut_down = [&](const std::string& why) {
       static std::atomic<bool> once{false};
@@ -153,14 +173,31 @@ int main(int argc, char** argv) {
       std::_Exit(why.empty() ? 0 : 1);
     };
     // Signals: handled on a thread of their own, since the loop may be waiting in a collective on a rank that
-    // died (tprun then sends SIGTERM to the others). Open requests get a 503, then the process ends.
+    // died. SIGINT: open requests get a 503, then the process ends. SIGTERM: a drain, bounded by
+    // --shutdown-timeout; the loop then stops and tells the other ranks to stop (main thread, below).
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     std::thread([&] {
       while (g_signal == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      const int sig = g_signal;
-      shut_down(sig == SIGINT ? "" : "stopped by signal " + std::to_string(sig) +
-                                         " (tprun sends SIGTERM to every rank when one fails)");
+      if (g_signal == SIGTERM) {
+        loop.refuse_new();
+        std::fprintf(stderr, "serve: SIGTERM: draining %lld open requests (at most %.0f s), taking no new ones\n",
+                     static_cast<long long>(http.open_requests()), o.shutdown_timeout);
+        std::fflush(stderr);
+        const auto deadline = std::chrono::steady_clock::now() +
+                              std::chrono::milliseconds(static_cast<int64_t>(o.shutdown_timeout * 1000));
+        while (http.open_requests() > 0 && g_signals == 1 && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        loop.request_stop();
+        // The loop normally returns within a step; one stuck in a collective with a dead rank gets a bound.
+        const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (g_signals == 1 && std::chrono::steady_clock::now() < bound) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        if (g_signals == 1) shut_down("the serving loop did not stop within 10 s of the drain");
+      }
+      shut_down("");  // SIGINT, or a second signal
     }).detach();
     http.start();
     std::printf("serving http://%s:%d model=%s %s=%d device=%s kv_blocks=%lld block_size=%lld max_num_seqs=%lld max_model_len=%lld\n",
@@ -168,9 +205,18 @@ int main(int argc, char** argv) {
                 static_cast<long long>(o.block_size), static_cast<long long>(o.max_num_seqs),
                 static_cast<long long>(o.max_model_len));
     std::fflush(stdout);
-    shut_down(loop.run());  // run() returns only when a rank failed
+    std::string why = loop.run();  // a failure's reason, or "" after a drain
+    if (why.empty()) {
+      try {
+        engine.stop();  // the followers exit 0
+      } catch (const std::exception& e) {
+        why = std::string("telling the other ranks to stop failed: ") + e.what();
+      }
+    }
+    shut_down(why);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: serve: %s\n", e.what());
-    return 1;
+    std::fflush(stderr);
+    std::_Exit(1);  // never the destructors: an HTTP handler may wait on a request no loop will finish
   }
 }

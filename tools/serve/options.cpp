@@ -23,7 +23,7 @@ void define(CLI::App& app, ServeOptions& o) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--tokenizer", o.tokenizer_dir, "the tokenizer's directory (default: --hf-dir's)")
       ->check(CLI::ExistingDirectory);
-  tools_cli::add_dtype(app, o.dtype);
+  tools_cli::add_dtype(app, o.dtype, /*random_init=*/false);
   tools_cli::add_device(app, o.device);
   app.add_option("--ep", o.ep, "expert parallelism (a mixture of experts): the experts split over the N ranks (N = the "
                  "world size), dense layers whole; instead of TP")
@@ -56,6 +56,10 @@ void define(CLI::App& app, ServeOptions& o) {
   app.add_option("--max-queued-requests", o.max_queued_requests,
                  "requests waiting beyond --max-num-seqs running; more are answered 429")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
+  app.add_option("--shutdown-timeout", o.shutdown_timeout,
+                 "on SIGTERM: stop taking requests, let the open ones finish within S seconds (those left get 503), "
+                 "then exit 0; keep it below tprun's --grace-seconds (a second SIGTERM or SIGINT stops at once)")
+      ->check(CLI::Range(0.0, 86400.0));
 }
 
 }  // namespace

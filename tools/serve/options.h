@@ -33,6 +33,9 @@ struct ServeOptions {
   // What one client may ask (inference/serving/http_server.h): 413 past the body size, 429 past the open requests.
   int64_t max_request_bytes = 4 << 20;
   int64_t max_queued_requests = 128;
+  // SIGTERM drains: no new requests, the open ones finish within this many seconds (then 503), exit 0 (uvicorn's
+  // --timeout-graceful-shutdown). Below tprun's --grace-seconds (30), after which it sends SIGKILL.
+  double shutdown_timeout = 20;
   bool enable_prefix_caching = true;  // vLLM's default
   // vLLM's --speculative-config: {"method": "ngram", "num_speculative_tokens": K, "prompt_lookup_max": N,
   // "prompt_lookup_min": M} (prompt lookup, for greedy requests). Empty: off.

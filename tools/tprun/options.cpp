@@ -52,7 +52,8 @@ void define(CLI::App& app, Options& o) {
   app.add_option("--node-rank", o.node_rank, "rank of this node in [0, nnodes)")->check(CLI::Range(0L, kMaxCount));
   app.add_option("--master-addr", o.master_addr, "rendezvous address")->check(tools_cli::non_empty());
   app.add_option("--master-port", o.master_port,
-                 "rendezvous port (0 = pick a free port, single-node only). With --nnodes > 1, node 0's tprun also "
+                 "rendezvous port (0 = pick a free port, single-node only; the default on one node, as torchrun's "
+                 "--standalone; 29500 with --nnodes > 1). With --nnodes > 1, node 0's tprun also "
                  "listens on P + 1: the job watch, through which a failure on any host stops every host's ranks")
       ->check(CLI::Range(0L, 65535L));
   app.add_option("--rdzv-endpoint", o.rdzv_endpoint,
@@ -114,6 +115,8 @@ Options parse_args(int argc, char** argv) {
   if (o.master_port == 0 && o.nnodes > 1)
     usage_error("--master-port 0 (pick a free port) needs --nnodes 1; "
                 "other nodes could not know the port");
+  // One host and no --master-port: a free port (torchrun's --standalone), so another job on 29500 is no obstacle.
+  if (o.nnodes == 1 && app.count("--master-port") == 0) o.master_port = 0;
   if (command.empty()) usage_error("no program given");
   o.command = std::move(command);
   return o;

@@ -19,6 +19,7 @@ struct Rank {
   long global = 0, local = 0;
   pid_t pid = -1;     // also the child's process group id
   bool reaped = false;
+  int status = 0;     // waitpid's, once reaped
   Stream out, err;
   Heartbeat hb;       // tprun's watchdog (heartbeats.h)
   bool streams_open() const { return out.fd >= 0 || err.fd >= 0; }

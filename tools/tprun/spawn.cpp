@@ -87,6 +87,9 @@ std::vector<std::string> rank_environment(const Options& o, long port, long loca
     env.push_back("TPRUN_HEARTBEAT_INTERVAL_MS=" + std::to_string(every));
   }
   if (o.nproc > 1 && !std::getenv("OMP_NUM_THREADS")) env.push_back("OMP_NUM_THREADS=1");
+  // The ranks' stdout is a pipe to tprun; where tprun's own is a terminal, they are told (tools/common/terminal.h:
+  // generated text then shows control bytes escaped).
+  if (::isatty(1)) env.push_back("TPRUN_STDOUT_IS_TERMINAL=1");
   return env;
 }
 

@@ -9,8 +9,14 @@
 // and tears the whole group down as soon as one rank fails; with --nnodes > 1, every host's ranks
 // (job_watch.h: a failure on any host, or a host's tprun exiting, stops them all within a second).
 //
-// Exit status: 0 if every rank exited 0; 1 if a rank failed (or could not be
-// started); 128+signo if tprun was stopped by SIGINT/SIGTERM; 2 on bad usage.
+// Exit status: the ranks' common one. 0 if every rank exited 0 (after a forwarded SIGTERM too: llama_train saved
+// its checkpoint, serve drained); 2 if a rank exited 2 (a usage error) and every other exited 2 as well or was
+// stopped; 1 if a rank failed otherwise (or could not be started); 128+signo if tprun was stopped by SIGINT/SIGTERM
+// and a rank did not exit 0; 2 on tprun's own bad usage.
+//
+// A usage error is printed by rank 0 alone, but every rank finds it: the first rank to exit 2 does not stop the
+// others at once. tprun waits up to 10 s for them to exit by themselves, so that rank 0's `error:` line is never cut
+// off by tprun's SIGTERM, whichever rank exits first.
 //
 // options.h: the command line; spawn.h: signals, the rank environment, fork and exec; rank_io.h: relaying
 // the ranks' output. This file: the supervisor loop.
@@ -49,7 +55,17 @@ class Launcher {
   int run(const std::string& path, const StoreSocket& store) {
     for (;;) {
       run_round(path, store);
-      if (stop_signal_) return 128 + stop_signal_;  // like torchrun: signal wins
+      const bool all_zero = std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) {
+        return r.reaped && WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+      });
+      if (stop_signal_) return all_zero && !ranks_.empty() ? 0 : 128 + stop_signal_;  // the ranks' 0, else the signal's
+      if (usage_error_) {
+        std::fprintf(stderr, "tprun: rank %ld exited with status 2 (a usage error)%s\n", failed_rank_,
+                     usage_common_ ? ", as every rank did" : "; the other ranks were stopped");
+        if (watch_) watch_->fail("host " + JobWatch::hostname() + " (node " + std::to_string(opt_.node_rank) + "): rank " +
+                                 std::to_string(failed_rank_) + " exited with status 2 (a usage error)");
+        return 2;  // never restarted: a bad flag stays bad
+      }
       const bool failed = failed_rank_ >= 0 || spawn_failed_ || remote_failed_;
       if (!failed) {
         if (watch_) watch_->done();
@@ -65,7 +81,8 @@ class Launcher {
       std::fprintf(stderr, "tprun: restarting every rank (restart %ld of at most %ld)\n", opt_.restart_count,
                    opt_.max_restarts);
       ranks_.clear();
-      stopping_ = killed_ = spawn_failed_ = remote_failed_ = false;
+      stopping_ = killed_ = spawn_failed_ = remote_failed_ = usage_error_ = false;
+      usage_deadline_.reset();
       failed_rank_ = -1;
     }
   }
@@ -85,7 +102,7 @@ class Launcher {
       }
     }
     loop();
-    if (failed_rank_ >= 0)
+    if (failed_rank_ >= 0 && !usage_error_)
       std::fprintf(stderr, "tprun: stopping: rank %ld failed first\n", failed_rank_);
   }
 
@@ -110,8 +127,24 @@ class Launcher {
 
   void on_exit_status(Rank& r, int status) {
     r.reaped = true;
+    r.status = status;
     bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (ok || stopping_) return;  // ranks we stopped ourselves are no cause
+    const bool usage = WIFEXITED(status) && WEXITSTATUS(status) == 2;
+    if (usage && (failed_rank_ < 0 || usage_error_)) {
+      // A usage error: the others find it too (rank 0 prints it); let them exit by themselves (check_usage_wait).
+      if (failed_rank_ < 0) {
+        failed_rank_ = r.global;
+        usage_error_ = usage_common_ = true;
+        usage_deadline_ = Clock::now() + std::chrono::seconds(10);
+      }
+      return;
+    }
+    if (usage_error_) {  // another failure while waiting: a failure, not a usage error
+      usage_error_ = false;
+      usage_deadline_.reset();
+      failed_rank_ = -1;
+    }
     if (WIFSIGNALED(status))
       std::fprintf(stderr,
                    "tprun: rank %ld (local rank %ld, pid %d) was killed by signal %d (%s)\n",
@@ -126,6 +159,17 @@ class Launcher {
       watch_->fail("host " + JobWatch::hostname() + " (node " + std::to_string(opt_.node_rank) + "): rank " +
                    std::to_string(r.global) + " " + how);
     }
+    begin_stop(SIGTERM);
+  }
+
+  // After a rank's usage error: the others that have not exited by the deadline are stopped.
+  void check_usage_wait() {
+    if (!usage_deadline_ || stopping_) return;
+    if (all_reaped()) return;
+    if (Clock::now() < *usage_deadline_) return;
+    usage_common_ = false;
+    if (watch_) watch_->fail("host " + JobWatch::hostname() + " (node " + std::to_string(opt_.node_rank) + "): rank " +
+                             std::to_string(failed_rank_) + " exited with status 2 (a usage error)");
     begin_stop(SIGTERM);
   }
 
@@ -213,6 +257,7 @@ class Launcher {
     std::optional<Clock::time_point> drain_deadline;
     for (;;) {
       reap();
+      check_usage_wait();
       check_watch();
       check_heartbeats();
       auto now = Clock::now();
@@ -263,6 +308,8 @@ class Launcher {
   JobWatch* watch_ = nullptr;  // with --nnodes > 1: fail fast across hosts
   int stop_signal_ = 0;
   long failed_rank_ = -1;
+  bool usage_error_ = false, usage_common_ = false;  // the first failure was an exit status 2; every rank's so far
+  std::optional<Clock::time_point> usage_deadline_;
   Clock::time_point kill_deadline_{};
 };
 

@@ -216,6 +216,8 @@ class World {
 // Initialises the calling thread's (and, if none is set yet, the process's) default world from the launcher's
 // environment (LaunchEnv): rank 0 serves a TCPStore on MASTER_ADDR:MASTER_PORT, all ranks connect to it and
 // build the world group. Fails with a clear error on bad env, a busy port or a peer that never arrives.
+// Both overloads ignore SIGPIPE where its disposition is still the default (as CPython does at start-up): a write to
+// a dead peer's socket is then an error the collective names, never a silent death by signal (status 141).
 std::shared_ptr<World> init_process_group(InitOptions options = {});
 // Same over a store the caller made (a c10d::HashStore shared by threads in one process, for tests).
 std::shared_ptr<World> init_process_group(c10::intrusive_ptr<c10d::Store> store, int rank, int size,

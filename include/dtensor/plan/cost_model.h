@@ -37,10 +37,14 @@ struct CostModel {
   double fused_op_overhead_us = 0;  // per async TP fused op: handing its pieces to the communication thread
   std::map<std::string, CollectiveCost> collectives;   // by collective name
   std::string comm_source;                             // where the collective numbers came from
+  int comm_world = 2;          // the world comm_source measured: latency is priced per ring step beyond it
+  std::string machine_source;  // where matmul_gflops, memory_gbps and dtensor_op_us came from
 
   // Seconds for one collective whose input on this rank is `input_bytes`, over a group of `n`. The bytes
   // each rank moves, as nccl-tests' bus bandwidth counts them: all_reduce 2(n-1)/n x the tensor,
   // all_gather (n-1) x the input (the output's (n-1)/n), reduce_scatter and all_to_all (n-1)/n x the input.
+  // Latency: a ring's n - 1 steps, each the measured latency over the measured world's comm_world - 1 steps (the
+  // alpha-beta model of a ring; a table measured at the job's world gives its own numbers).
   double collective_seconds(const std::string& collective, int64_t input_bytes, int64_t n) const;
 };
 

@@ -1,0 +1,70 @@
+#include "train/export.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "dtensor/core/error.h"
+#include "dtensor/mesh/process_group.h"
+#include "llama/hf_weights.h"
+#include "tokenizer/byte_tokenizer.h"
+
+namespace train {
+namespace fs = std::filesystem;
+
+namespace {
+
+// `dir`/`name` with `text`, atomically: a temporary file of this process and thread, renamed into place.
+void write_atomically(const fs::path& dir, const std::string& name, const std::string& text) {
+  fs::create_directories(dir);
+  const fs::path tmp = dir / ("." + name + "." + std::to_string(::getpid()) + "." +
+                              std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    DTENSOR_CHECK(out, "dtensor: llama_train: cannot write ", tmp.string());
+  }
+  fs::rename(tmp, dir / name);
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+bool bytes_are_tokens(const TrainOptions& o) {
+  return o.tokenizer_dir.empty() && o.hf_dir.empty() && !o.data.ends_with(".bin");
+}
+
+void save_tokenizer(const TrainOptions& o, const std::string& dir) {
+  if (bytes_are_tokens(o)) {
+    write_atomically(dir, "tokenizer.json", tokenizer::byte_tokenizer_json());
+    return;
+  }
+  if (o.tokenizer_dir.empty()) return;
+  for (const char* name : {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+                           "chat_template.jinja", "generation_config.json"}) {
+    const fs::path from = fs::path(o.tokenizer_dir) / name;
+    if (fs::exists(from) && fs::absolute(from) != fs::absolute(fs::path(dir) / name)) {
+      write_atomically(dir, name, read_file(from));
+    }
+  }
+}
+
+void save_hf(const TrainOptions& o, llama::LlamaForCausalLM& model, const std::string& dir) {
+  llama::save_hf_llama(dir, model);
+  const bool rank0 = !dtensor::is_initialized() || dtensor::current_world()->rank() == 0;
+  if (rank0) save_tokenizer(o, dir);
+  if (dtensor::is_initialized()) dtensor::current_world()->world_group()->barrier();
+}
+
+bool keeps_weights(const TrainOptions& o) {
+  return !o.save_hf.empty() || (!o.checkpoint_dir.empty() && o.checkpoint_every > 0);
+}
+
+}  // namespace train

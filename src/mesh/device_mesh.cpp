@@ -1,4 +1,6 @@
 #include "dtensor/mesh/device_mesh.h"
+
+#include <atomic>
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/cuda.h"
 
@@ -12,6 +14,11 @@
 namespace dtensor {
 
 struct DeviceMesh::Impl {
+  uint64_t serial = next_serial();  // never reused (DeviceMesh::serial)
+  static uint64_t next_serial() {
+    static std::atomic<uint64_t> n{0};
+    return ++n;
+  }
   std::string device_type;
   c10::Device device{c10::kCPU};  // this process's device of that type
   std::vector<int64_t> shape;
@@ -249,5 +256,7 @@ DeviceMesh init_device_mesh(const std::string& device_type, std::vector<int64_t>
   std::iota(ranks.begin(), ranks.end(), 0);
   return DeviceMesh(device_type, std::move(mesh_shape), std::move(ranks), std::move(mesh_dim_names), world);
 }
+
+uint64_t DeviceMesh::serial() const { return impl_->serial; }
 
 }  // namespace dtensor

@@ -29,9 +29,12 @@ void put_tensor(std::vector<int64_t>& key, const at::Tensor& t) {
   for (int64_t s : t.sizes()) key.push_back(s);
   if (impl) {
     const DTensorSpec& spec = impl->spec();
-    // The mesh's address and shape: the cache holds no mesh, so an address may be reused by a later mesh;
-    // decisions depend only on the mesh's shape, which is keyed too.
-    key.push_back(reinterpret_cast<intptr_t>(spec.mesh.id()));
+    // The mesh's serial, never its address: the cache holds no mesh, and a later mesh may take a dead one's address.
+    // An entry is not only a decision (which depends on the mesh's shape alone): a from_locals entry holds the
+    // output sizes exchange_sizes learnt with a collective on that mesh's group, skipped on a hit. Hit on a new mesh
+    // at a reused address (the plan search's dry runs on a fake world, then training), it would let one rank skip a
+    // collective the other makes, and the ranks fall out of step.
+    key.push_back(static_cast<int64_t>(spec.mesh.serial()));
     for (int64_t s : spec.mesh.shape()) key.push_back(s);
     for (const auto& p : spec.placements) key.push_back(static_cast<int64_t>(p.hash()));
     for (int64_t s : spec.meta.stride) key.push_back(s);

@@ -86,6 +86,19 @@ def main():
         server.stop()
     check(not bad, "serve --hf-dir on the saved model: greedy ids equal transformers', logprobs within 1e-4", bad)
 
+    # The README's fine-tune (--hf-dir) saved again: transformers loads it, with the tokenizer copied along.
+    tuned = os.path.join(root, "tuned")
+    r = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", "2", "llama_train", "--hf-dir", out,
+                        "--seq-len", "16", "--batch", "4", "--steps", "2", "--save-hf", tuned],
+                       capture_output=True, text=True, timeout=600)
+    ok = r.returncode == 0
+    if ok:
+        again = AutoModelForCausalLM.from_pretrained(tuned)
+        ok = (os.path.exists(os.path.join(tuned, "tokenizer.json")) and again.config.vocab_size == model.config.vocab_size
+              and not torch.equal(again.lm_head.weight, model.lm_head.weight))
+    check(ok, "a fine-tune (--hf-dir) with --save-hf: transformers loads the tuned weights and the tokenizer is there",
+          (r.returncode, r.stderr[-600:]))
+
     r = train(bin_dir, ["--steps", "2"])
     check(r.returncode == 0 and "keeps no weights" in r.stderr, "a run that keeps nothing says so", r.stderr[-500:])
     ck = os.path.join(root, "ck")

@@ -68,7 +68,10 @@ class DeviceMesh {
   int64_t dim_index(const std::string& dim_name) const;  // throws naming the known dims
   std::string to_string() const;  // DeviceMesh('cpu', [[0, 1], [2, 3]], mesh_dim_names=('dp', 'tp'))
   bool operator==(const DeviceMesh& other) const;
-  const void* id() const { return impl_.get(); }  // identity of this mesh object (cache keys)
+  const void* id() const { return impl_.get(); }  // identity of this live mesh object (groups within one call)
+  // Unique for the process's lifetime, never shared with a mesh that is gone (unlike id(), an address a later mesh
+  // may take): what caches that outlive a mesh key by (the op decision cache).
+  uint64_t serial() const;
   bool operator!=(const DeviceMesh& other) const { return !(*this == other); }
 
  private:

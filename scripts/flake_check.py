@@ -147,6 +147,12 @@ def gtest(binary, suites, backend, rnd, env, tally, timeout, only):
     print(f"[flake] round {rnd} {backend}: {binary} ({len(suites)} suites) in {time.time() - t0:.0f} s", flush=True)
 
 
+def soak(trials, backend, seed, extra=()):
+    """fault_soak's command: `trials` random fault trials on `backend`."""
+    return [os.path.join(BIN, "fault_soak"), "--trials", str(trials), "--jobs", "2", "--timeout", "3", "--slack", "5",
+            "--backends", backend, "--seed", str(seed), *extra]
+
+
 def command(name, cmd, backend, rnd, env, tally, timeout):
     t0 = time.time()
     rc, out = run(cmd, env, timeout)
@@ -189,10 +195,9 @@ def main():
                     gtest("dtensor_tests", FAILURE_SUITES, backend, rnd, env, tally, args.timeout, only)
                     gtest("llama_tests", FAILURE_LLAMA_TESTS, backend, rnd, env, tally, args.timeout, only)
                     if not only or re.search(only, "fault_soak"):
-                        soak = [os.path.join(BIN, "fault_soak"), "--trials", "2", "--jobs", "2", "--timeout", "3",
-                                "--slack", "5", "--backends", backend, "--signals", "kill", "--launch", "hand",
-                                "--seed", str(args.seed + rnd)]
-                        command("fault_soak (2 SIGKILL trials)", soak, backend, rnd, env, tally, args.timeout)
+                        command("fault_soak (2 SIGKILL trials)",
+                                soak(2, backend, args.seed + rnd, ["--signals", "kill", "--launch", "hand"]),
+                                backend, rnd, env, tally, args.timeout)
                 print(f"[flake] round {rnd}/{args.rounds} done: {tally.failures()} failures so far, "
                       f"{time.time() - t_start:.0f} s", flush=True)
                 continue
@@ -204,9 +209,8 @@ def main():
                 gtest("dtensor_tests", DTENSOR_SUITES, backend, rnd, env, tally, args.timeout, only)
                 gtest("llama_tests", LLAMA_SUITES, backend, rnd, env, tally, args.timeout, only)
                 if not only or re.search(only, "fault_soak"):
-                    soak = [os.path.join(BIN, "fault_soak"), "--trials", "4", "--jobs", "2", "--timeout", "3",
-                            "--slack", "5", "--backends", backend, "--seed", str(args.seed + rnd)]
-                    command("fault_soak (4 trials)", soak, backend, rnd, env, tally, args.timeout)
+                    command("fault_soak (4 trials)", soak(4, backend, args.seed + rnd), backend, rnd, env, tally,
+                            args.timeout)
             backend = backends[(rnd - 1) % len(backends)]
             env = dict(base, DTENSOR_BACKEND=backend)
             gtest("llama_tests", LLAMA_ORACLE_SUITES, backend, rnd, env, tally, args.timeout, only)

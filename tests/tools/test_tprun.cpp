@@ -14,6 +14,15 @@ namespace {
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
+// Until both ranks printed "ready" into `out` (at most 10 s), before signalling them.
+void wait_until_both_ranks_ready(const std::string& out) {
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream in(out);
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (contains(s, "[rank0]: ready") && contains(s, "[rank1]: ready")) return;
+    usleep(50000);
+  }
+}
 }  // namespace
 
 TEST(Tprun, SetsTorchrunVariablesAndPrefixesLines) {
@@ -43,13 +52,7 @@ TEST(Tprun, ForwardsSigterm) {
   int pid = start_process({bin_path("tprun"), "--nproc-per-node", "2", "sh", "-c",
                            "trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.05; done"},
                           {}, out);
-  // Wait for both ranks to be up before signalling.
-  for (int i = 0; i < 200; ++i) {
-    std::ifstream in(out);
-    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (contains(s, "[rank0]: ready") && contains(s, "[rank1]: ready")) break;
-    usleep(50000);
-  }
+  wait_until_both_ranks_ready(out);
   kill(pid, SIGTERM);
   auto r = wait_process(pid, out, 30);
   EXPECT_FALSE(r.timed_out);
@@ -63,12 +66,7 @@ TEST(Tprun, ExitsWithTheSignalWhenRanksDieOfIt) {
   std::string out = "/tmp/dtensor_tprun_sig2_" + std::to_string(getpid());
   int pid = start_process({bin_path("tprun"), "--nproc-per-node", "2", "sh", "-c", "echo ready; while :; do sleep 0.05; done"},
                           {}, out);
-  for (int i = 0; i < 200; ++i) {
-    std::ifstream in(out);
-    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (contains(s, "[rank0]: ready") && contains(s, "[rank1]: ready")) break;
-    usleep(50000);
-  }
+  wait_until_both_ranks_ready(out);
   kill(pid, SIGTERM);
   auto r = wait_process(pid, out, 30);
   EXPECT_FALSE(r.timed_out);

@@ -88,6 +88,11 @@ int main(int argc, char** argv) {
     auto text_of = [&](const std::vector<int64_t>& ids) {
       return tok ? tok->decode(ids, true, tokenizer::UnknownIds::kSkip) : show_all(ids, bytes);
     };
+    if (rank == 0 && tok && tok->vocab_size() < config.vocab_size) {
+      std::fprintf(stderr, "llama_generate: note: the model's vocabulary (%lld rows) is larger than the tokenizer's (%lld "
+                           "tokens): ids past the tokenizer decode to nothing, as in transformers\n",
+                   static_cast<long long>(config.vocab_size), static_cast<long long>(tok->vocab_size()));
+    }
     if (rank == 0) {
       std::printf("llama_generate: %s=%lld batch=%zu | %s\n", options.ep > 1 ? "ep" : "tp", static_cast<long long>(tp_mesh.size()),
                   options.prompts.size(), config.to_string().c_str());

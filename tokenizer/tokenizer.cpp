@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -119,14 +120,10 @@ std::vector<std::vector<int64_t>> Tokenizer::encode_batch(const std::vector<std:
 }
 
 std::string Tokenizer::decode(const std::vector<int64_t>& ids, bool skip_special_tokens, UnknownIds unknown) const {
-  if (unknown == UnknownIds::kError || std::all_of(ids.begin(), ids.end(), [&](int64_t id) { return has_id(id); })) {
-    return backend_->decode(ids, skip_special_tokens);
-  }
+  if (unknown == UnknownIds::kError) return backend_->decode(ids, skip_special_tokens);
   std::vector<int64_t> known;
   known.reserve(ids.size());
-  for (int64_t id : ids) {
-    if (has_id(id)) known.push_back(id);
-  }
+  std::copy_if(ids.begin(), ids.end(), std::back_inserter(known), [&](int64_t id) { return has_id(id); });
   return backend_->decode(known, skip_special_tokens);
 }
 

@@ -58,16 +58,9 @@ void save_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torc
   const at::Tensor step = at::scalar_tensor(steps_done, at::kLong);
   const at::Tensor seed = at::scalar_tensor(static_cast<int64_t>(o.seed), at::kLong);
   ckpt::save(checkpoint_path(o.checkpoint_dir, steps_done), training_state(model, optimizer, step, seed));
-  // The model's sizes beside the checkpoints, in HF's config.json (llama_generate reads it). Every rank
-  // (process or thread) writes the same bytes to its own temporary file and renames it into place (atomic, race-free).
-  const fs::path tmp = fs::path(o.checkpoint_dir) / (".config.json." + std::to_string(::getpid()) + "." +
-                                                      std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
-  {
-    std::ofstream out(tmp);
-    out << llama::config_to_hf_json(o.model, models::dtype_name(param_dtype(o)));  // --dtype auto reads it back
-    DTENSOR_CHECK(out, "dtensor: llama_train: cannot write ", tmp.string());
-  }
-  fs::rename(tmp, fs::path(o.checkpoint_dir) / "config.json");
+  // The model's sizes beside the checkpoints, in HF's config.json (llama_generate reads it; --dtype auto reads the
+  // dtype back). Every rank (process or thread) writes the same bytes, each through its own temporary file.
+  write_atomically(o.checkpoint_dir, "config.json", llama::config_to_hf_json(o.model, models::dtype_name(param_dtype(o))));
   save_tokenizer(o, o.checkpoint_dir);  // serve --checkpoint DIR --tokenizer DIR reads the model's text
 }
 

@@ -17,25 +17,24 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// `dir`/`name` with `text`, atomically: a temporary file of this process and thread, renamed into place.
-void write_atomically(const fs::path& dir, const std::string& name, const std::string& text) {
-  fs::create_directories(dir);
-  const fs::path tmp = dir / ("." + name + "." + std::to_string(::getpid()) + "." +
-                              std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    DTENSOR_CHECK(out, "dtensor: llama_train: cannot write ", tmp.string());
-  }
-  fs::rename(tmp, dir / name);
-}
-
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 }  // namespace
+
+void write_atomically(const std::string& dir, const std::string& name, const std::string& text) {
+  fs::create_directories(dir);
+  const fs::path tmp = fs::path(dir) / ("." + name + "." + std::to_string(::getpid()) + "." +
+                                        std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id())));
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    out << text;
+    DTENSOR_CHECK(out, "dtensor: llama_train: cannot write ", tmp.string());
+  }
+  fs::rename(tmp, fs::path(dir) / name);
+}
 
 bool bytes_are_tokens(const TrainOptions& o) {
   return o.tokenizer_dir.empty() && o.hf_dir.empty() && !o.data.ends_with(".bin");

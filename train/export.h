@@ -9,6 +9,9 @@
 
 namespace train {
 
+// `dir`/`name` holding `text`, atomically and race-free: written to a temporary file of this process and thread, then
+// renamed into place (every rank may write the same file).
+void write_atomically(const std::string& dir, const std::string& name, const std::string& text);
 // Whether the model's tokens are a text file's bytes (no tokenizer, no nanoGPT .bin).
 bool bytes_are_tokens(const TrainOptions& options);
 // The model's tokenizer into `dir`: tokenizer/byte_tokenizer.h's tokenizer.json when the tokens are bytes, else the

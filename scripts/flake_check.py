@@ -20,16 +20,23 @@ What runs in each round:
 >= 200 rounds on both backends beside 2 hogs): per backend, dtensor_tests' FAILURE_SUITES, llama_tests'
 FAILURE_LLAMA_TESTS, and 2 fault_soak trials that SIGKILL a rank (the store's owner included) mid-collective, whose
 survivors must exit 1 with a named error, never by a signal (SIGPIPE: status 141).
+--jobs J (with --failure-paths): J commands at once. Most of these tests wait (for a timeout, a grace, a peer's
+death), so 200 rounds one after another would take ~13 h on 2 cores; in parallel each test runs in a process of its
+own, --chunk K repeats at a time (gtest's --gtest_repeat), interleaved so that every test advances alike, beside the
+hogs and beside each other (more load than the hogs alone). --for-seconds S starts no command after S seconds and
+tables what ran: the counts are those of the runs made, never of the rounds asked for.
 Every command is bounded by --timeout. H busy loops (default 1) run for the whole sweep. A failed run's output is
 kept in build/flake_check/. The last line is `summary ...`; the exit status is 1 if anything failed.
 """
 import argparse
+import concurrent.futures
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -163,6 +170,75 @@ def command(name, cmd, backend, rnd, env, tally, timeout):
     print(f"[flake] round {rnd} {backend}: {name} {time.time() - t0:.0f} s{note}", flush=True)
 
 
+def list_tests(binary, filt):
+    """The gtest names a filter selects (the binary's --gtest_list_tests)."""
+    out = subprocess.run([os.path.join(BIN, binary), f"--gtest_filter={filt}", "--gtest_list_tests"], check=True,
+                         capture_output=True, text=True).stdout
+    names, suite = [], None
+    for line in out.splitlines():
+        if not line.strip():
+            continue
+        if not line.startswith(" "):
+            suite = line.split("#")[0].strip()
+        else:
+            names.append(suite + line.split("#")[0].strip())
+    return names
+
+
+def failure_paths_parallel(args, backends, tally, t_start):
+    """--failure-paths --jobs J: every (test, backend) runs args.rounds times in chunks of --chunk repeats, J
+    commands at once, chunks interleaved across tests. A test's passes are its '[       OK ]' lines; a chunk that
+    crashed or overran counts its missing repeats as failures."""
+    only = args.only
+    units = []  # (tally name, argv, backend, repeats expected, kind)
+    for backend in backends:
+        env = dict(os.environ, OMP_NUM_THREADS="1", DTENSOR_BACKEND=backend)
+        for binary, suites in (("dtensor_tests", FAILURE_SUITES), ("llama_tests", FAILURE_LLAMA_TESTS)):
+            suites = [s for s in suites if not only or re.search(only, s)]
+            if not suites:
+                continue
+            for name in list_tests(binary, ":".join(s if "." in s else s + ".*" for s in suites)):
+                for first in range(0, args.rounds, args.chunk):
+                    n = min(args.chunk, args.rounds - first)
+                    units.append((first, name, [os.path.join(BIN, binary), f"--gtest_filter={name}",
+                                                f"--gtest_repeat={n}"], backend, env, n, "gtest"))
+        if not only or re.search(only, "fault_soak"):
+            trials = 2 * args.rounds  # as the serial mode: 2 SIGKILL trials per round and backend
+            for first in range(0, trials, 10):
+                n = min(10, trials - first)
+                units.append((first // 2, "fault_soak (SIGKILL trials, 10 per run)",
+                              soak(n, backend, args.seed + first, ["--signals", "kill", "--launch", "hand"]),
+                              backend, env, n, "command"))
+    units.sort(key=lambda u: u[0])  # interleaved: every test's first chunk, then every second one, ...
+    lock, done = threading.Lock(), [0]
+    print(f"[flake] {len(units)} commands, {args.jobs} at once", flush=True)
+
+    def one(unit):
+        first, name, argv, backend, env, n, kind = unit
+        if args.for_seconds and time.time() - t_start > args.for_seconds:
+            return
+        rc, out = run(argv, env, args.timeout)
+        with lock:
+            done[0] += 1
+            if kind == "gtest":
+                ok = len(re.findall(r"^\[       OK \] " + re.escape(name) + r" \(\d+ ms\)$", out, re.M))
+                for i in range(n):
+                    tally.add(name, backend, i < ok)
+                bad = ok < n or rc != 0
+            else:
+                tally.add(name, backend, rc == 0)
+                bad = rc != 0
+            note = ""
+            if bad:
+                note = f" FAILED (exit {rc}); output in {save_log(f'{name}-{backend}-from{first}', out)}"
+            if bad or done[0] % 25 == 0:
+                print(f"[flake] {done[0]}/{len(units)} commands, {tally.failures()} failures, "
+                      f"{time.time() - t_start:.0f} s: {name} {backend} x{n}{note}", flush=True)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(one, units))
+
+
 def main():
     ap = argparse.ArgumentParser(prog="flake_check.sh", description=__doc__.split("\n")[0])
     ap.add_argument("rounds", type=int, help="rounds (N); the bar is 0 failures at N >= 20")
@@ -173,11 +249,17 @@ def main():
     ap.add_argument("--backends", default="shm,gloo", help="DTENSOR_BACKEND values (default shm,gloo)")
     ap.add_argument("--timeout", type=int, default=900, help="bound of each command, in seconds (default 900)")
     ap.add_argument("--seed", type=int, default=1000, help="fault_soak's seed in round r is seed + r")
+    ap.add_argument("--jobs", type=int, default=1, help="with --failure-paths: commands at once (default 1)")
+    ap.add_argument("--chunk", type=int, default=10, help="with --jobs: repeats of a test per process (default 10)")
+    ap.add_argument("--for-seconds", type=int, default=0,
+                    help="start no command after this many seconds (0: no limit); the table counts the runs made")
     args = ap.parse_args()
     if args.hogs is None:
         args.hogs = 2 if args.failure_paths else 1
-    if args.rounds < 1 or args.hogs < 0 or args.timeout < 1:
-        ap.error("rounds and timeout must be >= 1, hogs >= 0")
+    if args.rounds < 1 or args.hogs < 0 or args.timeout < 1 or args.jobs < 1 or args.chunk < 1:
+        ap.error("rounds, timeout, jobs and chunk must be >= 1, hogs >= 0")
+    if args.jobs > 1 and not args.failure_paths:
+        ap.error("--jobs needs --failure-paths (the full sweep's oracles are heavy: one at a time)")
     backends = [b for b in args.backends.split(",") if b]
     if any(b not in ("shm", "gloo") for b in backends):
         ap.error(f"--backends takes shm and/or gloo, not {args.backends!r}")
@@ -187,7 +269,9 @@ def main():
     print(f"[flake] {args.rounds} rounds, backends {backends}, {args.hogs} CPU hog(s), bound {args.timeout} s per "
           f"command", flush=True)
     try:
-        for rnd in range(1, args.rounds + 1):
+        if args.jobs > 1:
+            failure_paths_parallel(args, backends, tally, t_start)
+        for rnd in range(1, args.rounds + 1 if args.jobs == 1 else 1):
             base = dict(os.environ, OMP_NUM_THREADS="1")
             if args.failure_paths:
                 for backend in backends:
@@ -226,8 +310,9 @@ def main():
     print()
     print(tally.table([b for b in ["any"] + backends if any(k[1] == b for k in tally.runs)]))
     tests = len(tally.order)
-    print(f"summary rounds={args.rounds} tests={tests} test_runs={sum(tally.runs.values())} "
-          f"failures={tally.failures()} hogs={args.hogs} backends={'+'.join(backends)} "
+    fewest = min(tally.runs.values()) if tally.runs else 0
+    print(f"summary rounds={args.rounds} fewest_runs={fewest} tests={tests} test_runs={sum(tally.runs.values())} "
+          f"failures={tally.failures()} hogs={args.hogs} jobs={args.jobs} backends={'+'.join(backends)} "
           f"wall_s={time.time() - t_start:.0f}")
     return 1 if tally.failures() else 0
 

@@ -8,7 +8,8 @@ ROOT=$PWD
 PY=${DTENSOR_PYTHON:-python3.11}
 TORCH_VERSION=2.14.1
 
-log() { echo "[setup] $*"; }
+T0=$(date +%s)
+log() { echo "[setup] +$(( $(date +%s) - T0 ))s $*"; }  # seconds since setup began: where a fresh clone's time goes
 
 # --- Debian packages: compiler, gtest, gloo's headers (ProcessGroupGloo.hpp includes them), ccache, and the
 #     tokenizer's PCRE2 (Unicode regexes), utf8proc (normalization) and libsentencepiece (tokenizer.model); iproute2

@@ -116,7 +116,7 @@ def fails_alone(bin_dir, model_dir, name, want, tp, fault, where):
         check(many and named and not wrong,
               f"TP {tp} {fault}: {len(failed)} request(s) answered 500 naming the failure, the other {len(good)} equal HF",
               (failed, wrong))
-        logged = any("error: serve: request" in l and f"injected failure in the {where}" in l for l in server.err_lines)
+        logged = server.wait_err(lambda l: "error: serve: request" in l and f"injected failure in the {where}" in l)
         check(logged, f"TP {tp} {fault}: the failure is logged on the spot", server.err_lines[-5:])
         check(health(server.url) == 200, f"TP {tp} {fault}: /health stays 200")
         after = concurrent_requests(server.url, name, [4, 5, 6, 7], [True, False, True, False])
@@ -194,7 +194,7 @@ def padded_vocabulary(bin_dir, root, model_dir):
     name = os.path.basename(out)
     server = Server(bin_dir, out, tp=2)
     try:
-        notes = [l for l in server.err_lines if "larger than the tokenizer's" in l]
+        notes = server.wait_err(lambda l: "larger than the tokenizer's" in l)
         check(len(notes) == 1, f"padded vocabulary ({padded} rows, {n} tokens): the load says so once", server.err_lines)
         bodies = [{"model": name, "prompt": WORDS[i], "max_tokens": 24, "temperature": 1.0, "seed": 100 + i,
                    "ignore_eos": True, "return_token_ids": True} for i in range(8)]

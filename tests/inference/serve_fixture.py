@@ -104,6 +104,16 @@ class Server:
         line = next(l for l in self.lines if "serving http://" in l)
         self.url = re.search(r"(http://\S+)", line).group(1)
 
+    def wait_err(self, pred, timeout=20):
+        """The stderr lines that satisfy pred, waiting up to `timeout` s for a first one: a line reaches us through
+        tprun's relay and a reader thread, so it can trail an HTTP answer that serve sent after writing it."""
+        deadline = time.time() + timeout
+        while True:
+            found = [l for l in list(self.err_lines) if pred(l)]
+            if found or time.time() > deadline or self.proc.poll() is not None:
+                return found or [l for l in list(self.err_lines) if pred(l)]
+            time.sleep(0.05)
+
     def rank_pid(self, rank):
         """The pid of rank `rank` (tprun's child whose environment says RANK=rank)."""
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout.split()

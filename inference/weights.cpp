@@ -1,9 +1,9 @@
-// The three sources of a generating model (weights.h's ModelSource):
-//   --random-init     LlamaForCausalLM::init_weights(seed) on every rank, then the plan shards it (the same
-//                     weights at every TP degree);
+// The three sources of a generating model (weights.h's ModelSource), each built by llama::build_model (llama/build.h:
+// the plan cuts the meta model first, then each rank allocates and fills only its shards):
+//   --random-init     each rank its part of LlamaForCausalLM::init_weights(seed) (the same weights at every TP degree);
 //   --checkpoint D    ours (llama_train --checkpoint-dir D): D/config.json gives the sizes, the newest committed
-//                     D/step-N (or D itself when it is one) the weights; the model is parallelized first and
-//                     each rank reads only its shards (dtensor::checkpoint::load reshards any saved TP degree);
+//                     D/step-N (or D itself when it is one) the weights; each rank reads only its shards
+//                     (dtensor::checkpoint::load reshards any saved TP degree);
 //   --hf-dir D        HF's save_pretrained layout: D/config.json, then llama::load_hf_llama reads this
 //                     rank's slice of each weight from the memory-mapped safetensors.
 // Both loads map in place (dtensor::checkpoint::LoadOptions::map_in_place): a slice that is one contiguous range of
@@ -20,15 +20,14 @@
 #include <fstream>
 
 #include "common/dtype.h"
-#include "train/checkpointing.h"  // train::latest_checkpoint: one home for "which step-N is newest"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/core/error.h"
-#include "dtensor/checkpoint/state_dict.h"
+#include "dtensor/checkpoint/step_checkpoints.h"
 #include "dtensor/mesh/launch_env.h"
 #include "dtensor/mesh/process_group.h"
-#include "dtensor/mesh/watchdog.h"
 #include "dtensor/nn/materialize.h"
 #include "llama/hf_config.h"
+#include "llama/build.h"
 #include "llama/hf_weights.h"
 #include "llama/parallelize.h"
 
@@ -40,9 +39,9 @@ namespace {
 // The committed checkpoint --checkpoint names: the directory itself, or the newest step-N under it.
 std::string checkpoint_to_load(const std::string& dir) {
   if (dtensor::checkpoint::is_checkpoint(dir)) return dir;
-  const auto latest = train::latest_checkpoint(dir);
+  const auto latest = dtensor::checkpoint::latest_step_checkpoint(dir);
   if (!latest) throw SourceError("--checkpoint " + dir + ": no committed checkpoint there (nor a step-N directory in it)");
-  return latest->second;
+  return latest->path;
 }
 
 // config.json beside the weights: in the directory, else (a step-N directory) in its parent.
@@ -118,42 +117,29 @@ llama::LlamaConfig model_config(const ModelSource& options, int64_t tp) {
 
 llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::LlamaConfig& config,
                                    const dtensor::DeviceMesh& tp_mesh) {
-  // Built on the meta device and parallelized there; then each rank allocates only its shards and replicas and fills
-  // them (the seeded init's part of each tensor, or the checkpoint's slices): no rank ever holds the whole model.
-  const dtensor::watchdog::Phase phase("loading weights", std::chrono::minutes(30));  // ranks read at their own pace
-  llama::LlamaForCausalLM model = llama::meta_model(config);
-  try {
-    if (tp_mesh.size() > 1 && options.ep > 1) {
-      llama::apply_inference_ep(model, tp_mesh);
-    } else if (tp_mesh.size() > 1) {
-      llama::apply_inference_tp(model, tp_mesh);
-    }
-  } catch (const dtensor::Error& e) {
-    throw SourceError(e.what());
-  }
-  const at::ScalarType dtype = model_dtype(options);
+  // llama::build_model: built on the meta device and parallelized there; then each rank allocates only its shards and
+  // replicas and fills them (the seeded init's part of each tensor, or the files' slices, mapped in place where a slice
+  // is one range of a file): no rank ever holds the whole model.
+  llama::BuildOptions build;
+  build.parallelize.plan = options.ep > 1 ? llama::TPPlan::ep : llama::TPPlan::inference;
+  build.dtype = model_dtype(options);
   // On a GPU the caching allocator's out-of-memory error names the sizes; the host check is for host memory.
-  if (tp_mesh.device().is_cpu()) check_fits_in_memory(dtensor::nn::meta_bytes(*model, dtype), dtype, tp_mesh);
-  dtensor::nn::to_empty(*model, tp_mesh.device(), dtype);
-  if (options.random_init) {
-    model->init_weights(options.seed);  // the same values at every TP degree
-    return model;
+  if (tp_mesh.device().is_cpu()) {
+    build.before_allocation = [&](llama::LlamaForCausalLM& meta) {
+      check_fits_in_memory(dtensor::nn::meta_bytes(*meta, build.dtype), build.dtype, tp_mesh);
+    };
   }
+  const llama::WeightSource source = options.random_init  ? llama::WeightSource::random(options.seed)
+                                     : !options.hf_dir.empty() ? llama::WeightSource::hf(options.hf_dir, /*map_in_place=*/true)
+                                                             : llama::WeightSource::dcp(checkpoint_to_load(options.checkpoint),
+                                                                                        /*map_in_place=*/true);
   try {
-    if (!options.hf_dir.empty()) {
-      llama::load_hf_llama(options.hf_dir, model, /*map_in_place=*/true);
-    } else {
-      // Model entries only: a training checkpoint also holds AdamW state and the data position.
-      dtensor::checkpoint::StateDict state = dtensor::checkpoint::module_state_dict(*model);
-      dtensor::checkpoint::load(checkpoint_to_load(options.checkpoint), state,
-                                {.allow_unused_names = {"state.*", "train.*"}, .map_in_place = true});
-    }
+    return llama::build_model(config, models::ParallelDims::from_mesh(tp_mesh), source, build);
   } catch (const SourceError&) {
     throw;
   } catch (const std::exception& e) {
     throw SourceError(e.what());
   }
-  return model;
 }
 
 }  // namespace inference

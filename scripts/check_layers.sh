@@ -5,10 +5,12 @@
 #     ("dtensor/<layer>/x.h" public, "<layer>/x.h" internal), or the umbrella "dtensor/dtensor.h";
 #   - a folder of src/ or include/dtensor/ that is not in the table;
 #   - model code including library headers other than dtensor/core and dtensor/nn: every file of
-#     models/<family>/ except the family's plans (parallelize.*, parallelize_*.*) and its weight loader (hf_weights.*);
+#     models/<family>/ except the family's plans (parallelize.*, parallelize_*.*), its weight loader (hf_weights.*) and
+#     its factory (build.*: plan + weights);
 #   - above src/ (the table's `tree` lines): a file of tokenizer/, models/, train/, inference/ or tools/ including a
 #     header of a folder not listed for it (the library counts as one folder, "dtensor"), a top-level folder with
-#     sources that is not in the table, and an add_library in CMakeLists.txt built from tools/ (tools/ holds mains).
+#     sources that is not in the table, and an add_library in CMakeLists.txt built from tools/ (tools/ holds mains);
+#   - a public header (include/dtensor/**) that the umbrella "dtensor/dtensor.h" does not include.
 # The build enforces the same table for src/ (cmake/Layers.cmake); this also covers headers no .cpp includes
 # and model code. Usage: scripts/check_layers.sh [ROOT] (default: this checkout). Ends with a `summary` line;
 # exit 1 on any violation.
@@ -68,7 +70,7 @@ done
 for family in "$ROOT"/models/*/; do
   [[ "$(basename "$family")" == common ]] && continue
   while IFS= read -r file; do
-    case "$(basename "$file")" in parallelize.* | parallelize_*.* | hf_weights.*) continue ;; esac
+    case "$(basename "$file")" in parallelize.* | parallelize_*.* | hf_weights.* | build.*) continue ;; esac
     files=$((files + 1))
     while IFS=: read -r lineno inc; do
       includes=$((includes + 1))
@@ -126,6 +128,15 @@ if [[ -f "$ROOT/CMakeLists.txt" ]]; then
   while IFS= read -r hit; do
     report "CMakeLists.txt: $hit (a library from tools/: libraries live in their layer; tools/ holds mains)"
   done < <(awk '/add_library\(/ { lib = 1; text = "" } lib { text = text $0 } lib && /\)/ { if (text ~ /tools\//) { sub(/^[ \t]+/, "", text); print substr(text, 1, 80) } lib = 0 }' "$ROOT/CMakeLists.txt")
+fi
+# The umbrella "dtensor/dtensor.h" includes every public header (a user's one include reaches all of the API).
+if [[ -f "$ROOT/include/dtensor/dtensor.h" ]]; then
+  while IFS= read -r header; do
+    header=${header#$ROOT/include/}
+    [[ "$header" == dtensor/dtensor.h ]] && continue
+    grep -qF "#include \"$header\"" "$ROOT/include/dtensor/dtensor.h" ||
+      report "include/dtensor/dtensor.h: misses the public header \"$header\""
+  done < <(find "$ROOT/include/dtensor" -name '*.h' | sort)
 fi
 
 echo "summary layers=${#allowed[@]} tree_folders=$tree_folders files=$files includes=$includes violations=$violations"

@@ -5,7 +5,6 @@
 
 #include <ATen/ATen.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -14,6 +13,7 @@
 
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/state_dict.h"
+#include "dtensor/checkpoint/step_checkpoints.h"
 #include "dtensor/core/error.h"
 #include "llama/hf_config.h"
 
@@ -35,29 +35,11 @@ ckpt::StateDict training_state(llama::LlamaForCausalLM& model, torch::optim::Ada
 
 }  // namespace
 
-std::string checkpoint_path(const std::string& checkpoint_dir, int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step-%08lld", static_cast<long long>(step));
-  return (fs::path(checkpoint_dir) / name).string();
-}
-
-std::optional<std::pair<int64_t, std::string>> latest_checkpoint(const std::string& checkpoint_dir) {
-  std::optional<std::pair<int64_t, std::string>> best;
-  if (!fs::is_directory(checkpoint_dir)) return best;
-  for (const auto& e : fs::directory_iterator(checkpoint_dir)) {
-    const std::string name = e.path().filename().string();
-    if (name.rfind("step-", 0) != 0 || name.size() != 13 || !ckpt::is_checkpoint(e.path().string())) continue;
-    const int64_t step = std::stoll(name.substr(5));
-    if (!best || step > best->first) best = {step, e.path().string()};
-  }
-  return best;
-}
-
 void save_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torch::optim::AdamW& optimizer,
                      int64_t steps_done) {
   const at::Tensor step = at::scalar_tensor(steps_done, at::kLong);
   const at::Tensor seed = at::scalar_tensor(static_cast<int64_t>(o.seed), at::kLong);
-  ckpt::save(checkpoint_path(o.checkpoint_dir, steps_done), training_state(model, optimizer, step, seed));
+  ckpt::save(ckpt::step_checkpoint_path(o.checkpoint_dir, steps_done), training_state(model, optimizer, step, seed));
   // The model's sizes beside the checkpoints, in HF's config.json (llama_generate reads it; --dtype auto reads the
   // dtype back). Every rank (process or thread) writes the same bytes, each through its own temporary file.
   write_atomically(o.checkpoint_dir, "config.json", llama::config_to_hf_json(o.model, models::dtype_name(param_dtype(o))));
@@ -65,20 +47,20 @@ void save_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torc
 }
 
 int64_t resume_from_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torch::optim::AdamW& optimizer) {
-  const auto latest = latest_checkpoint(o.checkpoint_dir);
+  const auto latest = ckpt::latest_step_checkpoint(o.checkpoint_dir);
   if (!latest) return 0;
   at::Tensor step = at::scalar_tensor(int64_t{-1}, at::kLong);
   at::Tensor seed = at::scalar_tensor(int64_t{-1}, at::kLong);
   // The data position first (two scalars), so that a checkpoint of another run fails before the model changes.
   ckpt::StateDict position = {{"train.step", step}, {"train.seed", seed}};
-  ckpt::load(latest->second, position, {.allow_unused = true});
-  DTENSOR_CHECK(seed.item<int64_t>() == static_cast<int64_t>(o.seed), "dtensor: llama_train: ", latest->second,
+  ckpt::load(latest->path, position, {.allow_unused = true});
+  DTENSOR_CHECK(seed.item<int64_t>() == static_cast<int64_t>(o.seed), "dtensor: llama_train: ", latest->path,
                 " was written with --seed ", seed.item<int64_t>(), ", this run has --seed ", o.seed,
                 " (the data position would not match)");
   ckpt::StateDict state = training_state(model, optimizer, step, seed);
   // Across precisions: fp32 masters (--mixed-precision) resume as bf16 parameters (--dtype bfloat16
   // --mixed-precision off) and back, the values converted.
-  ckpt::load(latest->second, state, {.allow_dtype_cast = true});
+  ckpt::load(latest->path, state, {.allow_dtype_cast = true});
   ckpt::set_adamw_steps(optimizer, *model, state);
   return step.item<int64_t>();
 }

@@ -1,5 +1,6 @@
-// Training checkpoints (llama_train's --checkpoint-dir): <checkpoint-dir>/step-00000100 holds everything a run needs to continue after
-// step 100 (dtensor::checkpoint, resharding: resume at any TP degree):
+// Training checkpoints (llama_train's --checkpoint-dir): <checkpoint-dir>/step-00000100
+// (dtensor/checkpoint/step_checkpoints.h) holds everything a run needs to continue after step 100
+// (dtensor::checkpoint, resharding: resume at any TP degree):
 //
 //   model weights        "<fqn>"                      (the model's own placements)
 //   AdamW state          "state.<fqn>.exp_avg" ...    (PyTorch's flattened optimizer names)
@@ -12,19 +13,13 @@
 #include <torch/optim/adamw.h>
 
 #include <cstdint>
-#include <optional>
-#include <string>
 
 #include "llama/model.h"
 #include "train/options.h"
 
 namespace train {
 
-std::string checkpoint_path(const std::string& checkpoint_dir, int64_t step);  // .../step-00000100
-// The newest committed checkpoint under `checkpoint_dir` (staging directories are never taken), if any.
-std::optional<std::pair<int64_t, std::string>> latest_checkpoint(const std::string& checkpoint_dir);
-
-// Saves the state after `steps_done` steps into checkpoint_path(options.checkpoint_dir, steps_done).
+// Saves the state after `steps_done` steps into step_checkpoint_path(options.checkpoint_dir, steps_done).
 void save_checkpoint(const TrainOptions& options, llama::LlamaForCausalLM& model, torch::optim::AdamW& optimizer,
                      int64_t steps_done);
 // Loads the newest checkpoint into the model and optimizer; returns the step to continue from (0 when there

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dtensor/core/error.h"
+#include "dtensor/cp/context_parallel.h"
 
 namespace train {
 namespace {
@@ -77,6 +78,24 @@ Batch sample_batch(const Corpus& corpus, int64_t batch, int64_t seq_len, uint64_
   at::Tensor index = starts + at::arange(seq_len + 1, at::kLong);  // [batch, seq_len + 1]
   at::Tensor windows = corpus.tokens.index_select(0, index.flatten()).view({batch, seq_len + 1});
   return {windows.narrow(1, 0, seq_len).contiguous(), windows.narrow(1, 1, seq_len).contiguous(), at::Tensor()};
+}
+
+Batch local_batch(Batch b, const models::ParallelDims& dims) {
+  const int64_t rows = b.inputs.size(0);
+  DTENSOR_CHECK(rows % dims.dp == 0, "dtensor: llama_train: batch ", rows, " is not divisible by dp ", dims.dp);
+  if (dims.dp > 1) {
+    const int64_t mine = rows / dims.dp;
+    b.inputs = b.inputs.narrow(0, dims.data_rank() * mine, mine);
+    b.labels = b.labels.narrow(0, dims.data_rank() * mine, mine);
+  }
+  if (dims.cp_enabled()) {
+    const dtensor::DeviceMesh cp_mesh = dims.cp_mesh();
+    const int64_t seq_len = b.inputs.size(1);
+    b.inputs = dtensor::cp::context_parallel_shard(b.inputs, 1, cp_mesh);
+    b.labels = dtensor::cp::context_parallel_shard(b.labels, 1, cp_mesh);
+    b.positions = dtensor::cp::context_parallel_positions(seq_len, cp_mesh).cpu();
+  }
+  return b;
 }
 
 }  // namespace train

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/parallel_dims.h"
+
 namespace train {
 
 struct Corpus {
@@ -34,5 +36,10 @@ struct Batch {
 
 // Step `step`'s batch: `batch` windows of seq_len + 1 tokens at offsets drawn from (seed, step).
 Batch sample_batch(const Corpus& corpus, int64_t batch, int64_t seq_len, uint64_t seed, int64_t step);
+
+// This rank's part of a global batch (the same on every rank), for training and its dry run alike: its data rank's rows
+// [data_rank * B / dp, + B / dp) of the B rows, and under context parallelism its cp rank's chunks of each row
+// (load-balanced, dtensor/cp/context_parallel.h) with their positions (on the CPU). dp must divide B.
+Batch local_batch(Batch global, const models::ParallelDims& dims);
 
 }  // namespace train

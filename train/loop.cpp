@@ -1,5 +1,6 @@
 #include "train/loop.h"
 
+#include "llama/build.h"
 #include "llama/hf_weights.h"
 
 #include <ATen/ATen.h>
@@ -11,7 +12,6 @@
 #include "dtensor/core/error.h"
 #include "dtensor/cp/context_parallel.h"
 #include "dtensor/mesh/functional_collectives.h"
-#include "dtensor/nn/materialize.h"
 #include "train/checkpointing.h"
 
 namespace train {
@@ -43,17 +43,8 @@ llama::LlamaForCausalLM make_model(const TrainOptions& o) {
 }
 
 llama::LlamaForCausalLM build_model(const TrainOptions& o, const models::ParallelDims& dims) {
-  llama::LlamaForCausalLM model = llama::meta_model(o.model);
-  const llama::ParallelizeConfig config = parallelize_config(o);
-  llama::apply_model_parallel(model, dims, config);  // TP and EP cut the meta parameters: nothing is sent
-  dtensor::nn::to_empty(*model, dims.tp_mesh().device(), param_dtype(o));  // this rank's shards and replicas only
-  if (o.hf_dir.empty()) {
-    model->init_weights(o.seed);  // each rank its part of the seeded values: the same weights at every TP degree
-  } else {
-    llama::load_hf_llama(o.hf_dir, model);  // each rank its slices of the files
-  }
-  llama::apply_data_parallel(model, dims, config);  // DDP's buckets and FSDP's groups take the filled parameters
-  return model;
+  return llama::build_model(o.model, dims, o.hf_dir.empty() ? llama::WeightSource::random(o.seed) : llama::WeightSource::hf(o.hf_dir),
+                            {.parallelize = parallelize_config(o), .dtype = param_dtype(o)});
 }
 
 models::ParallelDims parallelize(llama::LlamaForCausalLM& model, const TrainOptions& o, const dtensor::DeviceMesh& mesh) {
@@ -65,7 +56,6 @@ models::ParallelDims parallelize(llama::LlamaForCausalLM& model, const TrainOpti
 TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Corpus& corpus,
                 const models::ParallelDims& dims, const TrainHooks& hooks) {
   const int64_t dp = dims.dp;
-  const int64_t dp_rank = dims.data_rank();
   DTENSOR_CHECK(o.batch % dp == 0, "dtensor: llama_train: batch ", o.batch, " is not divisible by dp ", dp);
   TrainResult result;
   result.param_bytes_per_rank = local_param_bytes(model);
@@ -101,19 +91,8 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
     StepRecord rec;
     rec.step = step;
     rec.lr = lr_at(o, step);
-    // The global batch (the same on every rank), of which this dp rank takes rows [dp_rank * B/dp, +B/dp).
-    Batch batch = sample_batch(corpus, o.batch, o.seq_len, o.seed, step);
-    if (dp > 1) {
-      const int64_t rows = o.batch / dp;
-      batch.inputs = batch.inputs.narrow(0, dp_rank * rows, rows);
-      batch.labels = batch.labels.narrow(0, dp_rank * rows, rows);
-    }
-    if (dims.cp_enabled()) {  // this cp rank's chunks of each row (load-balanced), and their positions
-      const dtensor::DeviceMesh cp_mesh = dims.cp_mesh();
-      batch.inputs = dtensor::cp::context_parallel_shard(batch.inputs, 1, cp_mesh);
-      batch.labels = dtensor::cp::context_parallel_shard(batch.labels, 1, cp_mesh);
-      batch.positions = dtensor::cp::context_parallel_positions(o.seq_len, cp_mesh).cpu();
-    }
+    // The global batch (the same on every rank), of which this rank takes its data rank's rows and cp chunks.
+    Batch batch = local_batch(sample_batch(corpus, o.batch, o.seq_len, o.seed, step), dims);
     std::function<void()> after_backward;
     if (hooks.after_backward) after_backward = [&] { hooks.after_backward(step, model); };
     train_step(model, batch, context, rec, after_backward);

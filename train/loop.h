@@ -42,11 +42,9 @@ struct TrainResult {
 // from that checkpoint's weights; not yet parallelized.
 llama::LlamaForCausalLM make_model(const TrainOptions& options);
 
-// The model for `options` parallelized on `dims` (which hold their mesh), built meta-first as torchtitan's trainer
-// builds it: the meta model takes the TP / EP plan, each rank allocates only its local shards and replicas on the
-// mesh's device in options' dtype and fills them (its part of the seeded init, or its slices of options.hf_dir), then
-// DDP or FSDP takes them. No rank ever holds the whole model. The same parameters as make_model + parallelize (the
-// reference path, which the tests compare it with).
+// The model for `options` parallelized on `dims` (which hold their mesh): llama::build_model (llama/build.h) with the
+// seeded init or options.hf_dir, parallelize_config(options) and param_dtype(options). No rank ever holds the whole
+// model. The same parameters as make_model + parallelize (the eager reference path, which the tests compare it with).
 llama::LlamaForCausalLM build_model(const TrainOptions& options, const models::ParallelDims& dims);
 
 // parallelize_llama(model, dims of `mesh`, parallelize_config(options)) on a mesh laid out as ParallelDims

@@ -20,6 +20,9 @@ c10::Device compute_device(const TrainOptions& o) { return o.device == "cuda" ? 
 
 void resolve_options(TrainOptions& o) {
   if (o.memory_budget_mb > 0 && !o.plan_auto) throw ConfigError("--memory-budget-mb needs --plan auto");
+  if (o.plan != llama::TPPlan::torchtitan && o.plan != llama::TPPlan::hf) {
+    throw ConfigError("--plan " + llama::to_string(o.plan) + " is generation's plan; training takes torchtitan, hf or auto");
+  }
   if (o.async_tp && o.plan == llama::TPPlan::hf) throw ConfigError("--async-tp needs --plan torchtitan (the hf plan has no sequence parallel)");
   if (o.plan == llama::TPPlan::hf) o.sequence_parallel = o.loss_parallel = false;
   if (o.async_tp && !o.sequence_parallel) {

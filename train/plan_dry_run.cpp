@@ -7,6 +7,7 @@
 #include "dtensor/tp/loss_parallel.h"
 #include "llama/model.h"
 #include "llama/parallelize.h"
+#include "train/data.h"
 #include "train/step.h"
 
 namespace train {
@@ -38,16 +39,12 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
   o.model.validate();
   DTENSOR_CHECK(o.ep >= 1 && o.dp % o.ep == 0, "llama_plan: --ep ", o.ep, " does not divide --dp ", o.dp);
   DTENSOR_CHECK(o.cp >= 1 && (o.cp == 1 || o.ep == 1), "llama_plan: --cp with --ep is not supported");
-  // llama_train's mesh (models::ParallelDims::build_mesh): ("tp"), ("dp", "tp") with dp * cp ranks on "dp", or
-  // ("dp", "ep", "tp").
-  const bool two_d = o.dp * o.cp > 1;
-  std::vector<int64_t> shape = two_d ? std::vector<int64_t>{o.dp * o.cp, o.tp} : std::vector<int64_t>{o.tp};
+  // llama_train's mesh: the same rule (models::ParallelDims::mesh_shape).
+  models::ParallelDims degrees;
+  degrees.dp = o.dp, degrees.tp = o.tp, degrees.ep = o.ep, degrees.cp = o.cp;
+  const std::vector<int64_t> shape = degrees.mesh_shape();
   dtensor::DryRunOptions options;
-  options.mesh_dim_names = two_d ? std::vector<std::string>{"dp", "tp"} : std::vector<std::string>{"tp"};
-  if (o.ep > 1) {
-    shape = {o.dp / o.ep, o.ep, o.tp};
-    options.mesh_dim_names = {"dp", "ep", "tp"};
-  }
+  options.mesh_dim_names = degrees.mesh_dim_names();
   options.ranks = o.ranks;
   if (!o.optimizer) options.optimizer = nullptr;
   const bool loss_parallel = o.loss_parallel && o.tp > 1 && o.tp_plan == llama::TPPlan::torchtitan;
@@ -76,16 +73,15 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
         // HF's plan keeps the activations plain local tensors (its styles return local outputs): as at TP 1,
         // everything beside them is meta.
         const bool dtensor_forward = o.tp > 1 && o.tp_plan == llama::TPPlan::torchtitan;
-        at::Tensor tokens =
-            at::zeros({o.batch / o.dp, o.seq_len}, at::TensorOptions(at::kLong).device(dtensor_forward ? at::kCPU : at::kMeta));
+        const at::Tensor global =
+            at::zeros({o.batch, o.seq_len}, at::TensorOptions(at::kLong).device(dtensor_forward ? at::kCPU : at::kMeta));
         const models::ParallelDims dims = models::ParallelDims::from_mesh(mesh, o.data_parallel, o.cp);
-        if (!dims.cp_enabled()) return train::training_loss(model, tokens, tokens, train::sum_over_data_ranks(dims));
-        // Context parallel, as llama_train: this rank's chunks of each row and their positions, ring attention.
-        const dtensor::DeviceMesh cp_mesh = dims.cp_mesh();
-        tokens = dtensor::cp::context_parallel_shard(tokens, 1, cp_mesh);
-        const at::Tensor positions = dtensor::cp::context_parallel_positions(o.seq_len, cp_mesh).to(tokens.device());
-        dtensor::cp::ContextParallel guard(cp_mesh, {.rotate_method = dtensor::cp::rotate_method_from_string(o.cp_rotate_method)});
-        return train::training_loss(model, tokens, tokens, train::sum_over_data_ranks(dims), positions);
+        // As llama_train: this rank's rows, and under context parallelism its chunks of each row and their positions.
+        const train::Batch batch = train::local_batch({global, global}, dims);
+        if (!dims.cp_enabled()) return train::training_loss(model, batch.inputs, batch.labels, train::sum_over_data_ranks(dims));
+        dtensor::cp::ContextParallel guard(dims.cp_mesh(), {.rotate_method = dtensor::cp::rotate_method_from_string(o.cp_rotate_method)});
+        return train::training_loss(model, batch.inputs, batch.labels, train::sum_over_data_ranks(dims),
+                                    batch.positions.to(batch.inputs.device()));
       },
       options);
 }

@@ -7,11 +7,15 @@
 // The layers, from the bottom up (docs/design/layout.md): core/ (errors, chunk arithmetic), mesh/ (process
 // groups, DeviceMesh, collectives), tensor/ (placements, the DTensor type), redistribute/, api/ (distribute_tensor,
 // from_local, ...), ops/ (dispatch controls, custom sharding rules), checkpoint/, nn/ (module hooks, layers),
-// dp/ (DDP, FSDP, clipping), tp/ (styles, parallelize_module, async TP, loss parallel), debug/ (CommDebugMode),
-// plan/ (the dry run).
+// float8/ (float8 Linear), dp/ (DDP, FSDP, clipping), tp/ (styles, parallelize_module, async TP, loss parallel), cp/
+// (context parallelism: ring attention), debug/ (CommDebugMode), plan/ (the dry run, the plan search's cost model).
+// Every public header is here (scripts/check_layers.sh checks it).
 #pragma once
 
+#include "dtensor/core/chunking.h"
 #include "dtensor/core/error.h"
+#include "dtensor/core/fast_kernels.h"
+#include "dtensor/core/moe_combine.h"
 #include "dtensor/mesh/autograd_collectives.h"
 #include "dtensor/mesh/comm_clock.h"
 #include "dtensor/mesh/comm_hooks.h"
@@ -20,8 +24,10 @@
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/mesh/launch_env.h"
 #include "dtensor/mesh/process_group.h"
+#include "dtensor/mesh/reduce_op.h"
 #include "dtensor/mesh/watchdog.h"
 #include "dtensor/tensor/dtensor.h"
+#include "dtensor/tensor/dtensor_spec.h"
 #include "dtensor/tensor/placement.h"
 #include "dtensor/tensor/shard_layout.h"
 #include "dtensor/redistribute/redistribute.h"
@@ -32,23 +38,36 @@
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/checkpoint/state_dict.h"
+#include "dtensor/checkpoint/step_checkpoints.h"
+#include "dtensor/nn/attention.h"
+#include "dtensor/nn/default_device.h"
+#include "dtensor/nn/hooked_module.h"
 #include "dtensor/nn/layers.h"
 #include "dtensor/nn/materialize.h"
 #include "dtensor/nn/module_hooks.h"
+#include "dtensor/nn/parameter_members.h"
 #include "dtensor/nn/parameter_replacement.h"
 #include "dtensor/float8/float8_linear.h"
 #include "dtensor/dp/clip_grad.h"
 #include "dtensor/dp/fully_shard.h"
-#include "dtensor/dp/mixed_precision.h"
 #include "dtensor/dp/gradient_sync.h"
+#include "dtensor/dp/mixed_precision.h"
 #include "dtensor/dp/replicate.h"
 #include "dtensor/tp/async_tp.h"
 #include "dtensor/tp/distribute_module.h"
 #include "dtensor/tp/enable_async_tp.h"
 #include "dtensor/tp/float8_styles.h"
+#include "dtensor/tp/head_replicated_colwise.h"
 #include "dtensor/tp/local_styles.h"
+#include "dtensor/tp/loss_parallel.h"
+#include "dtensor/tp/moe_styles.h"
+#include "dtensor/tp/pairwise.h"
 #include "dtensor/tp/parallelize.h"
+#include "dtensor/tp/parallelized.h"
 #include "dtensor/tp/style.h"
+#include "dtensor/cp/context_parallel.h"
 #include "dtensor/debug/comm_debug_mode.h"
+#include "dtensor/plan/auto_plan.h"
+#include "dtensor/plan/cost_model.h"
 #include "dtensor/plan/dry_run.h"
 #include "dtensor/plan/fake_world.h"

@@ -12,23 +12,33 @@ DataParallel data_parallel_from_string(const std::string& name) {
   throw DTENSOR_ERROR("dtensor: data parallel kind '", name, "' is not ddp or fsdp");
 }
 
-const dtensor::DeviceMesh& ParallelDims::build_mesh() {
+void ParallelDims::check() const {
   DTENSOR_CHECK(dp >= 1 && tp >= 1 && ep >= 1, "dtensor: ParallelDims: dp ", dp, ", tp ", tp, " and ep ", ep,
                 " must be >= 1");
   DTENSOR_CHECK(dp % ep == 0, "dtensor: ParallelDims: ep ", ep, " does not divide dp ", dp,
                 " (expert parallelism borrows data-parallel ranks)");
   DTENSOR_CHECK(cp >= 1 && (cp == 1 || ep == 1), "dtensor: ParallelDims: cp ", cp, " with ep ", ep,
                 ": context parallelism beside expert parallelism is not supported");
-  if (cp > 1) {
-    mesh_ = dtensor::init_device_mesh(device, {dp * cp, tp}, {"dp", "tp"});
-    cp_mesh_ = mesh_->unflatten(0, {dp, cp}, {"dp", "cp"})["cp"];  // this rank's cp group, from the same ranks
-  } else if (ep > 1) {
-    mesh_ = dtensor::init_device_mesh(device, {dp / ep, ep, tp}, {"dp", "ep", "tp"});
-  } else if (dp == 1) {
-    mesh_ = dtensor::init_device_mesh(device, {tp}, {"tp"});
-  } else {
-    mesh_ = dtensor::init_device_mesh(device, {dp, tp}, {"dp", "tp"});
-  }
+}
+
+std::vector<int64_t> ParallelDims::mesh_shape() const {
+  check();
+  if (ep > 1) return {dp / ep, ep, tp};
+  if (dp * cp > 1) return {dp * cp, tp};
+  return {tp};
+}
+
+std::vector<std::string> ParallelDims::mesh_dim_names() const {
+  check();
+  if (ep > 1) return {"dp", "ep", "tp"};
+  if (dp * cp > 1) return {"dp", "tp"};
+  return {"tp"};
+}
+
+const dtensor::DeviceMesh& ParallelDims::build_mesh() {
+  mesh_ = dtensor::init_device_mesh(device, mesh_shape(), mesh_dim_names());
+  // this rank's cp group, from the same ranks
+  if (cp > 1) cp_mesh_ = mesh_->unflatten(0, {dp, cp}, {"dp", "cp"})["cp"];
   return *mesh_;
 }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dtensor/mesh/device_mesh.h"
 
@@ -42,10 +43,17 @@ struct ParallelDims {
   bool cp_enabled() const { return cp > 1; }
   int64_t world_size() const { return dp * cp * tp; }
 
-  // Makes the mesh over the initialised world (its size must be dp * tp) and keeps it.
+  // The mesh-shape rule, in one place (build_mesh, the dry run's fake meshes): ("tp") when dp * cp is 1; ("dp", "tp")
+  // of (dp * cp, tp); ("dp", "ep", "tp") of (dp / ep, ep, tp) when ep > 1. Throw dtensor::Error for degrees that do
+  // not fit together (check).
+  std::vector<int64_t> mesh_shape() const;
+  std::vector<std::string> mesh_dim_names() const;
+  void check() const;
+  // Makes the mesh over the initialised world (its size must be dp * cp * tp) and keeps it.
   const dtensor::DeviceMesh& build_mesh();
   // The mesh that build_mesh made or from_mesh took; throws when there is none.
   const dtensor::DeviceMesh& world_mesh() const;
+  bool has_mesh() const { return mesh_.has_value(); }
   // The "tp" dim of the mesh (the mesh itself when 1-D).
   dtensor::DeviceMesh tp_mesh() const;
   // The 1-D mesh over the ranks through this rank that hold other tokens (dp * cp of them). Needs dp * cp > 1.

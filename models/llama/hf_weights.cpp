@@ -17,12 +17,10 @@
 #include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
-#include "dtensor/mesh/watchdog.h"
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/tensor/dtensor.h"
 #include "dtensor/nn/materialize.h"
 #include "llama/hf_config.h"
-#include "llama/parallelize.h"
 
 namespace fs = std::filesystem;
 
@@ -256,33 +254,6 @@ void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, std::optiona
     std::ofstream(fs::path(dir) / "config.json") << config_to_hf_json(model->config, dtype_name);
   }
   if (dtensor::is_initialized()) dtensor::current_world()->world_group()->barrier();  // the files are there for all
-}
-
-LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh, const std::string& plan,
-                                 const std::string& dtype) {
-  // Built on the meta device, parallelized there, then each rank allocates only its shards and replicas and reads
-  // them from the file: a rank never holds the whole model (dtensor/nn/materialize.h).
-  const dtensor::watchdog::Phase phase("loading weights", std::chrono::minutes(30));  // ranks read at their own pace
-  const LlamaConfig config = config_from_hf_json((fs::path(dir) / "config.json").string());
-  const at::ScalarType dt = models::resolve_dtype(dtype, checkpoint_dtype((fs::path(dir) / "config.json").string()));
-  models::check_computable(dt, at::kCPU);
-  LlamaForCausalLM model = meta_model(config);
-  if (tp_mesh != nullptr && tp_mesh->size() > 1) {
-    if (plan == "hf") {
-      apply_hf_tp(model, *tp_mesh);
-    } else if (plan == "torchtitan") {
-      apply_tp(model, *tp_mesh);
-    } else if (plan == "inference") {
-      apply_inference_tp(model, *tp_mesh);
-    } else if (plan == "ep") {
-      apply_inference_ep(model, *tp_mesh);
-    } else {
-      throw DTENSOR_ERROR("dtensor: from_pretrained: unknown plan '", plan, "' (hf, torchtitan, inference or ep)");
-    }
-  }
-  dtensor::nn::to_empty(*model, at::kCPU, dt);  // untouched pages: what the file's mapping replaces costs nothing
-  load_hf_llama(dir, model, /*map_in_place=*/true);
-  return model;
 }
 
 }  // namespace llama

@@ -5,7 +5,7 @@
 //   llama::apply_tp(model, tp_mesh);          // or apply_hf_tp: any plan, any TP degree
 //   llama::load_hf_llama(dir, model);         // each rank reads only its slice of each weight
 //
-// or in one call, like transformers' from_pretrained(dir, tp_plan="auto"):
+// or in one call, like transformers' from_pretrained(dir, tp_plan="auto") (llama/build.h, included here):
 //
 //   auto model = llama::from_pretrained(dir, &tp_mesh);
 #pragma once
@@ -17,6 +17,7 @@
 
 #include "dtensor/mesh/device_mesh.h"
 #include "llama/hf_config.h"
+#include "llama/build.h"  // from_pretrained, which lived here
 #include "llama/model.h"
 
 namespace llama {
@@ -37,13 +38,5 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model, bool map_in_
 // `dtype`, by default the model's own (as save_pretrained). Collective: every rank gathers one weight at a time, rank 0 writes it (peak memory near one full
 // weight).
 void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, std::optional<at::ScalarType> dtype = std::nullopt);
-
-// A model from config.json (any family of llama/hf_config.h), parallelized with `plan` ("hf": HF's
-// base_model_tp_plan, "torchtitan": SP and loss parallel, "inference": generation's; "ep": a mixture of experts'
-// experts split over the mesh, every rank with the same tokens, apply_inference_ep) on `tp_mesh` when given
-// (and of size > 1), with the weights loaded, in `dtype` (common/dtype.h: "auto" is config.json's dtype, as
-// transformers' from_pretrained(torch_dtype="auto"); or "bfloat16", "float16", "float32").
-LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh = nullptr,
-                                 const std::string& plan = "hf", const std::string& dtype = "auto");
 
 }  // namespace llama

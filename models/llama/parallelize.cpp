@@ -114,6 +114,11 @@ void apply_model_parallel(LlamaForCausalLM& model, const models::ParallelDims& d
     switch (config.plan) {
       case TPPlan::torchtitan: plan = torchtitan_plan(model->config, tp_mesh.size(), tp); break;
       case TPPlan::hf: plan = hf_plan(model->config, tp_mesh.size()); break;
+      case TPPlan::inference: plan = inference_plan(model->config, tp_mesh.size()); break;
+      case TPPlan::ep:
+        DTENSOR_CHECK(!ep, "dtensor: llama plan 'ep' (generation's expert parallelism over the whole mesh) does not "
+                           "compose with an ep dim");
+        return apply_inference_ep(model, tp_mesh);
     }
     const bool async_tp = config.plan == TPPlan::torchtitan && config.tp.async_tp;
     DTENSOR_CHECK(!async_tp || config.tp.sequence_parallel,
@@ -152,12 +157,21 @@ void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims
   apply_data_parallel(model, dims, config);
 }
 
-std::string to_string(TPPlan plan) { return plan == TPPlan::hf ? "hf" : "torchtitan"; }
+std::string to_string(TPPlan plan) {
+  switch (plan) {
+    case TPPlan::torchtitan: return "torchtitan";
+    case TPPlan::hf: return "hf";
+    case TPPlan::inference: return "inference";
+    case TPPlan::ep: return "ep";
+  }
+  return "?";
+}
 
 TPPlan tp_plan_from_string(const std::string& name) {
-  if (name == "torchtitan") return TPPlan::torchtitan;
-  if (name == "hf") return TPPlan::hf;
-  throw DTENSOR_ERROR("dtensor: llama TP plan '", name, "' is not torchtitan or hf");
+  for (TPPlan plan : {TPPlan::torchtitan, TPPlan::hf, TPPlan::inference, TPPlan::ep}) {
+    if (name == to_string(plan)) return plan;
+  }
+  throw DTENSOR_ERROR("dtensor: unknown llama plan '", name, "' (torchtitan, hf, inference or ep)");
 }
 
 }  // namespace llama

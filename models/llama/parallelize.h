@@ -81,13 +81,15 @@ void apply_fsdp(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const 
 // (embeddings, final norm, lm_head).
 void apply_mixed_precision(LlamaForCausalLM& model, const dtensor::MixedPrecisionPolicy& policy);
 
-// Which TP plan parallelize_llama applies.
+// Which plan apply_model_parallel applies on the "tp" dim: the one value every entry point chooses (llama/build.h).
 enum class TPPlan {
-  torchtitan,  // torchtitan_plan: sequence parallel and loss parallel as TPOptions say
-  hf,          // hf_plan: no sequence or loss parallel
+  torchtitan,  // torchtitan_plan: sequence parallel and loss parallel as TPOptions say (training)
+  hf,          // hf_plan: no sequence or loss parallel (training, from_pretrained's default)
+  inference,   // inference_plan: generation's (llama_generate, serve)
+  ep,          // generation of a mixture of experts: no TP; the experts split over the mesh (apply_inference_ep)
 };
 std::string to_string(TPPlan plan);
-TPPlan tp_plan_from_string(const std::string& name);  // "torchtitan" or "hf"; else dtensor::Error
+TPPlan tp_plan_from_string(const std::string& name);  // "torchtitan", "hf", "inference" or "ep"; else dtensor::Error
 
 // What parallelize_llama does on each dim (torchtitan's job_config.parallelism).
 struct ParallelizeConfig {
@@ -109,14 +111,13 @@ struct ParallelizeConfig {
 // and data parallel is DDP: the dense parameters averaged over all dp ranks, each expert's gradient (already
 // summed over the tokens of its ep group) summed over "dp" and divided by dp. FSDP with EP is refused.
 void parallelize_llama(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
-// The model for `config` on the meta device: shapes and dtypes, no memory. What the meta-first builds start from
-// (train::build_model, from_pretrained, inference's load_model): the plan cuts it, dtensor::nn::to_empty allocates each
-// rank's shards, then they are filled.
+// The model for `config` on the meta device: shapes and dtypes, no memory. What llama::build_model (llama/build.h)
+// starts from: the plan cuts it, dtensor::nn::to_empty allocates each rank's shards, then they are filled.
 LlamaForCausalLM meta_model(const LlamaConfig& config);
 
 // parallelize_llama's two stages. A model built on the meta device takes the first before its parameters exist
 // (dtensor::nn::to_empty keeps the TP gradient-sync hooks) and the second after they are filled: DDP's, FSDP's and
-// mixed precision's state holds the parameters themselves (train::build_model).
+// mixed precision's state holds the parameters themselves (llama::build_model).
 void apply_model_parallel(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
 void apply_data_parallel(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config = {});
 // Whether a step must hold a LossParallelGuard: the logits come Shard(-1) (vocab).

@@ -86,6 +86,25 @@ LaunchEnv LaunchEnv::from_environ() {
   return env;
 }
 
+LaunchEnv LaunchEnv::peek() {
+  LaunchEnv env;
+  const auto rank = get("RANK");
+  const auto world = get("WORLD_SIZE");
+  if (!rank || !world) return env;
+  char* end_rank = nullptr;
+  char* end_world = nullptr;
+  errno = 0;
+  const long r = std::strtol(rank->c_str(), &end_rank, 10);
+  const long w = std::strtol(world->c_str(), &end_world, 10);
+  if (errno != 0 || rank->empty() || world->empty() || *end_rank != '\0' || *end_world != '\0' || w < 1 || r < 0 ||
+      r >= w || w > INT32_MAX) {
+    return env;
+  }
+  env.rank = static_cast<int>(r);
+  env.world_size = static_cast<int>(w);
+  return env;
+}
+
 double timeout_seconds_from_environ(double fallback) {
   auto v = get("DTENSOR_TIMEOUT_SEC");
   if (!v) return fallback;

@@ -57,7 +57,8 @@ TEST(LlamaHF, LoadsTransformersWeightsAtTp1AndTp2WithHfLogits) {
   const ProcessResult made = oracle({"make", dir, ref_path});
   ASSERT_EQ(made.exit_code, 0) << made.output;
   const Reference ref = read_reference(ref_path);
-  for (const auto& [tp, plan] : std::vector<std::pair<int, std::string>>{{1, "hf"}, {2, "hf"}, {2, "torchtitan"}}) {
+  for (const auto& [tp, plan] :
+       std::vector<std::pair<int, std::string>>{{1, "hf"}, {2, "hf"}, {2, "torchtitan"}, {2, "inference"}}) {
     const at::Tensor logits = llama_test::pretrained_logits(dir, tp, plan, ref.tokens);
     const double rel = max_rel(logits, ref.logits);
     std::printf("hf logits tp=%d plan=%s max_rel=%.3e\n", tp, plan.c_str(), rel);
@@ -84,7 +85,8 @@ TEST(LlamaHF, ShardedIndexAndTiedEmbeddings) {
   ASSERT_TRUE(fs::exists(dir + "/model.safetensors.index.json"));
   const Reference ref = read_reference(ref_path);
   // Tied at TP 2: embed_tokens and lm_head share one Shard(0) weight (llama/parallelize.h).
-  for (const auto& [tp, plan] : std::vector<std::pair<int, std::string>>{{1, "hf"}, {2, "hf"}, {2, "torchtitan"}}) {
+  for (const auto& [tp, plan] :
+       std::vector<std::pair<int, std::string>>{{1, "hf"}, {2, "hf"}, {2, "torchtitan"}, {2, "inference"}}) {
     EXPECT_LE(max_rel(llama_test::pretrained_logits(dir, tp, plan, ref.tokens), ref.logits), 1e-5) << "TP " << tp << " plan " << plan;
   }
   const std::string exported = root + "/exported";

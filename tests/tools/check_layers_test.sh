@@ -31,4 +31,6 @@ expect_violation "model code includes inference" models/llama/model.cpp '#includ
 expect_violation "a relative upward include" tokenizer/text.cpp '#include "../tools/common/cli.h"' "tokenizer/text.cpp:"
 expect_violation "a top-level folder outside the table" extras/x.cpp '// nothing' "extras/ holds sources"
 expect_violation "a library from tools/" CMakeLists.txt 'add_library(x STATIC tools/serve/x.cpp)' "a library from tools/"
+expect_violation "a public header the umbrella misses" include/dtensor/core/new_api.h "#pragma once" \
+  "misses the public header \"dtensor/core/new_api.h\""
 echo "check_layers_test: all passed"

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "dtensor/api/dtensor_api.h"
+#include "dtensor/core/error.h"
 #include "dtensor/dp/gradient_sync.h"
 #include "harness/multi_rank.h"
 #include "models/alloc_counter.h"
@@ -124,3 +125,28 @@ TEST(BuildModelMemory, ARankAllocatesItsShardsAndOneTensorsInitValue) {
 }
 
 }  // namespace
+
+// The plan is one value for every entry point (llama/build.h): its names round-trip, an unknown name lists the four,
+// and training refuses generation's plans at its options (one ConfigError naming the flag), before any rank builds.
+TEST(BuildModelPlan, OneValueNamedAlikeEverywhereAndTrainingRefusesGenerationsPlans) {
+  for (llama::TPPlan plan : {llama::TPPlan::torchtitan, llama::TPPlan::hf, llama::TPPlan::inference, llama::TPPlan::ep}) {
+    EXPECT_EQ(llama::tp_plan_from_string(llama::to_string(plan)), plan);
+  }
+  try {
+    llama::tp_plan_from_string("megatron");
+    ADD_FAILURE() << "no error";
+  } catch (const dtensor::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'megatron' (torchtitan, hf, inference or ep)"), std::string::npos) << e.what();
+  }
+  for (llama::TPPlan plan : {llama::TPPlan::inference, llama::TPPlan::ep}) {
+    train::TrainOptions o = llama_test::small_options();
+    o.plan = plan;
+    try {
+      train::resolve_options(o);
+      ADD_FAILURE() << "no error for --plan " << llama::to_string(plan);
+    } catch (const train::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--plan " + llama::to_string(plan) + " is generation's plan"), std::string::npos)
+          << e.what();
+    }
+  }
+}

@@ -20,6 +20,7 @@
 #include "train/checkpointing.h"
 #include "dtensor/checkpoint/checkpoint.h"
 #include "dtensor/checkpoint/state_dict.h"
+#include "dtensor/checkpoint/step_checkpoints.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
@@ -58,9 +59,9 @@ TEST(LlamaCheckpoint, ResumedRunHasTheUninterruptedLossesAtAnyTp) {
   first.stop_after = 6;  // "killed" after step 6
   const auto before = run_tp(first, 2);
   ASSERT_EQ(before.losses.size(), 6u);
-  EXPECT_TRUE(ckpt::is_checkpoint(train::checkpoint_path(dir, 3)));
-  EXPECT_TRUE(ckpt::is_checkpoint(train::checkpoint_path(dir, 6)));
-  ASSERT_EQ(train::latest_checkpoint(dir)->first, 6);
+  EXPECT_TRUE(ckpt::is_checkpoint(ckpt::step_checkpoint_path(dir, 3)));
+  EXPECT_TRUE(ckpt::is_checkpoint(ckpt::step_checkpoint_path(dir, 6)));
+  ASSERT_EQ(ckpt::latest_step_checkpoint(dir)->step, 6);
 
   const std::vector<double> rest(uninterrupted.losses.begin() + 6, uninterrupted.losses.end());
   for (int tp : {2, 1, 4}) {
@@ -134,7 +135,7 @@ TEST(LlamaCheckpoint, AdamWStateRoundTripsAcrossTpDegrees) {
   options.checkpoint_dir = dir;
   options.checkpoint_every = 3;
   run_tp(options, 2);
-  const std::string path = train::checkpoint_path(dir, 3);
+  const std::string path = ckpt::step_checkpoint_path(dir, 3);
   // Full values as saved, from a TP 1 load; then a TP 4 load must hold the same values.
   std::map<std::string, at::Tensor> at_tp1;
   std::mutex mu;
@@ -251,9 +252,9 @@ TEST(LlamaCheckpoint, SigtermSavesAtTheNextStepBoundaryAndResumes) {
   ASSERT_TRUE(started) << stopped.output;
   EXPECT_EQ(stopped.exit_code, 0) << stopped.output;  // the ranks saved and exited 0: so does tprun (the README's word)
   EXPECT_NE(stopped.output.find("preempted=1"), std::string::npos) << stopped.output;
-  const auto latest = train::latest_checkpoint(dir);
+  const auto latest = ckpt::latest_step_checkpoint(dir);
   ASSERT_TRUE(latest.has_value()) << stopped.output;
-  const int64_t at = latest->first;
+  const int64_t at = latest->step;
   EXPECT_GE(at, 10);
   EXPECT_LT(at, 5000);
   EXPECT_NE(stopped.output.find("preempted (SIGTERM) after step " + std::to_string(at) + ": checkpoint"), std::string::npos)
@@ -295,24 +296,24 @@ TEST(LlamaCheckpoint, RankKilledDuringSaveLeavesThePreviousCheckpoint) {
   const double loss8 = loss_at(killed.output, 8);
   ASSERT_FALSE(std::isnan(loss8)) << killed.output;
 
-  EXPECT_TRUE(ckpt::is_checkpoint(train::checkpoint_path(dir, 4)));
-  EXPECT_FALSE(ckpt::is_checkpoint(train::checkpoint_path(dir, 8)));
+  EXPECT_TRUE(ckpt::is_checkpoint(ckpt::step_checkpoint_path(dir, 4)));
+  EXPECT_FALSE(ckpt::is_checkpoint(ckpt::step_checkpoint_path(dir, 8)));
   const std::string partial = dir + "/.step-00000008.partial";
   EXPECT_FALSE(fs::exists(partial + "/model.safetensors.index.json"));  // the index is written last, by rank 0
   if (!fs::exists(partial)) {  // rank 0 removed it before tprun ended it: leave what a killed rank 0 leaves
     fs::create_directories(partial);
-    const fs::path step4(train::checkpoint_path(dir, 4));
+    const fs::path step4(ckpt::step_checkpoint_path(dir, 4));
     for (const auto& entry : fs::directory_iterator(step4)) {
       if (entry.path().filename() != "model.safetensors.index.json") fs::copy(entry.path(), fs::path(partial) / entry.path().filename());
     }
   }
   EXPECT_FALSE(ckpt::is_checkpoint(partial));
-  ASSERT_EQ(train::latest_checkpoint(dir)->first, 4);
+  ASSERT_EQ(ckpt::latest_step_checkpoint(dir)->step, 4);
 
   auto resumed = run_llama_train({"--checkpoint-dir", dir, "--checkpoint-every", "4", "--resume"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed_from=4"), std::string::npos) << resumed.output;
   EXPECT_EQ(loss_at(resumed.output, 8), loss8);
-  EXPECT_TRUE(ckpt::is_checkpoint(train::checkpoint_path(dir, 8)));
+  EXPECT_TRUE(ckpt::is_checkpoint(ckpt::step_checkpoint_path(dir, 8)));
   EXPECT_FALSE(fs::exists(dir + "/.step-00000008.partial"));
 }

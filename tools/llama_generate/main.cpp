@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dtensor/mesh/launch_env.h"
 #include "dtensor/debug/comm_debug_mode.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "tokenizer/streamer.h"
@@ -23,11 +24,6 @@
 #include "inference/weights.h"
 
 namespace {
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
 
 // A byte token as text (control bytes other than newline and tab escaped), or an id.
 std::string show(int64_t token, bool bytes) {
@@ -47,8 +43,9 @@ std::string show_all(const std::vector<int64_t>& tokens, bool bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rank = env_int("RANK", 0);
-  const int world_size = env_int("WORLD_SIZE", 1);
+  const dtensor::LaunchEnv launch = dtensor::LaunchEnv::peek();  // before the group: --help and usage errors on rank 0
+  const int rank = launch.rank;
+  const int world_size = launch.world_size;
   llama_generate::GenerateCliOptions options;
   llama::LlamaConfig config;
   try {

@@ -19,12 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "dtensor/mesh/launch_env.h"
 #include "common/dtype.h"
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "llama/parallelize.h"
 #include "train/plan_search.h"
+#include "dtensor/checkpoint/step_checkpoints.h"
 #include "train/checkpointing.h"
 #include "train/loop.h"
 #include "train/tokenized_corpus.h"
@@ -44,11 +46,6 @@ void install_preemption_handler() {
   sa.sa_flags = SA_RESTART | SA_RESETHAND;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
-}
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
 }
 
 double peak_rss_mb() {
@@ -108,8 +105,9 @@ void check_same_choice(const dtensor::DeviceMesh& world_mesh, const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rank = env_int("RANK", 0);
-  const int world_size = env_int("WORLD_SIZE", 1);
+  const dtensor::LaunchEnv launch = dtensor::LaunchEnv::peek();  // before the group: --help and usage errors on rank 0
+  const int rank = launch.rank;
+  const int world_size = launch.world_size;
   train::TrainOptions options;
   train::Corpus corpus;
   std::string auto_choice;  // --plan auto's winner
@@ -179,8 +177,8 @@ int main(int argc, char** argv) {
       return dtensor::all_reduce(flag, dtensor::ReduceOp::MAX, world_mesh, 0).item<double>() > 0;
     };
     if (rank == 0 && options.resume) {
-      const auto latest = train::latest_checkpoint(options.checkpoint_dir);
-      std::printf("%s\n", latest ? ("resuming from " + latest->second).c_str() : "no checkpoint to resume from: starting at step 0");
+      const auto latest = dtensor::checkpoint::latest_step_checkpoint(options.checkpoint_dir);
+      std::printf("%s\n", latest ? ("resuming from " + latest->path).c_str() : "no checkpoint to resume from: starting at step 0");
       std::fflush(stdout);
     }
     if (rank == 0 && !train::keeps_weights(options)) {
@@ -199,7 +197,7 @@ int main(int argc, char** argv) {
       const int64_t at = result.steps.empty() ? result.start_step : result.steps.back().step + 1;
       if (result.saved_step > 0) {
         std::printf("preempted (SIGTERM) after step %lld: checkpoint %s saved; --resume continues from it\n",
-                    static_cast<long long>(at), train::checkpoint_path(options.checkpoint_dir, result.saved_step).c_str());
+                    static_cast<long long>(at), dtensor::checkpoint::step_checkpoint_path(options.checkpoint_dir, result.saved_step).c_str());
       } else {
         std::printf("preempted (SIGTERM) after step %lld: no --checkpoint-dir, nothing saved\n", static_cast<long long>(at));
       }

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "dtensor/mesh/launch_env.h"
 #include "inference/weights.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "inference/serving/http_server.h"
@@ -35,11 +36,6 @@ std::atomic<int> g_signal{0}, g_signals{0};
 void on_signal(int sig) {
   if (g_signal == 0) g_signal = sig;
   ++g_signals;
-}
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
 }
 
 struct Setup {
@@ -97,8 +93,9 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int rank = env_int("RANK", 0);
-  const int world_size = env_int("WORLD_SIZE", 1);
+  const dtensor::LaunchEnv launch = dtensor::LaunchEnv::peek();  // before the group: --help and usage errors on rank 0
+  const int rank = launch.rank;
+  const int world_size = launch.world_size;
   Setup s;
   try {
     bool help = false;

@@ -24,6 +24,12 @@ struct LaunchEnv {
   // (RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE, port out of range, ...).
   // LOCAL_RANK / LOCAL_WORLD_SIZE default to RANK / WORLD_SIZE when both are unset.
   static LaunchEnv from_environ();
+
+  // What a program reads before it makes its process group, to print --help or a usage error on rank 0 only: RANK
+  // and WORLD_SIZE (the other fields at their defaults), rank 0 of 1 when they are unset (no launcher). Never
+  // throws: values that are not integers, or not consistent, read as rank 0 of 1, and from_environ names them when
+  // the group is made.
+  static LaunchEnv peek();
 };
 
 // Seconds from DTENSOR_TIMEOUT_SEC, or `fallback` when unset. Throws on a malformed value.

@@ -1,0 +1,60 @@
+#include "llama/build.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include "common/dtype.h"
+#include "dtensor/checkpoint/checkpoint.h"
+#include "dtensor/checkpoint/state_dict.h"
+#include "dtensor/core/error.h"
+#include "dtensor/mesh/watchdog.h"
+#include "dtensor/nn/materialize.h"
+#include "llama/hf_config.h"
+#include "llama/hf_weights.h"
+
+namespace fs = std::filesystem;
+
+namespace llama {
+
+LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDims& dims, const WeightSource& source,
+                             const BuildOptions& options) {
+  // Reading weights, ranks go at their own pace (a slow disk, a cold page cache): the watchdog allows for it.
+  const dtensor::watchdog::Phase phase("loading weights", std::chrono::minutes(30));
+  LlamaForCausalLM model = meta_model(config);
+  apply_model_parallel(model, dims, options.parallelize);  // the plan cuts the meta parameters: nothing is sent
+  if (options.before_allocation) options.before_allocation(model);
+  const c10::Device device = dims.has_mesh() ? dims.world_mesh().device() : c10::Device(at::kCPU);
+  // Untouched pages: what a file's mapping replaces (map_in_place) costs nothing.
+  dtensor::nn::to_empty(*model, device, options.dtype);
+  switch (source.kind) {
+    case WeightSource::Kind::random_init:
+      model->init_weights(source.seed);  // each rank its part of the seeded values
+      break;
+    case WeightSource::Kind::hf_dir:
+      load_hf_llama(source.path, model, source.map_in_place);  // each rank its slices of the files
+      break;
+    case WeightSource::Kind::checkpoint: {
+      dtensor::checkpoint::StateDict state = dtensor::checkpoint::module_state_dict(*model);
+      dtensor::checkpoint::load(source.path, state,
+                                {.allow_unused_names = {"state.*", "train.*"}, .map_in_place = source.map_in_place});
+      break;
+    }
+  }
+  apply_data_parallel(model, dims, options.parallelize);  // DDP's buckets and FSDP's groups take the filled parameters
+  return model;
+}
+
+LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh, const std::string& plan,
+                                 const std::string& dtype) {
+  const std::string config_json = (fs::path(dir) / "config.json").string();
+  const LlamaConfig config = config_from_hf_json(config_json);
+  BuildOptions options;
+  options.parallelize.plan = tp_plan_from_string(plan);
+  options.dtype = models::resolve_dtype(dtype, checkpoint_dtype(config_json));
+  models::check_computable(options.dtype, at::kCPU);
+  const models::ParallelDims dims =
+      tp_mesh != nullptr && tp_mesh->size() > 1 ? models::ParallelDims::from_mesh(*tp_mesh) : models::ParallelDims{};
+  return build_model(config, dims, WeightSource::hf(dir, /*map_in_place=*/true), options);
+}
+
+}  // namespace llama

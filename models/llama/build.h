@@ -1,0 +1,75 @@
+// One way to make a model, for every entry point (torchtitan's build on meta, parallelize, init; transformers'
+// from_pretrained): training (train::build_model), the dry run's and plan search's real runs, generation and
+// serving (inference::load_model), from_pretrained below.
+//
+//   meta model                     shapes and dtypes only (meta_model)
+//   -> model parallel              the TP / EP plan cuts the meta parameters (apply_model_parallel): nothing is sent
+//   -> before_allocation(model)    a check on the meta model (inference: does it fit in this host's memory)
+//   -> to_empty(device, dtype)     each rank allocates its shards and replicas only
+//   -> fill from the source        a seeded init (each rank its part of the same values at every degree), an HF
+//                                  directory or a checkpoint of ours (each rank reads only its slices)
+//   -> data parallel               DDP's buckets, FSDP's groups and mixed precision take the filled parameters
+//
+// No rank ever holds the whole model. The plan is a value (ParallelizeConfig::plan), chosen by the caller.
+#pragma once
+
+#include <ATen/core/ScalarType.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/parallel_dims.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "llama/config.h"
+#include "llama/model.h"
+#include "llama/parallelize.h"
+
+namespace llama {
+
+// Where the weights come from.
+struct WeightSource {
+  enum class Kind {
+    random_init,  // LlamaForCausalLM::init_weights(seed)
+    hf_dir,       // transformers' save_pretrained files: config.json + *.safetensors (load_hf_llama)
+    checkpoint,   // a committed dtensor::checkpoint directory (model entries; a training checkpoint's optimizer
+                  // state "state.*" and data position "train.*" are left alone)
+  };
+  Kind kind = Kind::random_init;
+  std::string path;   // hf_dir, checkpoint
+  uint64_t seed = 0;  // random_init
+  // hf_dir, checkpoint: a slice that is one contiguous range of a file in the model's dtype takes the file's private
+  // mapping as its storage instead of a copy (dtensor::checkpoint::LoadOptions::map_in_place): inference.
+  bool map_in_place = false;
+
+  static WeightSource random(uint64_t seed) { return {Kind::random_init, "", seed, false}; }
+  static WeightSource hf(std::string dir, bool map_in_place = false) {
+    return {Kind::hf_dir, std::move(dir), 0, map_in_place};
+  }
+  static WeightSource dcp(std::string dir, bool map_in_place = false) {
+    return {Kind::checkpoint, std::move(dir), 0, map_in_place};
+  }
+};
+
+struct BuildOptions {
+  ParallelizeConfig parallelize;      // the plan and what runs over each dim (parallelize.h)
+  at::ScalarType dtype = at::kFloat;  // the parameters'
+  // Runs on the meta model after the model-parallel plan, before anything is allocated.
+  std::function<void(LlamaForCausalLM&)> before_allocation;
+};
+
+// The model for `config` over `dims` (its mesh's device; the CPU when dims hold no mesh, at degree 1 everywhere).
+// Throws dtensor::Error for a plan that does not fit the model and for weights that do not match it (the loaders'
+// errors, on every rank).
+LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDims& dims, const WeightSource& source,
+                             const BuildOptions& options = {});
+
+// transformers' from_pretrained(dir, tp_plan=..., torch_dtype=...): config.json's model (any family of
+// llama/hf_config.h), parallelized with `plan` (tp_plan_from_string: "hf", HF's base_model_tp_plan; "torchtitan",
+// SP and loss parallel; "inference", generation's; "ep", a mixture of experts' experts split over the mesh, every rank
+// with the same tokens) on `tp_mesh` when given (and of size > 1), its weights mapped in place where they can be,
+// in `dtype` (common/dtype.h: "auto" is config.json's dtype; or "bfloat16", "float16", "float32").
+LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh = nullptr,
+                                 const std::string& plan = "hf", const std::string& dtype = "auto");
+
+}  // namespace llama

@@ -91,17 +91,16 @@ LaunchEnv LaunchEnv::peek() {
   const auto rank = get("RANK");
   const auto world = get("WORLD_SIZE");
   if (!rank || !world) return env;
-  char* end_rank = nullptr;
-  char* end_world = nullptr;
-  errno = 0;
-  const long r = std::strtol(rank->c_str(), &end_rank, 10);
-  const long w = std::strtol(world->c_str(), &end_world, 10);
-  if (errno != 0 || rank->empty() || world->empty() || *end_rank != '\0' || *end_world != '\0' || w < 1 || r < 0 ||
-      r >= w || w > INT32_MAX) {
-    return env;
+  try {
+    const long r = parse_int("RANK", *rank);
+    const long w = parse_int("WORLD_SIZE", *world);
+    if (w >= 1 && w <= INT32_MAX && r >= 0 && r < w) {
+      env.rank = static_cast<int>(r);
+      env.world_size = static_cast<int>(w);
+    }
+  } catch (const Error&) {
+    // not integers: rank 0 of 1 until from_environ names them
   }
-  env.rank = static_cast<int>(r);
-  env.world_size = static_cast<int>(w);
   return env;
 }
 

@@ -107,7 +107,7 @@ Options parse(int argc, char** argv) {
   app.add_option("--trials", o.trials, "trials to run")->check(tools_cli::positive());
   app.add_option("--jobs", o.jobs, "trials at once")->check(tools_cli::positive());
   app.add_option("--timeout", o.timeout_s, "DTENSOR_TIMEOUT_SEC of each job")->check(tools_cli::positive());
-  app.add_option("--slack", o.slack_s, "a survivor alive at fault + timeout + slack is a hang")->check(tools_cli::positive());
+  app.add_option("--slack", o.slack_s, "a survivor alive at timeout + slack after the later of the fault and its latest phase marker is a hang")->check(tools_cli::positive());
   app.add_option_function<uint64_t>("--seed", [&](const uint64_t& v) { o.seed = v, seeded = true; },
                                     "random seed (default: from the clock; printed)");
   auto list = [&](const char* name, std::vector<std::string>& field, std::vector<std::string> allowed, const char* help) {

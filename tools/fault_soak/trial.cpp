@@ -1,5 +1,6 @@
-// A trial: spawn, watch the phase markers, signal the victim in its moment, wait for the survivors with a
-// deadline of fault + timeout + slack, classify how each ended, clean up (a frozen victim gets SIGKILL).
+// A trial: spawn, watch the phase markers, signal the victim in its moment, wait for each survivor until
+// timeout + slack after the later of the fault and its latest phase marker, classify how each ended, clean up
+// (a frozen victim gets SIGKILL).
 #include "trial.h"
 
 #include <arpa/inet.h>
@@ -148,14 +149,28 @@ TrialResult run_trial(const TrialSpec& spec, const Settings& settings) {
   const auto slack = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(settings.slack_s));
   const auto delay = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.delay_s));
   std::map<int, int> pid_of;  // rank → pid, from the markers
+  std::map<int, Clock::time_point> marked;  // rank → when its latest phase marker came
   std::string victim_phase = "unstarted";
   Clock::time_point aimed_phase_began{}, fault{};
   bool aimed_seen = false;
   // Survivors: every rank but the victim (by hand), or tprun. A job that never sees its fault still ends.
+  // A survivor is overdue (a hang) once it runs past timeout + slack from the later of the fault and its own
+  // latest phase marker: every blocking wait it enters is bounded by the timeout, so one that began after the
+  // fault (a rank still loading LibTorch under load when its peer died) has the whole timeout from its start.
+  // Phases are few and each ends, so a survivor cannot push its deadline on forever. Under tprun the survivor is
+  // the launcher, and its progress the latest marker of any rank but the victim.
+  std::vector<bool> overdue(procs.size(), false);
+  auto survivor = [&](size_t i) { return spec.under_tprun || static_cast<int>(i) != spec.victim; };
+  auto progress_of = [&](size_t i) {
+    Clock::time_point latest{};
+    for (auto& [rank, when] : marked) {
+      if (rank != spec.victim && (spec.under_tprun || rank == static_cast<int>(i))) latest = std::max(latest, when);
+    }
+    return latest;
+  };
   auto survivors_running = [&] {
     for (size_t i = 0; i < procs.size(); ++i) {
-      if (!spec.under_tprun && static_cast<int>(i) == spec.victim) continue;
-      if (!procs[i].exited) return true;
+      if (survivor(i) && !procs[i].exited && !overdue[i]) return true;
     }
     return false;
   };
@@ -172,6 +187,7 @@ TrialResult run_trial(const TrialSpec& spec, const Settings& settings) {
         int rank = -1, pid = -1;
         if (!parse_marker(line, phase, rank, pid)) continue;
         pid_of[rank] = pid;
+        marked[rank] = Clock::now();
         if (rank != spec.victim) continue;
         victim_phase = phase;
         if (phase == spec.aim && !aimed_seen) aimed_seen = true, aimed_phase_began = Clock::now();
@@ -197,17 +213,18 @@ TrialResult run_trial(const TrialSpec& spec, const Settings& settings) {
       for (auto& [rank, pid] : pid_of) peers_gone &= rank == spec.victim || kill(pid, 0) != 0;
       if (peers_gone) kill(pid_of[spec.victim], SIGKILL), frozen_victim_killed = true;
     }
-    const auto limit = result.injected ? fault + timeout + slack : start + 3 * timeout + 2 * slack + std::chrono::seconds(10);
-    if (now >= limit) {
-      hung = true;
-      break;
+    for (size_t i = 0; i < procs.size(); ++i) {
+      if (!survivor(i) || procs[i].exited || overdue[i]) continue;
+      const auto limit = result.injected ? std::max(fault, progress_of(i)) + timeout + slack
+                                         : start + 3 * timeout + 2 * slack + std::chrono::seconds(10);
+      if (now >= limit) overdue[i] = hung = true;
     }
   }
   if (!result.injected) result.phase_hit = "exited";
 
   for (size_t i = 0; i < procs.size(); ++i) {
     if (!spec.under_tprun && static_cast<int>(i) == spec.victim) continue;
-    result.survivors.push_back(classify(procs[i], hung && !procs[i].exited, fault, result.injected));
+    result.survivors.push_back(classify(procs[i], overdue[i] && !procs[i].exited, fault, result.injected));
   }
   // Clean up: the hung, the frozen victim, and the ranks of a tprun that hung (killed while tprun, their
   // parent, still lives, so their pids cannot have been reused). Only unreaped children get signals.

@@ -27,7 +27,8 @@ struct Settings {
   std::string worker;         // path of soak_worker
   std::string tprun;          // path of tprun
   double timeout_s = 3;       // DTENSOR_TIMEOUT_SEC of the job
-  double slack_s = 5;         // a survivor still running at fault + timeout + slack is a hang
+  double slack_s = 5;         // a survivor running timeout + slack after the later of the fault and its
+                              // latest phase marker is a hang
 };
 
 // How one survivor (a rank started by hand, or the tprun launcher with its ranks) ended.

@@ -25,6 +25,11 @@ death), so 200 rounds one after another would take ~13 h on 2 cores; in parallel
 own, --chunk K repeats at a time (gtest's --gtest_repeat), interleaved so that every test advances alike, beside the
 hogs and beside each other (more load than the hogs alone). --for-seconds S starts no command after S seconds and
 tables what ran: the counts are those of the runs made, never of the rounds asked for.
+--ledger FILE (with --jobs): every finished command appends its counts to FILE (JSON lines: test, backend, runs,
+passes, commit, time); a later sweep with the same ledger runs only what each test still lacks of N and tables the
+ledger's totals, so a sweep longer than one session adds up across sessions (each line names the commit it ran).
+--pause-file PATH (with --jobs): while PATH exists no command starts and the hogs are stopped (touch it before a
+build on the same 2 cores, remove it after); the commands in flight finish.
 Every command is bounded by --timeout. H busy loops (default 1) run for the whole sweep. A failed run's output is
 kept in build/flake_check/. The last line is `summary ...`; the exit status is 1 if anything failed.
 """
@@ -34,6 +39,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -44,6 +50,7 @@ BUILD = os.path.join(ROOT, "build")
 BIN = os.path.join(BUILD, "bin")
 PY = sys.executable
 LOGS = os.path.join(BUILD, "flake_check")
+COMMIT = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 
 DTENSOR_SUITES = ["Failures", "Rendezvous", "SizeMismatch", "ShmBackend", "ShmAsync", "Tprun", "TprunWatchdog",
                   "TprunStore", "LaunchEnv",
@@ -185,6 +192,50 @@ def list_tests(binary, filt):
     return names
 
 
+def ledger_runs(path):
+    """(test, backend) -> runs recorded in a --ledger file (missing file: none)."""
+    runs = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                if line.strip():
+                    e = json.loads(line)
+                    runs[(e["test"], e["backend"])] = runs.get((e["test"], e["backend"]), 0) + e["runs"]
+    return runs
+
+
+def ledger_tally(path):
+    """The ledger's totals as a Tally, and the commits its lines name."""
+    tally, commits = Tally(), []
+    with open(path) as f:
+        for line in f:
+            if line.strip():
+                e = json.loads(line)
+                key = (e["test"], e["backend"])
+                if e["test"] not in tally.order:
+                    tally.order.append(e["test"])
+                tally.runs[key] = tally.runs.get(key, 0) + e["runs"]
+                tally.passes[key] = tally.passes.get(key, 0) + e["passes"]
+                if e["commit"] not in commits:
+                    commits.append(e["commit"])
+    return tally, commits
+
+
+def pause_hogs(args, hogs, stop):
+    """While --pause-file exists the hogs are stopped (SIGSTOP), and continued after."""
+    paused = False
+    while not stop.is_set():
+        want = os.path.exists(args.pause_file)
+        if want != paused:
+            for h in hogs:
+                h.send_signal(signal.SIGSTOP if want else signal.SIGCONT)
+            paused = want
+            print(f"[flake] {'paused' if want else 'resumed'} ({args.pause_file})", flush=True)
+        stop.wait(2)
+    for h in hogs:
+        h.send_signal(signal.SIGCONT)
+
+
 def failure_paths_parallel(args, backends, tally, t_start):
     """--failure-paths --jobs J: every (test, backend) runs args.rounds times in chunks of --chunk repeats, J
     commands at once, chunks interleaved across tests. A test's passes are its '[       OK ]' lines; a chunk that
@@ -209,12 +260,30 @@ def failure_paths_parallel(args, backends, tally, t_start):
                 units.append((first // 2, "fault_soak (SIGKILL trials, 10 per run)",
                               soak(n, backend, args.seed + first, ["--signals", "kill", "--launch", "hand"]),
                               backend, env, n, "command"))
+    if args.ledger:  # what earlier sweeps with this ledger already ran: only the rest is scheduled
+        done_before = ledger_runs(args.ledger)
+        kept = []
+        for u in units:
+            first, name, _, backend, _, n, kind = u
+            had = done_before.get((name, backend), 0)
+            if kind == "command":  # fault_soak: one tally entry per command of n trials
+                had_trials = had * 10
+                if first * 2 + n <= had_trials:
+                    continue
+            elif first + n <= had:
+                continue
+            kept.append(u)
+        print(f"[flake] ledger {args.ledger}: {sum(done_before.values())} runs already counted, "
+              f"{len(units) - len(kept)} of {len(units)} commands skipped", flush=True)
+        units = kept
     units.sort(key=lambda u: u[0])  # interleaved: every test's first chunk, then every second one, ...
     lock, done = threading.Lock(), [0]
     print(f"[flake] {len(units)} commands, {args.jobs} at once", flush=True)
 
     def one(unit):
         first, name, argv, backend, env, n, kind = unit
+        while args.pause_file and os.path.exists(args.pause_file):
+            time.sleep(2)
         if args.for_seconds and time.time() - t_start > args.for_seconds:
             return
         rc, out = run(argv, env, args.timeout)
@@ -228,6 +297,11 @@ def failure_paths_parallel(args, backends, tally, t_start):
             else:
                 tally.add(name, backend, rc == 0)
                 bad = rc != 0
+            if args.ledger:
+                passes = (min(ok, n) if kind == "gtest" else int(rc == 0))
+                with open(args.ledger, "a") as f:
+                    f.write(json.dumps({"test": name, "backend": backend, "runs": n if kind == "gtest" else 1,
+                                        "passes": passes, "commit": COMMIT, "time": int(time.time())}) + "\n")
             note = ""
             if bad:
                 note = f" FAILED (exit {rc}); output in {save_log(f'{name}-{backend}-from{first}', out)}"
@@ -253,11 +327,15 @@ def main():
     ap.add_argument("--chunk", type=int, default=10, help="with --jobs: repeats of a test per process (default 10)")
     ap.add_argument("--for-seconds", type=int, default=0,
                     help="start no command after this many seconds (0: no limit); the table counts the runs made")
+    ap.add_argument("--ledger", default="", help="with --jobs: append counts here; run only what the ledger lacks of N")
+    ap.add_argument("--pause-file", default="", help="with --jobs: start nothing (hogs stopped) while this path exists")
     args = ap.parse_args()
     if args.hogs is None:
         args.hogs = 2 if args.failure_paths else 1
     if args.rounds < 1 or args.hogs < 0 or args.timeout < 1 or args.jobs < 1 or args.chunk < 1:
         ap.error("rounds, timeout, jobs and chunk must be >= 1, hogs >= 0")
+    if (args.ledger or args.pause_file) and args.jobs == 1:
+        ap.error("--ledger and --pause-file need --jobs > 1")
     if args.jobs > 1 and not args.failure_paths:
         ap.error("--jobs needs --failure-paths (the full sweep's oracles are heavy: one at a time)")
     backends = [b for b in args.backends.split(",") if b]
@@ -268,6 +346,9 @@ def main():
     tally, t_start = Tally(), time.time()
     print(f"[flake] {args.rounds} rounds, backends {backends}, {args.hogs} CPU hog(s), bound {args.timeout} s per "
           f"command", flush=True)
+    stop = threading.Event()
+    if args.pause_file:
+        threading.Thread(target=pause_hogs, args=(args, hogs, stop), daemon=True).start()
     try:
         if args.jobs > 1:
             failure_paths_parallel(args, backends, tally, t_start)
@@ -304,9 +385,16 @@ def main():
             print(f"[flake] round {rnd}/{args.rounds} done: {tally.failures()} failures so far, "
                   f"{time.time() - t_start:.0f} s", flush=True)
     finally:
+        stop.set()
         for h in hogs:
+            h.send_signal(signal.SIGCONT)
             h.kill()
             h.wait()
+    if args.ledger and os.path.exists(args.ledger):
+        this_run = tally.failures()
+        tally, commits = ledger_tally(args.ledger)
+        print(f"\n[flake] the ledger's totals ({args.ledger}; commits {', '.join(commits)}); this run: "
+              f"{this_run} failures")
     print()
     print(tally.table([b for b in ["any"] + backends if any(k[1] == b for k in tally.runs)]))
     tests = len(tally.order)

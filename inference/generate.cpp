@@ -51,14 +51,11 @@ Decoder::Decoder(LlamaForCausalLM model, const std::vector<std::vector<int64_t>>
     attention_mask_[i].narrow(0, pad, n).fill_(1);
   }
   capacity_ = prompt_length_ + max_new_tokens;
-  if (use_cache_) model_->model->set_kv_caches(make_kv_caches(model_->config, capacity_));
-}
-
-Decoder::~Decoder() {
-  if (use_cache_) model_->model->clear_cache();
+  if (use_cache_) context_.kv_caches = make_kv_caches(model_->config, capacity_);
 }
 
 at::Tensor Decoder::last_logits(const at::Tensor& tokens, const at::Tensor& mask) {
+  const models::ForwardContextGuard on(context_);
   at::Tensor hidden = model_->model(tokens, mask);  // [b, s, hidden]
   // lm_head on the last position only: under TP its gather moves [b, 1, vocab], not [b, s, vocab].
   return model_->logits(hidden.narrow(1, hidden.size(1) - 1, 1)).squeeze(1);
@@ -72,10 +69,10 @@ at::Tensor Decoder::step(const at::Tensor& next_tokens) {
   attention_mask_ = at::cat({attention_mask_, at::ones_like(column)}, 1);
   const llama::LlamaConfig& c = model_->config;
   if (use_cache_ && c.rotary.recompute_original_max > 0 && tokens_.size(1) >= c.rotary.recompute_original_max + 1 &&
-      model_->model->cache_length() <= c.rotary.recompute_original_max) {
+      context_.past() <= c.rotary.recompute_original_max) {
     // Phi-3's prepare_inputs_for_generation: past original_max_position_embeddings the cache is dropped and
     // the whole sequence recomputed (longrope switches to its long factors for every position).
-    model_->model->set_kv_caches(make_kv_caches(c, capacity_));
+    context_.kv_caches = make_kv_caches(c, capacity_);
     return last_logits(tokens_, attention_mask_);
   }
   return use_cache_ ? last_logits(column, attention_mask_) : last_logits(tokens_, attention_mask_);

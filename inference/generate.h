@@ -1,4 +1,5 @@
-// Generation: prefill on the prompts, then one token per step with the KV cache (kv_cache.h, given to the model by LlamaModelImpl::set_kv_caches).
+// Generation: prefill on the prompts, then one token per step with the KV cache (kv_cache.h), which the decoder owns
+// and hands to each forward through its context (common/forward_context.h).
 // No parallel code: under llama::inference_plan the same loop runs on every rank of the TP group; the
 // logits lm_head returns are replicated (gathered once per step, for the last position only), and each
 // rank's Sampler, seeded alike, draws the same tokens.
@@ -30,7 +31,7 @@ class Decoder {
  public:
   Decoder(LlamaForCausalLM model, const std::vector<std::vector<int64_t>>& prompts, int64_t max_new_tokens,
           int64_t pad_token_id = 0, bool use_cache = true);
-  ~Decoder();  // drops the model's cache
+  ~Decoder() = default;
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
 
@@ -40,12 +41,15 @@ class Decoder {
   const at::Tensor& tokens() const { return tokens_; }                  // [b, padded prompt + steps so far]
   const at::Tensor& attention_mask() const { return attention_mask_; }  // [b, same], 0 on left padding
   int64_t prompt_length() const { return prompt_length_; }              // padded
+  // What each forward reads: the layers' caches (inference/kv_cache.h), none for the naive reference.
+  const models::ForwardContext& context() const { return context_; }
 
  private:
   at::Tensor last_logits(const at::Tensor& tokens, const at::Tensor& mask);
   LlamaForCausalLM model_;
   bool use_cache_;
   int64_t capacity_ = 0;  // the cache's positions
+  models::ForwardContext context_;  // the caches (none for the naive reference)
   int64_t prompt_length_;
   at::Tensor tokens_, attention_mask_;
 };

@@ -28,9 +28,9 @@ std::pair<at::Tensor, at::Tensor> KVCache::update(const at::Tensor& k, const at:
     at::Tensor values = v_.defined() ? at::cat({v_, v}, 2) : v;
     first_ = length_ - (k_.defined() ? k_.size(2) : 0);
     length_ += s;
-    const int64_t keep = std::min<int64_t>(window_ - 1, keys.size(2));
-    k_ = keys.narrow(2, keys.size(2) - keep, keep);
-    v_ = values.narrow(2, values.size(2) - keep, keep);
+    const int64_t kept_from = models::sliding_first_kept(length_, window_);  // keys holds [first_, length_)
+    k_ = keys.narrow(2, kept_from - first_, length_ - kept_from);
+    v_ = values.narrow(2, kept_from - first_, length_ - kept_from);
     return {keys, values};
   }
   if (!k_.defined()) {

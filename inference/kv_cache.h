@@ -2,8 +2,9 @@
 // layer without growth): keys and values [b, kv_heads, max_len, head_dim], allocated once at the first
 // update for the maximum length and filled left to right, so a decoded token costs no allocation.
 //
-// With a sliding window W (HF's DynamicSlidingWindowLayer) the cache keeps only the last W - 1 positions:
-// a new query sees at most W keys, itself included, so older ones are never read again. update() returns the
+// With a sliding window W (HF's DynamicSlidingWindowLayer) the cache keeps only the last W - 1 positions
+// (models::sliding_first_kept, common/kv_cache_layer.h: the rule's one home): a new query sees at most W keys, itself
+// included, so older ones are never read again. update() returns the
 // kept positions followed by the new ones; first() is the cache index of the first of them, and the model
 // narrows its sliding mask to the columns [first(), length()) to match. Memory is O(W), not O(max_len).
 //
@@ -50,8 +51,8 @@ class KVCache : public models::KVCacheLayer {
   at::Tensor k_, v_;
 };
 
-// A fresh cache of max_len positions for each layer of a model with `config` (a sliding layer keeps its window):
-// LlamaModelImpl::set_kv_caches takes them (buffers allocated at the first forward).
+// A fresh cache of max_len positions for each layer of a model with `config` (a sliding layer keeps its window), for a
+// forward's context (common/forward_context.h; buffers allocated at the first forward).
 std::vector<std::shared_ptr<models::KVCacheLayer>> make_kv_caches(const llama::LlamaConfig& config, int64_t max_len);
 
 }  // namespace inference

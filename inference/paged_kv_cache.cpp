@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "common/forward_context.h"
 #include "dtensor/core/error.h"
 
 namespace inference {
@@ -43,24 +44,22 @@ PagedKVCache::PagedKVCache(int64_t num_layers, int64_t num_blocks, int64_t block
                 ", ", block_size);
 }
 
-void PagedKVCache::set_step(const at::Tensor& write_slots, const at::Tensor& key_slots) {
-  auto check = [&](const at::Tensor& slots, const char* what) {
-    DTENSOR_CHECK(slots.dim() == 1, "inference: PagedKVCache ", what, " slots must be 1-d");
-    if (slots.numel() == 0) return;
-    DTENSOR_CHECK(slots.min().item<int64_t>() >= 0 && slots.max().item<int64_t>() < num_slots(), "inference: PagedKVCache ",
-                  what, " slot outside [0, ", num_slots(), ")");
-  };
-  check(write_slots, "write");
-  check(key_slots, "key");
-  write_slots_ = write_slots;
-  key_slots_ = key_slots;
-}
-
-std::pair<at::Tensor, at::Tensor> PagedKVCache::update(int64_t layer, const at::Tensor& k, const at::Tensor& v) {
+std::pair<at::Tensor, at::Tensor> PagedKVCache::update(int64_t layer, const at::Tensor& k, const at::Tensor& v,
+                                                     const PagedStep& step) {
   DTENSOR_CHECK(layer >= 0 && layer < static_cast<int64_t>(k_.size()), "inference: PagedKVCache has no layer ", layer);
-  DTENSOR_CHECK(write_slots_.defined(), "inference: PagedKVCache::update before set_step");
-  DTENSOR_CHECK(k.dim() == 4 && k.size(0) == 1 && k.size(2) == write_slots_.numel(),
-                "inference: PagedKVCache takes keys [1, kv_heads, T, head_dim] with T = the step's ", write_slots_.numel(),
+  const at::Tensor &write_slots = step.write_slots, &key_slots = step.key_slots;
+  if (layer == 0) {  // a step's slots, checked once (its first layer)
+    auto check = [&](const at::Tensor& slots, const char* what) {
+      DTENSOR_CHECK(slots.dim() == 1, "inference: PagedKVCache ", what, " slots must be 1-d");
+      if (slots.numel() == 0) return;
+      DTENSOR_CHECK(slots.min().item<int64_t>() >= 0 && slots.max().item<int64_t>() < num_slots(), "inference: "
+                    "PagedKVCache ", what, " slot outside [0, ", num_slots(), ")");
+    };
+    check(write_slots, "write");
+    check(key_slots, "key");
+  }
+  DTENSOR_CHECK(k.dim() == 4 && k.size(0) == 1 && k.size(2) == write_slots.numel(),
+                "inference: PagedKVCache takes keys [1, kv_heads, T, head_dim] with T = the step's ", write_slots.numel(),
                 " tokens, got ", k.sizes());
   at::Tensor& pool_k = k_[layer];
   at::Tensor& pool_v = v_[layer];
@@ -70,9 +69,9 @@ std::pair<at::Tensor, at::Tensor> PagedKVCache::update(int64_t layer, const at::
     pool_v = v.new_zeros({1, v.size(1), num_slots(), v.size(3)});
   }
   // Slots are dim 2, never sharded: both are local on every rank.
-  pool_k.index_copy_(2, write_slots_, k);
-  pool_v.index_copy_(2, write_slots_, v);
-  return {pool_k.index_select(2, key_slots_), pool_v.index_select(2, key_slots_)};
+  pool_k.index_copy_(2, write_slots, k);
+  pool_v.index_copy_(2, write_slots, v);
+  return {pool_k.index_select(2, key_slots), pool_v.index_select(2, key_slots)};
 }
 
 namespace {
@@ -81,8 +80,12 @@ namespace {
 class PagedLayer : public models::KVCacheLayer {
  public:
   PagedLayer(std::shared_ptr<PagedKVCache> cache, int64_t layer) : cache_(std::move(cache)), layer_(layer) {}
+  // The step's slots come with the forward's context (common/forward_context.h), as the model's mask does.
   std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) override {
-    return cache_->update(layer_, k, v);
+    const models::ForwardContext* ctx = models::forward_context();
+    DTENSOR_CHECK(ctx && ctx->paged_step, "inference: a paged KV cache is updated within a forward whose context has "
+                  "the PagedStep");
+    return cache_->update(layer_, k, v, *ctx->paged_step);
   }
   int64_t length() const override { return 0; }
   bool paged() const override { return true; }

@@ -45,12 +45,12 @@ class PagedKVCache : public std::enable_shared_from_this<PagedKVCache> {
  public:
   // Throws dtensor::Error unless all are positive.
   PagedKVCache(int64_t num_layers, int64_t num_blocks, int64_t block_size);
-  // The slots of the next forward (PagedStep's write_slots and key_slots).
-  void set_step(const at::Tensor& write_slots, const at::Tensor& key_slots);
   // Writes k, v [1, kv_heads, T, head_dim] of layer `layer` to the step's write slots and returns that layer's
-  // keys and values at the step's key slots, [1, kv_heads, K, head_dim]. The pool is allocated at the first call.
-  std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k, const at::Tensor& v);
-  // One view per layer, in order, for LlamaModelImpl::set_kv_caches (each writes and reads its layer's pool).
+  // keys and values at the step's key slots, [1, kv_heads, K, head_dim]. The pool is allocated at the first call;
+  // the slots are checked at layer 0 (dtensor::Error outside the pool).
+  std::pair<at::Tensor, at::Tensor> update(int64_t layer, const at::Tensor& k, const at::Tensor& v, const PagedStep& step);
+  // One view per layer, in order, for a forward's context (common/forward_context.h: ForwardContext{layers(), &step});
+  // each writes and reads its layer's pool at the slots of the context's PagedStep.
   std::vector<std::shared_ptr<models::KVCacheLayer>> layers();
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
@@ -58,7 +58,6 @@ class PagedKVCache : public std::enable_shared_from_this<PagedKVCache> {
 
  private:
   int64_t num_blocks_, block_size_;
-  at::Tensor write_slots_, key_slots_;
   std::vector<at::Tensor> k_, v_;  // per layer: [1, kv_heads, num_slots, head_dim]
 };
 

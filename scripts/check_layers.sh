@@ -68,7 +68,7 @@ for layer in "${!allowed[@]}"; do
 done
 
 for family in "$ROOT"/models/*/; do
-  [[ "$(basename "$family")" == common ]] && continue
+  [[ "$(basename "$family")" == common || "$(basename "$family")" == moved ]] && continue
   while IFS= read -r file; do
     case "$(basename "$file")" in parallelize.* | parallelize_*.* | hf_weights.* | build.*) continue ;; esac
     files=$((files + 1))

@@ -13,23 +13,8 @@
 namespace train {
 
 PlanOptions plan_options_of(const train::TrainOptions& o, int64_t tp) {
-  PlanOptions p;
-  p.model = o.model;
-  p.seq_len = o.seq_len;
-  p.batch = o.batch;
+  PlanOptions p(o);
   p.tp = tp;
-  p.dp = o.dp;
-  p.ep = o.ep;
-  p.cp = o.cp;
-  p.cp_rotate_method = o.cp_rotate_method;
-  p.data_parallel = o.data_parallel;
-  p.tp_plan = o.plan;
-  p.sequence_parallel = o.sequence_parallel;
-  p.loss_parallel = o.loss_parallel;
-  p.async_tp = o.async_tp;
-  p.param_dtype = param_dtype(o);
-  p.mp_policy = mp_policy(o);
-  if (o.float8) p.float8 = dtensor::Float8LinearConfig{.recipe = o.float8_recipe};
   return p;
 }
 
@@ -39,27 +24,22 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
   o.model.validate();
   DTENSOR_CHECK(o.ep >= 1 && o.dp % o.ep == 0, "llama_plan: --ep ", o.ep, " does not divide --dp ", o.dp);
   DTENSOR_CHECK(o.cp >= 1 && (o.cp == 1 || o.ep == 1), "llama_plan: --cp with --ep is not supported");
-  // llama_train's mesh: the same rule (models::ParallelDims::mesh_shape).
-  models::ParallelDims degrees;
-  degrees.dp = o.dp, degrees.tp = o.tp, degrees.ep = o.ep, degrees.cp = o.cp;
+  // llama_train's degrees and mesh rule (models::ParallelDims::mesh_shape) and its parallelize_llama config.
+  const models::ParallelDims degrees = parallel_dims(o, o.dp * o.cp * o.tp);
   const std::vector<int64_t> shape = degrees.mesh_shape();
   dtensor::DryRunOptions options;
   options.mesh_dim_names = degrees.mesh_dim_names();
   options.ranks = o.ranks;
   if (!o.optimizer) options.optimizer = nullptr;
-  const bool loss_parallel = o.loss_parallel && o.tp > 1 && o.tp_plan == llama::TPPlan::torchtitan;
-  // The same parallelize_llama as llama_train's, so the same plan.
-  const llama::ParallelizeConfig config{
-      .plan = o.tp_plan,
-      .tp = {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel, .async_tp = o.async_tp},
-      .mp_policy = o.mp_policy,
-      .float8 = o.float8};
+  const bool loss_parallel = o.loss_parallel && o.tp > 1 && o.plan == llama::TPPlan::torchtitan;
+  const llama::ParallelizeConfig config = parallelize_config(o);
+  const at::ScalarType dtype = param_dtype(o);
   // Held over forward and backward, as llama_train holds it.
   if (loss_parallel) options.step_guard = [] { return std::make_shared<dtensor::LossParallelGuard>(); };
   return dtensor::dry_run<llama::LlamaForCausalLM>(
       [&] {
         llama::LlamaForCausalLM model(o.model);
-        if (o.param_dtype != at::kFloat) model->to(o.param_dtype);
+        if (dtype != at::kFloat) model->to(dtype);
         return model;
       },
       shape,
@@ -72,7 +52,7 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
         // model's own plain tensors (rotary tables, masks) follow the tokens' device.
         // HF's plan keeps the activations plain local tensors (its styles return local outputs): as at TP 1,
         // everything beside them is meta.
-        const bool dtensor_forward = o.tp > 1 && o.tp_plan == llama::TPPlan::torchtitan;
+        const bool dtensor_forward = o.tp > 1 && o.plan == llama::TPPlan::torchtitan;
         const at::Tensor global =
             at::zeros({o.batch, o.seq_len}, at::TensorOptions(at::kLong).device(dtensor_forward ? at::kCPU : at::kMeta));
         const models::ParallelDims dims = models::ParallelDims::from_mesh(mesh, o.data_parallel, o.cp);

@@ -13,7 +13,7 @@ std::map<std::string, std::string> plan_map(const PlanOptions& o) {
   if (o.tp <= 1) return out;  // the plain model on every rank
   try {
     const dtensor::ParallelizePlan plan =
-        o.tp_plan == llama::TPPlan::hf
+        o.plan == llama::TPPlan::hf
             ? llama::hf_plan(o.model, o.tp)
             : llama::torchtitan_plan(o.model, o.tp,
                                      {.sequence_parallel = o.sequence_parallel, .loss_parallel = o.loss_parallel,
@@ -27,9 +27,9 @@ std::map<std::string, std::string> plan_map(const PlanOptions& o) {
 
 std::map<std::string, std::string> knobs(const PlanOptions& o) {
   auto on = [](bool b) { return std::string(b ? "on" : "off"); };
-  std::map<std::string, std::string> k = {{"tp_plan", llama::to_string(o.tp_plan)},
+  std::map<std::string, std::string> k = {{"tp_plan", llama::to_string(o.plan)},
                                           {"data_parallel", o.data_parallel == models::DataParallel::fsdp ? "fsdp" : "ddp"}};
-  if (o.tp > 1 && o.tp_plan == llama::TPPlan::torchtitan) {
+  if (o.tp > 1 && o.plan == llama::TPPlan::torchtitan) {
     k["sequence_parallel"] = on(o.sequence_parallel);
     k["loss_parallel"] = on(o.loss_parallel);
     k["async_tp"] = on(o.async_tp);
@@ -58,8 +58,8 @@ nlohmann::json score_json(const dtensor::CandidateScore& s) {
 }  // namespace
 
 std::string candidate_name(const PlanOptions& o) {
-  std::string n = o.tp > 1 ? llama::to_string(o.tp_plan) : "no-tp";
-  if (o.tp > 1 && o.tp_plan == llama::TPPlan::torchtitan) {
+  std::string n = o.tp > 1 ? llama::to_string(o.plan) : "no-tp";
+  if (o.tp > 1 && o.plan == llama::TPPlan::torchtitan) {
     n += o.sequence_parallel ? "+sp" : "-sp";
     n += o.loss_parallel ? "+loss_parallel" : "-loss_parallel";
     if (o.async_tp) n += "+async_tp";
@@ -75,7 +75,7 @@ std::vector<PlanOptions> candidate_plans(const PlanOptions& base) {
   for (auto dp : dps) {
     auto add = [&](llama::TPPlan plan, bool sp, bool lp, bool async) {
       PlanOptions o = base;
-      o.tp_plan = plan, o.sequence_parallel = sp, o.loss_parallel = lp, o.async_tp = async, o.data_parallel = dp;
+      o.plan = plan, o.sequence_parallel = sp, o.loss_parallel = lp, o.async_tp = async, o.data_parallel = dp;
       out.push_back(o);
     };
     if (base.tp <= 1 || base.ep > 1) {  // no TP pairs to choose (EP keeps llama_train's own TP plan)

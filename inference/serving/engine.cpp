@@ -16,10 +16,9 @@ enum Kind : int64_t { kIdle = 0, kStep = 1, kStop = 2 };
 Engine::Engine(llama::LlamaForCausalLM model, std::shared_ptr<dtensor::ProcessGroup> group, int64_t num_blocks,
                int64_t block_size, c10::Device device)
     : model_(std::move(model)), group_(std::move(group)), device_(device) {
-  // The layers' pools, made here and held by the model's attention layers through their views.
-  auto cache = std::make_shared<inference::PagedKVCache>(model_->config.num_hidden_layers, num_blocks, block_size);
-  model_->model->set_kv_caches(cache->layers());
-  cache_ = cache;
+  // The layers' pools, made here; each step's forward reads them through its context (common/forward_context.h).
+  cache_ = std::make_shared<inference::PagedKVCache>(model_->config.num_hidden_layers, num_blocks, block_size);
+  layers_ = cache_->layers();
 }
 
 void Engine::send_header(int64_t kind, int64_t t, int64_t k, int64_t n_out) {
@@ -38,8 +37,10 @@ at::Tensor Engine::forward(const inference::PagedStep& s) {
   auto on = [&](const at::Tensor& x) { return x.to(device_); };
   const inference::PagedStep d{on(s.tokens), on(s.positions), on(s.query_seq), on(s.write_slots),
                            on(s.key_slots), on(s.key_pos), on(s.key_seq), on(s.logit_rows)};
-  cache_->set_step(d.write_slots, d.key_slots);
-  at::Tensor hidden = model_->model->forward_paged(d);  // [1, T, hidden]
+  // The step goes to the model by one route, its forward's context: the mask and positions, and the caches' slots.
+  const models::ForwardContext context{layers_, &d};
+  const models::ForwardContextGuard in_context(context);
+  at::Tensor hidden = model_->model(d.tokens.view({1, -1}));  // [1, T, hidden]
   // lm_head on the rows whose logits are wanted: under TP its gather moves [1, n_out, vocab] only.
   at::Tensor logits = model_->logits(hidden.index_select(1, d.logit_rows));
   return logits[0].to(at::kCPU, at::kFloat);

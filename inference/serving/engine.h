@@ -43,6 +43,7 @@ class Engine {
   std::shared_ptr<dtensor::ProcessGroup> group_;
   c10::Device device_;
   std::shared_ptr<inference::PagedKVCache> cache_;
+  std::vector<std::shared_ptr<models::KVCacheLayer>> layers_;  // cache_'s, one per layer, for each step's context
   int64_t steps_ = 0;
   FaultInjection faults_ = FaultInjection::from_env();
 };

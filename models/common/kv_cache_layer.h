@@ -1,7 +1,8 @@
 // The two things a decoder's code needs from incremental decoding, declared here so the model does not depend on
 // the inference layer that makes them (inference/kv_cache.h, inference/paged_kv_cache.h):
 //   - KVCacheLayer: what one attention layer's cache does for it: take the new tokens' keys and values, give back
-//     the keys and values they attend to. The model holds one per layer; inference/ builds and owns the storage.
+//     the keys and values they attend to. inference/ builds and owns them and hands them to a forward through
+//     its context (common/forward_context.h), one per layer.
 //   - PagedStep: the input of one packed forward of continuous batching (vLLM's attention metadata): the new
 //     tokens of several sequences side by side, and the keys each sequence reads (inference/paged_kv_cache.h packs
 //     it from the sequences' block tables).
@@ -9,10 +10,17 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <utility>
 
 namespace models {
+
+// The sliding window's cache rule, in one place (HF's DynamicSlidingWindowLayer): a query sees at most `window` keys,
+// itself included, so after `past` positions a sliding layer's cache keeps the last window - 1 of them: positions
+// [sliding_first_kept(past, window), past). The cache (inference/kv_cache.h) keeps them, and the model narrows a
+// sliding layer's mask to the same columns.
+inline int64_t sliding_first_kept(int64_t past, int64_t window) { return std::max<int64_t>(0, past - (window - 1)); }
 
 class KVCacheLayer {
  public:

@@ -14,17 +14,17 @@
 namespace llama {
 namespace {
 
-// The additive masks [b, 1, s, t] (0 or -inf) over cache indices: `visible` [b, s, t] and, with a sliding
-// window, the same with keys at or before query index - window hidden too.
+// The additive masks [b, 1, s, t] (0 or -inf) over cache indices: `visible` [b, s, t] (the causal rule and the
+// padding, or the sequences of a paged step) and, with a sliding window, the same within the window: both by
+// dtensor::nn's one visibility rule (dtensor/nn/attention.h).
 void fill_masks(const LlamaConfig& config, const at::Tensor& visible, const at::Tensor& query_pos,
                 const at::Tensor& key_pos, AttentionInputs& in) {
   auto additive = [](const at::Tensor& see) {
-    return at::zeros(see.sizes(), see.options().dtype(at::kFloat))
-        .masked_fill_(see.logical_not(), -std::numeric_limits<float>::infinity())
-        .unsqueeze(1);
+    return dtensor::nn::additive_mask(see, see.options().dtype(at::kFloat)).unsqueeze(1);
   };
   in.mask = additive(visible);
-  if (config.attention.sliding_window > 0) in.sliding_mask = additive(visible & (key_pos > query_pos - config.attention.sliding_window).unsqueeze(0));
+  const int64_t w = config.attention.sliding_window;
+  if (w > 0) in.sliding_mask = additive(visible & dtensor::nn::causal_visible(query_pos, key_pos, w).unsqueeze(0));
 }
 
 }  // namespace
@@ -62,7 +62,9 @@ AttentionInputs attention_inputs(const LlamaConfig& config, const at::Tensor& at
   const auto longs = attention_mask.options().dtype(at::kLong);
   at::Tensor query_pos = at::arange(past, t, longs).view({s, 1});
   at::Tensor key_pos = at::arange(t, longs).view({1, t});
-  at::Tensor visible = (key_pos <= query_pos).unsqueeze(0) & (real.unsqueeze(1) | (key_pos == query_pos).unsqueeze(0));
+  // Causal, and a padding query sees itself (its row stays finite; it is never read).
+  at::Tensor visible = dtensor::nn::causal_visible(query_pos, key_pos, 0).unsqueeze(0) &
+                       (real.unsqueeze(1) | (key_pos == query_pos).unsqueeze(0));
   fill_masks(config, visible, query_pos, key_pos, in);
   return in;
 }
@@ -75,13 +77,15 @@ AttentionInputs paged_attention_inputs(const LlamaConfig& config, const models::
   AttentionInputs in;
   rotary_at(config, step.positions, table_len, {1, 1, t}, in);
   at::Tensor query_pos = step.positions.view({t, 1}), key_pos = step.key_pos.view({1, -1});
-  at::Tensor visible = ((step.key_seq.view({1, -1}) == step.query_seq.view({t, 1})) & (key_pos <= query_pos)).unsqueeze(0);
+  at::Tensor visible =
+      ((step.key_seq.view({1, -1}) == step.query_seq.view({t, 1})) & dtensor::nn::causal_visible(query_pos, key_pos, 0)).unsqueeze(0);
   fill_masks(config, visible, query_pos, key_pos, in);
   return in;
 }
 
-AttentionImpl::AttentionImpl(const LlamaConfig& c, bool sliding)
-    : head_dim(c.head_dim()),
+AttentionImpl::AttentionImpl(const LlamaConfig& c, int64_t layer_index, bool sliding)
+    : layer(layer_index),
+      head_dim(c.head_dim()),
       scale(c.attention.scale > 0 ? c.attention.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim()))),
       explicit_scale(c.attention.scale > 0),
       softcap(c.attention.attn_logit_softcapping),
@@ -119,8 +123,10 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
     q = apply_rotary(q, cos, sin, interleaved, rotate_in_fp32);
     k = apply_rotary(k, cos, sin, interleaved, rotate_in_fp32);
   }
-  // Dense: [b, kv_heads, past + s, head_dim]; paged: [1, kv_heads, K, head_dim].
-  if (cache) std::tie(k, v) = cache->update(k, v);
+  // With the forward context's cache of this layer: dense [b, kv_heads, past + s, head_dim], paged [1, kv_heads, K, head_dim].
+  if (const models::ForwardContext* ctx = models::forward_context()) {
+    if (models::KVCacheLayer* cache = ctx->cache(layer)) std::tie(k, v) = cache->update(k, v);
+  }
   // The default scale is left to the kernel (head_dim^-1/2); a config's own is passed. Through dtensor::nn's kernel:
   // under context parallelism it is ring attention over the sequence's shards. Without a mask the attention is
   // causal, within the layer's window (a mask holds its own).

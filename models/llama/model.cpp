@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "dtensor/core/error.h"
+#include "dtensor/nn/attention.h"
 #include "dtensor/nn/materialize.h"
 #include "dtensor/nn/parameter_replacement.h"
 
@@ -30,7 +31,7 @@ Norm norm_of(const LlamaConfig& c, int64_t dim) { return Norm(c.norm.kind, dim, 
 DecoderLayerImpl::DecoderLayerImpl(const LlamaConfig& c, int64_t layer)
     : kind(c.norm.placement),
       residual_multiplier(c.scaling.residual_multiplier),
-      self_attn(register_module("self_attn", Attention(c, c.layer_slides(layer)))),
+      self_attn(register_module("self_attn", Attention(c, layer, c.layer_slides(layer)))),
       sliding(c.layer_slides(layer)) {
   if (c.layer_is_moe(layer)) {
     moe = register_module("mlp", SparseMoeBlock(c));
@@ -86,11 +87,36 @@ LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
 }
 
+const models::ForwardContext* LlamaModelImpl::checked_context() const {
+  const models::ForwardContext* ctx = models::forward_context();
+  if (!ctx || ctx->kv_caches.empty()) {
+    DTENSOR_CHECK(!ctx || !ctx->paged_step, "llama: the forward's context has a PagedStep but no paged KV caches");
+    return nullptr;
+  }
+  DTENSOR_CHECK(ctx->kv_caches.size() == layers->size(), "llama: the forward's context has ", ctx->kv_caches.size(),
+                " KV caches for ", layers->size(), " layers");
+  for (const auto& cache : ctx->kv_caches) {
+    DTENSOR_CHECK(cache && cache->paged() == (ctx->paged_step != nullptr), "llama: the forward's context ",
+                  ctx->paged_step ? "has a PagedStep beside dense (or missing) KV caches"
+                                  : "has paged (or missing) KV caches without a PagedStep");
+  }
+  return ctx;
+}
+
 at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& attention_mask, const at::Tensor& position_ids) {
-  const int64_t b = tokens.size(0), s = tokens.size(1), past = cache_length();
+  const models::ForwardContext* ctx = checked_context();
+  if (ctx && ctx->paged_step) {  // continuous batching: the step holds the positions and the mask
+    const models::PagedStep& step = *ctx->paged_step;
+    DTENSOR_CHECK(!attention_mask.defined() && !position_ids.defined(), "llama: a paged step has its own positions and "
+                  "mask: no attention_mask or position_ids");
+    DTENSOR_CHECK(tokens.dim() == 2 && tokens.size(0) == 1 && tokens.size(1) == step.tokens.numel(), "llama: a paged "
+                  "step of ", step.tokens.numel(), " tokens takes them as [1, ", step.tokens.numel(), "], got ", tokens.sizes());
+    return run(tokens, paged_attention_inputs(config, step), /*past=*/0);
+  }
+  const int64_t b = tokens.size(0), s = tokens.size(1), past = ctx ? ctx->past() : 0;
   AttentionInputs in;  // mask undefined: causal over s (the training forward)
   if (position_ids.defined()) {
-    DTENSOR_CHECK(!has_cache() && !attention_mask.defined(), "llama: position_ids are taken without a cache or an "
+    DTENSOR_CHECK(!ctx && !attention_mask.defined(), "llama: position_ids are taken without a cache or an "
                   "attention mask");
     DTENSOR_CHECK(position_ids.dim() == 1 && position_ids.size(0) == s, "llama: position_ids must be [", s, "], got ",
                   position_ids.sizes());
@@ -102,7 +128,7 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
     return run(tokens, in, past);
   }
   // Without a cache or padding no mask is built: attention is causal, a sliding layer's within its window.
-  if (has_cache() || attention_mask.defined()) {
+  if (ctx || attention_mask.defined()) {
     at::Tensor padding =
         attention_mask.defined() ? attention_mask : at::ones({b, past + s}, tokens.options().dtype(at::kLong));
     in = attention_inputs(config, padding, past, s);
@@ -111,19 +137,6 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
     if (config.rotary.local_theta > 0) std::tie(in.local_cos, in.local_sin) = rotary_tables(local_rope_config(config), s, tokens.device());
   }
   return run(tokens, in, past);
-}
-
-at::Tensor LlamaModelImpl::forward_paged(const models::PagedStep& step) {
-  const auto& cache = layers->is_empty() ? nullptr : layers->at<DecoderLayerImpl>(0).self_attn->cache;
-  DTENSOR_CHECK(cache && cache->paged(), "llama: forward_paged needs paged caches first (inference/paged_kv_cache.h)");
-  return run(step.tokens.view({1, -1}), paged_attention_inputs(config, step), /*past=*/0);
-}
-
-void LlamaModelImpl::set_kv_caches(const std::vector<std::shared_ptr<models::KVCacheLayer>>& caches) {
-  DTENSOR_CHECK(caches.size() == layers->size(), "llama: set_kv_caches got ", caches.size(), " caches for ",
-                layers->size(), " layers");
-  size_t i = 0;
-  for (const auto& layer : *layers) layer->as<DecoderLayerImpl>()->self_attn->cache = caches.at(i++);
 }
 
 at::Tensor LlamaModelImpl::run(const at::Tensor& tokens, const AttentionInputs& inputs, int64_t past) {
@@ -139,7 +152,7 @@ at::Tensor LlamaModelImpl::run(const at::Tensor& tokens, const AttentionInputs& 
     auto& l = *layer->as<DecoderLayerImpl>();
     at::Tensor mask = l.sliding ? in.sliding_mask : in.mask;
     // A sliding layer's cache keeps the last window - 1 positions: its keys are columns [first, past + s).
-    const int64_t first = l.sliding && has_cache() ? std::max<int64_t>(0, past - (config.attention.sliding_window - 1)) : 0;
+    const int64_t first = l.sliding ? models::sliding_first_kept(past, config.attention.sliding_window) : 0;
     if (first > 0) mask = mask.narrow(-1, first, mask.size(-1) - first);
     // Rotary: Gemma 3's sliding layers take their own tables; Cohere 2's full layers none.
     const bool local = l.sliding && config.rotary.local_theta > 0;
@@ -149,20 +162,6 @@ at::Tensor LlamaModelImpl::run(const at::Tensor& tokens, const AttentionInputs& 
     h = dtensor::nn::forward_with_hooks(l, h, cos, sin, mask);
   }
   return norm(h);
-}
-
-void LlamaModelImpl::clear_cache() {
-  for (const auto& layer : *layers) layer->as<DecoderLayerImpl>()->self_attn->cache.reset();
-}
-
-bool LlamaModelImpl::has_cache() const {
-  if (layers->is_empty()) return false;
-  const auto& cache = layers->at<DecoderLayerImpl>(0).self_attn->cache;
-  return cache != nullptr && !cache->paged();
-}
-
-int64_t LlamaModelImpl::cache_length() const {
-  return has_cache() ? layers->at<DecoderLayerImpl>(0).self_attn->cache->length() : 0;
 }
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c)
@@ -185,7 +184,7 @@ at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& hidden) {
   if (config.scaling.logits_scaling != 1.0) out = out / config.scaling.logits_scaling;  // Granite
   if (config.scaling.logit_scale != 1.0) out = out * config.scaling.logit_scale;        // Cohere
   const double cap = config.scaling.final_logit_softcapping;                  // Gemma 2 / 3
-  if (cap > 0) out = at::tanh(out / cap) * cap;
+  if (cap > 0) out = dtensor::nn::soft_cap(out, cap);
   return out;
 }
 

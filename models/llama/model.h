@@ -9,9 +9,11 @@
 // Shapes are read from tensors (`view({b, s, -1, head_dim})`, n_rep = q heads / k heads), so the same code
 // runs on global-shaped DTensors (torchtitan's plan) and on local shards (HF's plan).
 //
-// Incremental decoding (inference/generate.h): set_kv_caches gives every attention layer a cache
-// (common/kv_cache_layer.h; inference/kv_cache.h makes them); each forward then appends its tokens' keys and values
-// and attends to all cached positions.
+// One forward for training, generation and serving: the KV caches and a packed step's metadata come from the
+// forward's context (common/forward_context.h, vLLM's ForwardContext), never from the model, which holds no cache.
+// With dense caches (inference/kv_cache.h) each forward appends its tokens' keys and values and attends to all
+// cached positions; with paged ones and a PagedStep (inference/paged_kv_cache.h) the tokens [1, T] are the step's,
+// several sequences packed side by side.
 // An attention_mask [b, past + s] (HF's: 1 a token, 0 left padding) gives each sequence its own positions
 // (count of tokens before it) and hides its padding. Without cache and mask the forward is the training one
 // (causal over s, positions 0..s-1).
@@ -37,7 +39,7 @@
 #include "dtensor/nn/hooked_module.h"
 #include "dtensor/nn/layers.h"
 #include "llama/config.h"
-#include "common/kv_cache_layer.h"
+#include "common/forward_context.h"
 #include "llama/moe.h"
 #include "llama/norm.h"
 #include "llama/rope.h"
@@ -69,12 +71,14 @@ void rotary_at(const LlamaConfig& config, const at::Tensor& positions, int64_t t
 AttentionInputs paged_attention_inputs(const LlamaConfig& config, const models::PagedStep& step);
 
 struct AttentionImpl : torch::nn::Module {
-  // sliding: the layer attends within config.attention.sliding_window (when its mask does not say it already).
-  AttentionImpl(const LlamaConfig& config, bool sliding = false);
+  // layer: its index, which names its cache in a forward's context; sliding: the layer attends within
+  // config.attention.sliding_window (when its mask does not say it already).
+  AttentionImpl(const LlamaConfig& config, int64_t layer = 0, bool sliding = false);
   // x [b, s, hidden]; cos, sin [s, head_dim] or [b, 1, s, head_dim] (undefined: no rotary); mask:
-  // undefined (causal over s, within sliding_window) or additive [b, 1, s, past + s] (holding the window). With a cache, k and v are appended to it and
-  // the attention reads all of it. Returns [b, s, hidden].
+  // undefined (causal over s, within sliding_window) or additive [b, 1, s, past + s] (holding the window). With a
+  // cache in the forward's context, k and v are appended to it and the attention reads all of it. Returns [b, s, hidden].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& mask);
+  int64_t layer;
   int64_t head_dim;
   double scale;         // the softmax scale
   bool explicit_scale;  // the config sets it (else head_dim^-1/2)
@@ -86,7 +90,6 @@ struct AttentionImpl : torch::nn::Module {
   bool full_width_qk_norm;
   dtensor::nn::Linear q_proj, k_proj, v_proj, o_proj;
   Norm q_norm{nullptr}, k_norm{nullptr};  // config.attention.qk_norm (per head) or qk_norm_full_width (all heads)
-  std::shared_ptr<models::KVCacheLayer> cache;  // null: no cache (dense or paged: common/kv_cache_layer.h)
 };
 DTENSOR_MODULE(Attention);
 
@@ -113,26 +116,23 @@ TORCH_MODULE(DecoderLayer);
 // attention_mask [b, past + s] or undefined (all tokens); position_ids [s] (HF's position_ids, the same for every
 // row): the tokens' positions for the rotary embedding, undefined: 0..s-1. Context parallelism gives its shard's
 // positions (dtensor/cp/context_parallel.h), which need neither a cache nor a mask.
+// The forward's context (common/forward_context.h) holds the caches (one per layer; past = the cached positions) or,
+// for continuous batching, the paged caches and the PagedStep whose tokens [T] are `tokens` [1, T] (no
+// attention_mask or position_ids: the step has them). Throws dtensor::Error for a context that does not fit.
 struct LlamaModelImpl : torch::nn::Module {
   explicit LlamaModelImpl(const LlamaConfig& config);
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {}, const at::Tensor& position_ids = {});
-  // One cache per layer, in order (inference/kv_cache.h's make_kv_caches, inference/paged_kv_cache.h's
-  // PagedKVCache::layers); throws dtensor::Error for a count other than the layers'.
-  void set_kv_caches(const std::vector<std::shared_ptr<models::KVCacheLayer>>& caches);
-  void clear_cache();              // back to the uncached forward
-  // Continuous batching (the layers' caches paged): hidden states [1, T, hidden] of the step's packed tokens.
-  // The caller has told the cache the step's slots (inference/paged_kv_cache.h's PagedKVCache::set_step).
-  at::Tensor forward_paged(const models::PagedStep& step);
-  int64_t cache_length() const;    // positions cached (0 without a dense cache)
-  bool has_cache() const;          // a dense cache (the paged one is read through forward_paged)
   LlamaConfig config;
   dtensor::nn::Embedding embed_tokens;
   torch::nn::ModuleList layers;
   Norm norm;
 
  private:
-  // Embeddings, the layers (each with its mask and rotary tables from `in`), the final norm.
+  // Embeddings, the layers (each with its mask and rotary tables from `in`), the final norm. past > 0: dense caches
+  // hold `past` positions (a sliding layer's mask narrowed to what its cache keeps).
   at::Tensor run(const at::Tensor& tokens, const AttentionInputs& in, int64_t past);
+  // The context's caches checked against the layers (null: no context or no caches).
+  const models::ForwardContext* checked_context() const;
 };
 TORCH_MODULE(LlamaModel);
 

@@ -5,6 +5,8 @@
 
 #include <limits>
 
+#include "dtensor/nn/attention.h"
+
 namespace dtensor::cp::internal {
 namespace {
 
@@ -19,7 +21,7 @@ std::optional<at::Tensor> mask_arg(const BlockMask& mask) {
 // The block's scores in fp32, soft-capped and masked; `capped` gets tanh(scores / softcap) when soft-capping.
 at::Tensor scores(const at::Tensor& q, const at::Tensor& k, const BlockMask& mask, const BlockSpec& spec, at::Tensor* capped) {
   at::Tensor s = at::matmul(q.to(at::kFloat), k.to(at::kFloat).transpose(-1, -2)) * spec.scale;
-  if (spec.softcap > 0) {
+  if (spec.softcap > 0) {  // dtensor::nn::soft_cap, its tanh kept for the backward
     *capped = at::tanh(s / spec.softcap);
     s = *capped * spec.softcap;
   }
@@ -41,11 +43,12 @@ std::optional<BlockMask> block_mask(int64_t i, int64_t j, int64_t m, const Block
   if (w > 0 && nearest >= w) return std::nullopt;
   if (w == 0 || farthest < w) return BlockMask{i == j, {}, {}};
   const auto longs = like.options().dtype(at::kLong);
-  const at::Tensor distance = (i - j) * m + at::arange(m, longs).view({m, 1}) - at::arange(m, longs).view({1, m});
-  const at::Tensor hidden = (distance < 0) | (distance >= w);
+  // Block i's queries sit at positions i*m .., block j's keys at j*m ..: the one rule (dtensor/nn/attention.h).
+  const at::Tensor visible = dtensor::nn::causal_visible(i * m + at::arange(m, longs).view({m, 1}),
+                                                         j * m + at::arange(m, longs).view({1, m}), w);
   BlockMask out;
-  out.additive = at::zeros({m, m}, like.options()).masked_fill_(hidden, -kInf);
-  if (j < i) out.dead = hidden.all(-1);  // the diagonal's rows see themselves
+  out.additive = dtensor::nn::additive_mask(visible, like.options());
+  if (j < i) out.dead = visible.logical_not().all(-1);  // the diagonal's rows see themselves
   return out;
 }
 

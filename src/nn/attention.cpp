@@ -36,14 +36,25 @@ at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep) {
   return x.unsqueeze(2).expand({b, kv, n_rep, t, d}).reshape({b, kv * n_rep, t, d});
 }
 
+at::Tensor causal_visible(const at::Tensor& query_pos, const at::Tensor& key_pos, int64_t sliding_window) {
+  const at::Tensor distance = query_pos - key_pos;
+  at::Tensor visible = distance >= 0;
+  if (sliding_window > 0) visible = visible & (distance < sliding_window);
+  return visible;
+}
+
+at::Tensor additive_mask(const at::Tensor& visible, const at::TensorOptions& options) {
+  return at::zeros(visible.sizes(), options).masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
+}
+
 at::Tensor causal_mask(int64_t s, int64_t t, int64_t sliding_window, const at::TensorOptions& options) {
   const auto longs = options.dtype(at::kLong);
-  // distance = query's key index - key index; visible when 0 <= distance (< window).
-  const at::Tensor distance = at::arange(t - s, t, longs).view({s, 1}) - at::arange(t, longs).view({1, t});
-  at::Tensor hidden = distance < 0;
-  if (sliding_window > 0) hidden = hidden | (distance >= sliding_window);
-  return at::zeros({s, t}, options).masked_fill_(hidden, -std::numeric_limits<double>::infinity());
+  // The s queries sit at key indices t - s .. t - 1.
+  return additive_mask(causal_visible(at::arange(t - s, t, longs).view({s, 1}), at::arange(t, longs).view({1, t}),
+                                      sliding_window), options);
 }
+
+at::Tensor soft_cap(const at::Tensor& x, double cap) { return at::tanh(x / cap) * cap; }
 
 at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const at::Tensor& mask, bool is_causal, std::optional<double> scale,
@@ -67,7 +78,7 @@ at::Tensor eager_attention(const at::Tensor& q, const at::Tensor& k, const at::T
   const int64_t n_rep = q.size(1) / k.size(1);
   const double sc = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   at::Tensor scores = at::matmul(q, repeat_kv(k, n_rep).transpose(2, 3)) * sc;
-  if (kwargs.softcap > 0) scores = at::tanh(scores / kwargs.softcap) * kwargs.softcap;
+  if (kwargs.softcap > 0) scores = soft_cap(scores, kwargs.softcap);
   at::Tensor add = mask;
   if (!add.defined() && (is_causal || kwargs.sliding_window > 0)) {
     add = window_mask(q, k.size(2), kwargs.sliding_window);

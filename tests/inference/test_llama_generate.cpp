@@ -148,8 +148,7 @@ TEST(LlamaGenerate, CollectivesPerDecodedTokenAreThePlans) {
     at::NoGradGuard no_grad;
     inference::Decoder decoder(model, kPrompts, 4);
     at::Tensor logits = decoder.prefill();
-    auto* attn = model->model->layers->at<llama::DecoderLayerImpl>(0).self_attn.get();
-    const auto& cache = dynamic_cast<const inference::KVCache&>(*attn->cache);
+    const auto& cache = dynamic_cast<const inference::KVCache&>(*decoder.context().kv_caches.at(0));
     const at::Tensor keys = cache.keys();
     ASSERT_TRUE(dtensor::is_dtensor(keys));
     EXPECT_EQ(dtensor::placements(keys), dtensor::Placements{dtensor::Shard(1)});

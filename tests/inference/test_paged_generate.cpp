@@ -1,4 +1,5 @@
-// Continuous batching's paged forward (inference/paged_kv_cache.h, LlamaModel::forward_paged) against the naive
+// Continuous batching's paged forward (inference/paged_kv_cache.h; the step in the forward's context,
+// common/forward_context.h) against the naive
 // reference, inference::generate of each prompt alone: three sequences that join at different steps, one prefilled in
 // chunks, sharing steps with others' decoding, their blocks interleaved and out of order in the pool; every
 // step's logits equal generate's and the greedy tokens are the same, at TP 1, 2 and 4 (2 key/value heads:
@@ -15,6 +16,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "harness/multi_rank.h"
 #include "inference/generate.h"
+#include "inference/kv_cache.h"
 #include "inference/paged_kv_cache.h"
 #include "llama/parallelize.h"
 #include "models/llama_test_util.h"
@@ -72,7 +74,7 @@ Reference paged_run(llama::LlamaForCausalLM& model, c10::Device device = c10::kC
   at::NoGradGuard no_grad;
   constexpr int64_t kBlocks = 16;
   auto cache = std::make_shared<inference::PagedKVCache>(model->config.num_hidden_layers, kBlocks, kBlock);
-  model->model->set_kv_caches(cache->layers());
+  const auto layers = cache->layers();
   int64_t next_block = kBlocks - 1;
   struct Seq {
     std::vector<int64_t> all;  // prompt + drawn
@@ -108,8 +110,9 @@ Reference paged_run(llama::LlamaForCausalLM& model, c10::Device device = c10::kC
                           &packed.key_pos, &packed.key_seq, &packed.logit_rows}) {
       *t = t->to(device);
     }
-    cache->set_step(packed.write_slots, packed.key_slots);
-    at::Tensor hidden = model->model->forward_paged(packed);                            // [1, T, hidden]
+    const models::ForwardContext context{layers, &packed};
+    const models::ForwardContextGuard on(context);
+    at::Tensor hidden = model->model(packed.tokens.view({1, -1}));                     // [1, T, hidden]
     at::Tensor logits = model->logits(hidden.index_select(1, packed.logit_rows))[0];  // [n_out, vocab]
     int64_t row = 0;
     for (size_t j = 0; j < chunks.size(); ++j) {
@@ -122,7 +125,6 @@ Reference paged_run(llama::LlamaForCausalLM& model, c10::Device device = c10::kC
       seqs[i].all.push_back(token);
     }
   }
-  model->model->clear_cache();
   return out;
 }
 
@@ -188,15 +190,48 @@ TEST(PagedGenerate, PackStepRefusesShortBlockTablesAndRopeThatFollowsLength) {
   c.rotary.rope_scaling.factor = 2.0;
   llama::LlamaForCausalLM model(c);
   auto cache = std::make_shared<inference::PagedKVCache>(c.num_hidden_layers, 4, kBlock);
-  model->model->set_kv_caches(cache->layers());
   try {
     const inference::PagedStep step = inference::pack_step({{{1, 2}, 0, {0}, true}}, kBlock);
-    cache->set_step(step.write_slots, step.key_slots);
-    model->model->forward_paged(step);
+    const models::ForwardContext context{cache->layers(), &step};
+    const models::ForwardContextGuard on(context);
+    model->model(step.tokens.view({1, -1}));
     FAIL() << "no error";
   } catch (const dtensor::Error& e) {
     EXPECT_NE(std::string(e.what()).find("continuous batching"), std::string::npos) << e.what();
   }
+}
+
+// The model holds no cache: a forward's context brings it, and one that does not fit the model is one clear error.
+TEST(PagedGenerate, AForwardContextThatDoesNotFitTheModelIsOneClearError) {
+  at::NoGradGuard no_grad;
+  llama::LlamaConfig c = plain_config();
+  llama::LlamaForCausalLM model(c);
+  const at::Tensor tokens = at::tensor({1, 2, 3}, at::kLong).view({1, 3});
+  auto expect_error = [&](const models::ForwardContext& context, const std::string& needle) {
+    const models::ForwardContextGuard on(context);
+    try {
+      model->model(tokens);
+      FAIL() << "no error for " << needle;
+    } catch (const dtensor::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto dense = inference::make_kv_caches(c, 8);
+  expect_error({{dense.begin(), dense.end() - 1}}, "KV caches for");
+  auto cache = std::make_shared<inference::PagedKVCache>(c.num_hidden_layers, 4, kBlock);
+  expect_error({cache->layers()}, "paged (or missing) KV caches without a PagedStep");
+  const inference::PagedStep step = inference::pack_step({{{1, 2, 3}, 0, {0}, true}}, kBlock);
+  expect_error({dense, &step}, "PagedStep beside dense");
+  expect_error({{}, &step}, "a PagedStep but no paged KV caches");
+  // The same model, no context: the training forward; with dense caches, generation (outside any context afterwards).
+  const at::Tensor plain = model->model(tokens);
+  {
+    const models::ForwardContext context{dense};
+    const models::ForwardContextGuard on(context);
+    EXPECT_TRUE(at::allclose(model->model(tokens), plain, 1e-5, 1e-6));
+    EXPECT_EQ(context.past(), 3);
+  }
+  EXPECT_EQ(models::forward_context(), nullptr);
 }
 
 }  // namespace

@@ -151,12 +151,13 @@ TEST(HfFamilies, SlidingWindowCacheKeepsTheWindowOnly) {
       inference::Decoder cached(model, prompts, 6, 0, /*use_cache=*/true);
       got.push_back(cached.prefill());
       for (int step = 0; step < 5; ++step) got.push_back(cached.step(got.back().argmax(-1)));
-      for (const auto& layer : *model->model->layers) {
-        const auto& cache = dynamic_cast<const inference::KVCache&>(*layer->as<llama::DecoderLayerImpl>()->self_attn->cache);
+      ASSERT_EQ(cached.context().kv_caches.size(), model->model->layers->size());
+      for (const auto& layer_cache : cached.context().kv_caches) {
+        const auto& cache = dynamic_cast<const inference::KVCache&>(*layer_cache);
         EXPECT_EQ(cache.keys().size(2), 4);  // window - 1
         EXPECT_EQ(cache.length(), ref.batch.size(1) + 5);
       }
-    }  // the decoder drops the model's cache
+    }  // the decoder's caches go with it (the model holds none)
     inference::Decoder naive(model, prompts, 6, 0, /*use_cache=*/false);
     at::Tensor want = naive.prefill();
     for (int step = 0; step < 5; ++step) {

@@ -250,13 +250,7 @@ TEST(Moe, DryRunAllToAllBytesEqualTheRealRun) {
       real_bytes += result.steps.at(0).fwd_bwd_bytes.at("all_to_all");
       if (rank == 0) real_counts = result.steps.at(0).fwd_bwd_counts;
     });
-    train::PlanOptions p;
-    p.model = o.model;
-    p.seq_len = o.seq_len;
-    p.batch = o.batch;
-    p.dp = 2;
-    p.ep = 2;
-    p.tp = tp;
+    train::PlanOptions p = train::plan_options_of(o, tp);  // the real run's options, as llama_plan takes them
     for (int r = 0; r < 2 * tp; ++r) p.ranks.push_back(r);
     const dtensor::DryRunReport dry = train::dry_run_llama(p);
     int64_t dry_bytes = 0;

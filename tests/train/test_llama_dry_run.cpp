@@ -209,6 +209,7 @@ TEST(LlamaDryRun, Llama3_8BAtTP8MatchesTheAnalyticCount) {
   c.vocab_size = 128256, c.hidden_size = 4096, c.num_hidden_layers = 32, c.num_attention_heads = 32;
   c.num_key_value_heads = 8, c.intermediate_size = 14336, c.max_position_embeddings = 8192;
   p.seq_len = 1024, p.batch = 2, p.tp = 8;
+  p.mixed_precision = train::MixedPrecision::off;  // fp32 throughout: 4 bytes an element below
   p.ranks = {0};
   const dtensor::DryRunReport report = train::dry_run_llama(p);
   std::cout << "[ dry run ] Llama-3-8B shapes at TP 8: " << report.seconds << " s\n";

@@ -85,7 +85,7 @@ TEST(PlanSearch, TheDryRunGivesTheSameNumbersWithAColdOrWarmDispatchCache) {
   // HF's plan hands the layers local tensors (use_local_output) where torchtitan's keeps the residual stream, norms
   // and loss on DTensors: fewer DTensor calls, each costed by the model.
   auto hf = o;
-  hf.tp_plan = llama::TPPlan::hf;
+  hf.plan = llama::TPPlan::hf;
   const dtensor::RankReport h = train::dry_run_llama(hf).ranks.front();
   EXPECT_LT(h.dtensor_ops, cold.dtensor_ops);
   dtensor::CostModel cost = kFixed.cost;
@@ -131,7 +131,7 @@ TEST(PlanSearch, ACandidateThePlanRefusesIsKeptWithItsError) {
   }
   EXPECT_TRUE(hf_refused);
   EXPECT_TRUE(r.result.best.ran);
-  EXPECT_EQ(r.best.tp_plan, llama::TPPlan::torchtitan);
+  EXPECT_EQ(r.best.plan, llama::TPPlan::torchtitan);
 }
 
 TEST(PlanSearch, LlamaPlanSearchJsonAndLlamaTrainPlanAuto) {

@@ -25,15 +25,16 @@ int main(int argc, char** argv) {
   }
   try {
     // The matmuls run in the compute dtype: mixed precision's, else the parameters'.
-    const at::ScalarType compute = o.plan.mp_policy ? *o.plan.mp_policy->param_dtype : o.plan.param_dtype;
+    const auto policy = train::mp_policy(o.plan);
+    const at::ScalarType compute = policy ? *policy->param_dtype : train::param_dtype(o.plan);
     dtensor::CostModel cost = o.machine == "measured" ? train::measured_cost_model(compute, o.remeasure) : train::fixed_cost_model();
     if (!o.comm_table.empty()) dtensor::load_comm_table(cost, o.comm_table);
     if (o.mm_gflops > 0) cost.matmul_gflops = o.mm_gflops;
     if (o.memory_gbps > 0) cost.memory_gbps = o.memory_gbps;
     if (o.dtensor_op_us >= 0) cost.dtensor_op_us = o.dtensor_op_us;
     if (o.mm_gflops > 0 || o.memory_gbps > 0 || o.dtensor_op_us >= 0) cost.machine_source += " (numbers given on the command line replace its)";
-    if (o.search) {
-      const dtensor::AutoPlanOptions search_options{.memory_budget_bytes = o.memory_budget_mb << 20, .cost = cost};
+    if (o.plan.plan_auto) {
+      const dtensor::AutoPlanOptions search_options{.memory_budget_bytes = o.plan.memory_budget_mb << 20, .cost = cost};
       if (!o.json) std::cerr << "llama_plan: searching plans for " << o.plan.model.to_string() << " at tp " << o.plan.tp << "...\n";
       const train::SearchResult r = train::search_plan(o.plan, search_options);
       if (o.json) {

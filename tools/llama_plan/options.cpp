@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "dtensor/core/error.h"
-#include "tools/common/dtype_option.h"
+#include "tools/common/parallelism_flags.h"
 
 namespace llama_plan {
 namespace {
@@ -49,7 +49,7 @@ struct ModelFlags {
 };
 
 // The options, defined once: parse_options reads them, help_text prints them.
-void define(CLI::App& app, CliOptions& o, ModelFlags& m) {
+void define(CLI::App& app, CliOptions& o, ModelFlags& m, tools_cli::ParallelismSeen& parallelism) {
   tools_cli::configure(app, "llama_plan");
   app.description(
       "llama_plan: what one training step of Llama under torchtitan's TP plan does on each rank, from a dry run\n"
@@ -63,39 +63,12 @@ void define(CLI::App& app, CliOptions& o, ModelFlags& m) {
                                    {"--ffn-dim", &m.ffn_dim, "SwiGLU hidden size"}, {"--vocab", &m.vocab, "vocabulary"}}) {
     app.add_option(name, *field, help)->check(tools_cli::positive())->default_str("")->group(model);
   }
-  app.add_option("--seq-len", o.plan.seq_len, "tokens per sequence")->check(tools_cli::positive());
-  app.add_option("--batch", o.plan.batch, "sequences per step, global")->check(tools_cli::positive());
-  app.add_option("--tp", o.plan.tp, "tensor-parallel degree")->check(tools_cli::positive());
-  app.add_option("--dp", o.plan.dp, "data-parallel degree: mesh dp x tp")->check(tools_cli::positive());
-  app.add_option("--cp", o.plan.cp, "context parallelism: each sequence over N ranks (ring attention); mesh "
-                 "(dp x cp) x tp")->check(tools_cli::positive());
-  app.add_option("--cp-rotate-method", o.plan.cp_rotate_method, "ring attention's rotation: allgather or alltoall")
-      ->check(CLI::IsMember({"allgather", "alltoall"}));
-  app.add_option("--ep", o.plan.ep, "expert parallelism over N of the dp ranks (a mixture of experts; mesh dp/N x N x tp)")
-      ->check(tools_cli::positive());
-  app.add_flag_callback("--ddp", [&] { o.plan.data_parallel = models::DataParallel::ddp; },
-                        "data parallel over dp: replicate (default), as llama_train");
-  app.add_flag_callback("--fsdp", [&] { o.plan.data_parallel = models::DataParallel::fsdp; },
-                        "data parallel over dp: fully_shard, as llama_train");
-  app.add_flag("--sequence-parallel,!--no-sequence-parallel", o.plan.sequence_parallel, "sequence parallel (default on)");
-  app.add_flag("--loss-parallel,!--no-loss-parallel", o.plan.loss_parallel, "loss parallel (default on)");
-  app.add_flag("--async-tp", o.plan.async_tp, "SP's all-gathers and reduce-scatters fused with their matmuls (needs SP)");
-  app.add_option_function<std::string>("--plan", [&](const std::string& v) { o.plan.tp_plan = llama::tp_plan_from_string(v); },
-                                       "the TP pairs: torchtitan's plan or HF's tp_plan")
-      ->check(CLI::IsMember({"torchtitan", "hf"}))->default_str("torchtitan");
-  tools_cli::add_dtype(app, o.dtype);
-  app.add_option("--mixed-precision", o.mixed_precision, "as llama_train's: bf16 compute with float32 masters (default), or off")
-      ->check(CLI::IsMember({"bf16", "fp16", "off"}))->capture_default_str();
-  CLI::Option* float8 = app.add_flag("--float8", o.float8, "as llama_train's: the projections' matmuls in float8");
-  app.add_option("--float8-recipe", o.float8_recipe, "with --float8: tensorwise (default) or rowwise")
-      ->check(CLI::IsMember({"tensorwise", "rowwise"}))->needs(float8);
+  tools_cli::add_parallelism_flags(app, o.plan, parallelism);  // llama_train's, declared once
   app.add_flag_callback("--no-optimizer", [&] { o.plan.optimizer = false; }, "no AdamW step");
-  app.add_flag("--search", o.search,
-               "search the plan: every composition of the TP pairs, SP, loss parallel, async TP and FSDP / DDP, "
-               "dry-run and costed; prints the fastest that fits (with --json: plan, predicted_step_ms, "
-               "predicted_peak_bytes_per_rank, why, candidates)");
-  app.add_option("--memory-budget-mb", o.memory_budget_mb, "with --search: the per-rank peak memory the plan must fit")
-      ->check(tools_cli::positive());
+  app.add_flag_callback("--search", [&] { o.plan.plan_auto = true; },
+                        "search the plan (as --plan auto): every composition of the TP pairs, SP, loss parallel, async "
+                        "TP and FSDP / DDP, dry-run and costed; prints the fastest that fits (with --json: plan, "
+                        "predicted_step_ms, predicted_peak_bytes_per_rank, why, candidates)");
   app.add_option_function<std::string>("--ranks", [&](const std::string& v) { o.plan.ranks = parse_ranks(v); },
                                        "ranks to simulate (default: 0 and the last)")
       ->option_text("all|R,R,...");
@@ -120,16 +93,18 @@ void define(CLI::App& app, CliOptions& o, ModelFlags& m) {
 std::string help_text() {
   CliOptions d;
   ModelFlags m;
+  tools_cli::ParallelismSeen parallelism;
   CLI::App app;
-  define(app, d, m);
+  define(app, d, m, parallelism);
   return app.help();
 }
 
 CliOptions parse_options(const std::vector<std::string>& args) {
   CliOptions o;
   ModelFlags flags;
+  tools_cli::ParallelismSeen parallelism;
   CLI::App app;
-  define(app, o, flags);
+  define(app, o, flags, parallelism);
   o.help = tools_cli::parse(app, args);
   if (o.help) return o;
   llama::LlamaConfig& m = o.plan.model;
@@ -146,39 +121,23 @@ CliOptions parse_options(const std::vector<std::string>& args) {
                               {flags.ffn_dim, &m.intermediate_size}, {flags.vocab, &m.vocab_size}}) {
     if (given > 0) *field = given;
   }
-  if (o.memory_budget_mb > 0 && !o.search) throw UsageError("--memory-budget-mb needs --search");
   if (o.remeasure && o.machine != "measured") throw UsageError("--remeasure needs --machine measured");
-  {
-    // llama_train's rules for the two flags (train/options.h): fp32 masters under mixed precision, "auto" float32.
-    train::TrainOptions dtypes;
-    dtypes.dtype = o.dtype;
-    try {
-      dtypes.mixed_precision = train::mixed_precision_from_string(o.mixed_precision);
-      o.plan.param_dtype = train::param_dtype(dtypes);
-      o.plan.mp_policy = train::mp_policy(dtypes);  // fp16: llama_train's error
-    } catch (const train::ConfigError& e) {
-      throw UsageError(e.what());
-    }
-  }
-  if (o.float8) o.plan.float8 = dtensor::Float8LinearConfig{.recipe = dtensor::float8_recipe_from_string(o.float8_recipe)};
-  if (o.plan.async_tp && !o.plan.sequence_parallel) {
-    throw UsageError("--async-tp needs sequence parallel (drop --no-sequence-parallel)");
-  }
+  tools_cli::resolve_parallelism_flags(o.plan, parallelism);
   m.max_position_embeddings = std::max(m.max_position_embeddings, o.plan.seq_len);
+  try {
+    train::resolve_options(o.plan);  // llama_train's checks of the job, and its messages
+  } catch (const train::ConfigError& e) {
+    throw UsageError(e.what());
+  }
+  const int64_t world = o.plan.dp * o.plan.cp * o.plan.tp;
   if (o.plan.ranks.size() == 1 && o.plan.ranks[0] == -1) {
-    o.plan.ranks.resize(o.plan.tp * o.plan.dp);
+    o.plan.ranks.resize(world);
     for (size_t r = 0; r < o.plan.ranks.size(); ++r) o.plan.ranks[r] = static_cast<int>(r);
   }
   for (int r : o.plan.ranks) {
-    if (r < 0 || r >= o.plan.tp * o.plan.dp) {
-      throw UsageError("--ranks: rank " + std::to_string(r) + " is outside the mesh of " +
-                       std::to_string(o.plan.tp * o.plan.dp) + " ranks");
+    if (r < 0 || r >= world) {
+      throw UsageError("--ranks: rank " + std::to_string(r) + " is outside the mesh of " + std::to_string(world) + " ranks");
     }
-  }
-  try {
-    m.validate();
-  } catch (const dtensor::Error& e) {
-    throw UsageError(e.what());
   }
   return o;
 }

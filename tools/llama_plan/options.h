@@ -14,9 +14,9 @@ using train::PlanOptions;
 
 struct CliOptions {
   PlanOptions plan;
+  // plan: llama_train's options (the flags of tools/common/parallelism_flags.h); --search or --plan auto sets
+  // plan.plan_auto (the plan search instead of one plan's dry run), --memory-budget-mb plan.memory_budget_mb.
   bool json = false;
-  bool search = false;              // --search: the plan search (search.h) instead of one plan's dry run
-  int64_t memory_budget_mb = 0;     // --memory-budget-mb: per rank, for --search (0: none)
   std::string comm_table;   // "": the built-in numbers
   // The machine the step is priced for (train/machine_model.h): "stated" (the default: the same answer every time)
   // or "measured" (timed here once, cached per machine; --remeasure times it again). The three numbers override it.
@@ -25,10 +25,6 @@ struct CliOptions {
   double mm_gflops = 0;     // 0: the machine's
   double memory_gbps = 0;   // 0: the machine's
   double dtensor_op_us = -1;  // < 0: the machine's
-  std::string dtype = "auto";  // --dtype, --mixed-precision: as llama_train's (PlanOptions' dtypes from them)
-  std::string mixed_precision = "bf16";
-  bool float8 = false;  // --float8, --float8-recipe: as llama_train's
-  std::string float8_recipe = "tensorwise";
   bool help = false;
 };
 

@@ -76,7 +76,7 @@ std::string choose_plan(train::TrainOptions& o, int64_t tp, bool print) {
   const train::PlanOptions base = train::plan_options_of(o, tp);
   const dtensor::AutoPlanOptions search{.memory_budget_bytes = o.memory_budget_mb << 20, .cost = train::fixed_cost_model()};
   const train::SearchResult r = train::search_plan(base, search);
-  o.plan = r.best.tp_plan;
+  o.plan = r.best.plan;
   o.sequence_parallel = r.best.sequence_parallel;
   o.loss_parallel = r.best.loss_parallel;
   o.async_tp = r.best.async_tp;

@@ -32,9 +32,21 @@ using AttentionOverride =
 // [b, kv_heads, t, d] -> [b, kv_heads * n_rep, t, d], each key/value head repeated n_rep times in place (HF's repeat_kv).
 at::Tensor repeat_kv(const at::Tensor& x, int64_t n_rep);
 
+// The one visibility rule of every attention mask of the project (this file's, context parallelism's blocks, the
+// decoder's padded, cached and paged masks): a query at position q sees a key at position k when 0 <= q - k and,
+// with a sliding window w > 0, q - k < w (HF's index-space window, kv > q - window). Positions broadcast
+// (query_pos [s, 1] against key_pos [1, t]); the result is bool.
+at::Tensor causal_visible(const at::Tensor& query_pos, const at::Tensor& key_pos, int64_t sliding_window);
+
+// The additive form of a visibility mask, as SDPA takes it: 0 where visible, -inf elsewhere, in `options`' dtype.
+at::Tensor additive_mask(const at::Tensor& visible, const at::TensorOptions& options);
+
 // The additive causal mask [s, t] (0 or -inf, in `options`' dtype) of s queries that are the last s of t keys,
 // within a sliding window when sliding_window > 0.
 at::Tensor causal_mask(int64_t s, int64_t t, int64_t sliding_window, const at::TensorOptions& options);
+
+// Logit soft-capping (Gemma 2's attention scores and final logits): cap * tanh(x / cap).
+at::Tensor soft_cap(const at::Tensor& x, double cap);
 
 at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                         const at::Tensor& mask, bool is_causal, std::optional<double> scale,

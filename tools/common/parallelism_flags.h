@@ -1,0 +1,89 @@
+// The flags of a training job's parallelism and precision, declared once over train::TrainOptions for every tool
+// that takes a job (llama_train runs it; llama_plan dry-runs and searches it): torchtitan's `parallelism` section
+// (--tp, --dp, --ep, --cp, FSDP's options), its TP knobs (--plan, SP, loss parallel, async TP), mixed precision and
+// float8, and the step's shape (--seq-len, --batch). Same names, defaults and checks in both tools.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "tools/common/cli.h"
+#include "tools/common/dtype_option.h"
+#include "train/options.h"
+
+namespace tools_cli {
+
+// What parsing saw beyond the fields: --dp given (--ep sets dp to ep when it was not).
+struct ParallelismSeen {
+  bool dp = false;
+};
+
+inline void add_parallelism_flags(CLI::App& app, train::TrainOptions& o, ParallelismSeen& seen) {
+  app.add_option("--tp", o.tp, "TP degree")
+      ->check(positive())->default_str(o.tp > 0 ? std::to_string(o.tp) : "the world size / (dp x cp)");
+  app.add_option_function<int64_t>("--dp", [&](const int64_t& v) { o.dp = v, seen.dp = true; },
+                                   "data-parallel degree on a (dp, tp) mesh, world = dp * tp; each dp rank trains on "
+                                   "its batch / dp sequences of the global batch")
+      ->check(positive())->default_str("1");
+  app.add_option("--ep", o.ep,
+                 "expert parallelism (a mixture of experts): the experts split over N of the dp ranks, tokens sent to "
+                 "them by all_to_all (--dp defaults to N; DDP only)")
+      ->check(positive());
+  app.add_option("--cp", o.cp,
+                 "context parallelism: each sequence split over N ranks (load-balanced chunks), attention as ring "
+                 "attention; world = dp x cp x tp, and DDP / FSDP reduce over dp x cp")
+      ->check(positive());
+  app.add_option("--cp-rotate-method", o.cp_rotate_method,
+                 "how ring attention's keys and values travel: allgather (one all-gather) or alltoall (a ring of "
+                 "rotations, each overlapped with a block)")
+      ->check(CLI::IsMember({"allgather", "alltoall"}));
+  app.add_flag_callback("--ddp", [&] { o.data_parallel = models::DataParallel::ddp; },
+                        "the data-parallel kind: replicate (DDP, default)");
+  app.add_flag_callback("--fsdp", [&] { o.data_parallel = models::DataParallel::fsdp; },
+                        "the data-parallel kind: fully_shard (FSDP2)");
+  app.add_flag("--reshard-after-forward,!--no-reshard-after-forward", o.reshard_after_forward,
+               "fsdp: free each block's gathered parameters after its forward (default on)");
+  app.add_flag("--fsdp-prefetch,!--no-fsdp-prefetch", o.fsdp_prefetch,
+               "fsdp: the next block's all-gather runs while this one computes (default on)");
+  add_dtype(app, o.dtype);
+  app.add_option_function<std::string>(
+         "--mixed-precision", [&](const std::string& v) { o.mixed_precision = train::mixed_precision_from_string(v); },
+         "compute in bf16 with float32 master weights, optimizer state and gradient reductions, as torchtitan "
+         "(default); off: compute in --dtype; fp16 is refused (it needs loss scaling)")
+      ->check(CLI::IsMember({"bf16", "fp16", "off"}))->default_str(train::to_string(o.mixed_precision));
+  CLI::Option* float8 = app.add_flag("--float8", o.float8,
+               "the decoder's Linear layers (not lm_head) compute through float8 matmuls with dynamic scales "
+               "(torchao's Float8Linear; dims divisible by 16)");
+  app.add_option_function<std::string>(
+         "--float8-recipe", [&](const std::string& v) { o.float8_recipe = dtensor::float8_recipe_from_string(v); },
+         "with --float8: tensorwise (one scale per tensor, e5m2 gradients; default) or rowwise (a scale per row)")
+      ->check(CLI::IsMember({"tensorwise", "rowwise"}))->default_str("tensorwise")->needs(float8);
+  app.add_option("--seq-len", o.seq_len, "tokens per sequence")->check(positive());
+  app.add_option("--batch", o.batch, "sequences per step, the global batch")->check(positive());
+  app.add_flag("--sequence-parallel,!--no-sequence-parallel", o.sequence_parallel, "sequence parallel (default on)");
+  app.add_flag("--loss-parallel,!--no-loss-parallel", o.loss_parallel, "loss parallel (default on)");
+  app.add_flag("--async-tp,!--no-async-tp", o.async_tp,
+               "SP's all-gathers and reduce-scatters fused with their matmuls, pipelined (async TP; needs sequence "
+               "parallel; default off)");
+  app.add_flag("--gradient-sync,!--no-gradient-sync", o.gradient_sync,
+               "reduce gradients once after backward (default on)");
+  app.add_option_function<std::string>(
+         "--plan",
+         [&](const std::string& v) {
+           o.plan_auto = v == "auto";
+           if (!o.plan_auto) o.plan = llama::tp_plan_from_string(v);
+         },
+         "the TP plan (hf: no sequence or loss parallel; auto: searched, which also sets SP, loss parallel, async TP "
+         "and FSDP / DDP, overriding their flags)")
+      ->check(CLI::IsMember({"torchtitan", "hf", "auto"}))->default_str(llama::to_string(o.plan));
+  app.add_option("--memory-budget-mb", o.memory_budget_mb, "with --plan auto: the per-rank peak memory the plan must fit")
+      ->check(positive());
+}
+
+// After parsing: the defaults that follow other flags (--dp from --ep).
+inline void resolve_parallelism_flags(train::TrainOptions& o, const ParallelismSeen& seen) {
+  if (o.ep > 1 && !seen.dp) o.dp = o.ep;
+}
+
+}  // namespace tools_cli

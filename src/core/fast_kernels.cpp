@@ -10,6 +10,7 @@
 #error "at::parallel_for would run on one thread: LibTorch uses OpenMP, compile with -fopenmp (cmake/LibTorch.cmake)"
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -19,15 +20,41 @@ namespace detail {
 // src/core/bf16_dot_avx512.cpp: rows (<= 4) of x against rows [n0, n1) of w, fp32 sums into y.
 void bf16_dot_rows_avx512(const uint16_t* x, int64_t rows, const uint16_t* w, int64_t K, int64_t n0, int64_t n1,
                           float* y, int64_t ldy);
+// src/core/bf16_dot_avx2.cpp: the same with x already in fp32.
+void bf16_dot_rows_avx2(const float* xf, int64_t rows, const uint16_t* w, int64_t K, int64_t n0, int64_t n1, float* y,
+                        int64_t ldy);
 }  // namespace detail
 
 namespace {
 
-bool cpu_has_avx512_bf16() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512bf16");
-  return has;
+enum class Kernel { none, avx512_bf16, avx2_fma };
+
+// The CPU's kernel: AVX-512 BF16 dot products where the CPU has them, else AVX2 + FMA on fp32 (a shift widens bf16).
+Kernel cpu_kernel() {
+  static const Kernel k = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                  __builtin_cpu_supports("avx512bf16")
+                              ? Kernel::avx512_bf16
+                          : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? Kernel::avx2_fma
+                                                                                            : Kernel::none;
+  return k;
 }
+
+// The rows of x up to which each kernel beats PyTorch's bf16 GEMM, measured (docs/benchmarks.md, "bf16 linear"):
+// AVX-512 BF16 at the decode shapes on AMD EPYC with AVX-512 BF16 (2026-11-27; PyTorch's oneDNN kernel with its own
+// bf16 dot products is close beyond); AVX2 + FMA on AMD EPYC Zen 3 (2026-11-29), where PyTorch's bf16 GEMM runs at
+// ~21 GFLOP/s at any row count and this kernel at 65-134 (3.2x at 8 rows, 5.8x at 64).
+int64_t max_rows(Kernel k) {
+  switch (k) {
+    case Kernel::avx512_bf16: return 8;
+    case Kernel::avx2_fma: return 64;
+    case Kernel::none: return 0;
+  }
+  return 0;
+}
+
+// Rows of w per block of the AVX2 kernel: a block (~128 KB, L2's share) is read from memory once and every 4-row
+// chunk of x runs over it while it is in cache, so w streams once whatever the number of rows (even, >= 2).
+int64_t block_rows(int64_t K) { return std::max<int64_t>(2, (int64_t{128} << 10) / (2 * K)) & ~int64_t{1}; }
 
 std::atomic<bool>& enabled_flag() {
   static std::atomic<bool> flag{[] {
@@ -44,11 +71,23 @@ bool fast_kernels_enabled() { return enabled_flag().load(std::memory_order_relax
 FastKernelsGuard::FastKernelsGuard(bool enabled) : previous_(enabled_flag().exchange(enabled)) {}
 FastKernelsGuard::~FastKernelsGuard() { enabled_flag().store(previous_); }
 
+const char* bf16_linear_kernel() {
+  if (!fast_kernels_enabled()) return "off";
+  switch (cpu_kernel()) {
+    case Kernel::avx512_bf16: return "avx512_bf16";
+    case Kernel::avx2_fma: return "avx2_fma";
+    case Kernel::none: return "none";
+  }
+  return "none";
+}
+
+int64_t bf16_linear_max_rows() { return fast_kernels_enabled() ? max_rows(cpu_kernel()) : 0; }
+
 std::optional<at::Tensor> bf16_linear(const at::Tensor& x, const at::Tensor& w, bool fp32_out) {
-  constexpr int64_t kMaxRows = 8;
-  if (!fast_kernels_enabled() || !cpu_has_avx512_bf16()) return std::nullopt;
+  const Kernel kernel = cpu_kernel();
+  if (!fast_kernels_enabled() || kernel == Kernel::none) return std::nullopt;
   if (x.dim() != 2 || w.dim() != 2 || x.scalar_type() != at::kBFloat16 || w.scalar_type() != at::kBFloat16) return std::nullopt;
-  if (!x.device().is_cpu() || !w.device().is_cpu() || x.size(0) > kMaxRows || x.size(0) == 0) return std::nullopt;
+  if (!x.device().is_cpu() || !w.device().is_cpu() || x.size(0) > max_rows(kernel) || x.size(0) == 0) return std::nullopt;
   if (x.size(1) != w.size(1) || x.size(1) == 0 || !w.is_contiguous() || x.stride(1) != 1) return std::nullopt;
   if ((x.requires_grad() || w.requires_grad()) && c10::GradMode::is_enabled()) return std::nullopt;
   const at::Tensor xc = x.contiguous();
@@ -57,6 +96,21 @@ std::optional<at::Tensor> bf16_linear(const at::Tensor& x, const at::Tensor& w, 
   const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
   float* yp = y.data_ptr<float>();
+  if (kernel == Kernel::avx2_fma) {
+    const at::Tensor xf = xc.to(at::kFloat);  // once: [M, K] fp32, K * M * 4 bytes
+    const float* xfp = xf.data_ptr<float>();
+    const int64_t rows = block_rows(K), blocks = (N + rows - 1) / rows;
+    // Threads split the blocks of w's rows; every 4-row chunk of x runs over a block while it is in cache.
+    at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
+        for (int64_t m0 = 0; m0 < M; m0 += 4) {
+          detail::bf16_dot_rows_avx2(xfp + m0 * K, std::min<int64_t>(4, M - m0), wp, K, n0, n1, yp + m0 * N, N);
+        }
+      }
+    });
+    return fp32_out ? y : y.to(at::kBFloat16);
+  }
   // Threads split w's rows: each streams its own contiguous block of the weight once.
   at::parallel_for(0, N, /*grain_size=*/64, [&](int64_t n0, int64_t n1) {
     for (int64_t m0 = 0; m0 < M; m0 += 4) {

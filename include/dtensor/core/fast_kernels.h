@@ -1,21 +1,30 @@
 // CPU fast paths beside PyTorch's kernels, each with its reference (the PyTorch op it replaces) and a switch.
 //
-// bf16_linear: y = x w^T for bf16 x [M, K] with few rows (decode: M <= 8) and a contiguous bf16 weight w [N, K], the
-// product of each row pair accumulated in fp32 with AVX-512 BF16 dot products (vdpbf16ps) over w's rows as they lie
-// in memory, threads splitting the rows of w: the weights are streamed once, at the memory's read bandwidth (PyTorch's
-// bf16 path copies the transposed weight into a buffer first). The result is rounded to bf16 once, as PyTorch's
-// (which also accumulates in fp32), but the sums' order differs: equal to at::linear within one bf16 rounding.
+// bf16_linear: y = x w^T for bf16 x [M, K] with few rows (decode's batch, a short prefill) and a contiguous bf16 weight
+// w [N, K], the product of each row pair accumulated in fp32 over w's rows as they lie in memory, threads splitting
+// the rows of w: the weights are streamed once, at the memory's read bandwidth (PyTorch's bf16 path copies the
+// transposed weight into a buffer first). Two kernels, the CPU's chosen once: AVX-512 BF16 dot products (vdpbf16ps,
+// M <= 8), or AVX2 + FMA on fp32 (bf16 widened by a shift; M <= 64, w in L2-sized blocks that every 4-row chunk of x
+// runs over). Each row limit is where the kernel stopped beating PyTorch's GEMM when measured on that CPU kind. The
+// result is rounded to bf16 once, as PyTorch's (which also accumulates in fp32), but the sums' order differs: equal to
+// at::linear within one bf16 rounding.
 // Used by dtensor::nn::Linear on plain tensors and by the DTensor kernel for the local aten::mm of a sharded linear.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <optional>
 
 namespace dtensor {
 
-// Whether the fast paths run (default: yes, where the CPU has AVX-512 BF16; DTENSOR_FAST_KERNELS=0 turns them off).
+// Whether the fast paths run (default: yes, where the CPU has AVX-512 BF16 or AVX2 + FMA; DTENSOR_FAST_KERNELS=0 turns
+// them off).
 bool fast_kernels_enabled();
+// bf16_linear's kernel on this CPU: "avx512_bf16", "avx2_fma", "none" (PyTorch's op runs), or "off" (switched off).
+const char* bf16_linear_kernel();
+// The most rows of x it takes here (0: none).
+int64_t bf16_linear_max_rows();
 // Turns them off (the reference paths: PyTorch's kernels) while alive, for every thread; restores the old setting.
 struct FastKernelsGuard {
   explicit FastKernelsGuard(bool enabled);
@@ -27,9 +36,10 @@ struct FastKernelsGuard {
   bool previous_;
 };
 
-// x [M, K] (any strides along M, contiguous rows) times w^T, w [N, K] contiguous, both bf16 on the CPU, M <= 8, no
-// autograd: [M, N] in bf16 (or fp32 with `fp32_out`, the sums before rounding). nullopt where it does not apply (other
-// dtypes or layouts, more rows, a CPU without AVX-512 BF16, fast kernels off): the caller runs PyTorch's op.
+// x [M, K] (any strides along M, contiguous rows) times w^T, w [N, K] contiguous, both bf16 on the CPU, M <=
+// bf16_linear_max_rows(), no autograd: [M, N] in bf16 (or fp32 with `fp32_out`, the sums before rounding). nullopt
+// where it does not apply (other dtypes or layouts, more rows, a CPU with neither kernel, fast kernels off): the caller
+// runs PyTorch's op.
 std::optional<at::Tensor> bf16_linear(const at::Tensor& x, const at::Tensor& w, bool fp32_out = false);
 
 }  // namespace dtensor

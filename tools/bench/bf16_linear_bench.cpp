@@ -1,0 +1,63 @@
+// bf16_linear_bench: the decode matmul (dtensor::bf16_linear, dtensor/core/fast_kernels.h) beside PyTorch's bf16
+// at::linear (its reference, DTENSOR_FAST_KERNELS off), on one process, the weights streamed from memory (a 256 MB set
+// cycled so that no call finds its weight in cache), ms per call, for each (K, N) of a Llama-3.2-1B layer and each row
+// count. Prints the CPU's kernel and row limit first, a table, and a `summary` line per row. Asserts nothing.
+//
+//   OMP_NUM_THREADS=2 bf16_linear_bench [--iters N] [--rows 1,4,8,16,32,64]
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_util.h"
+#include "dtensor/core/fast_kernels.h"
+
+namespace {
+
+double ms_per_call(const std::vector<at::Tensor>& ws, const at::Tensor& x, int iters, bool ours) {
+  dtensor::FastKernelsGuard kernels(ours);
+  auto call = [&](const at::Tensor& w) { return ours ? *dtensor::bf16_linear(x, w) : at::linear(x, w); };
+  call(ws[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) call(ws[i % ws.size()]);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string rows_text = "1,4,8,16,32,64";
+  const int iters = dtensor::bench::parse_iters(argc, argv, 20, "bf16_linear_bench", [&](CLI::App& app) {
+    app.add_option("--rows", rows_text, "row counts of x (comma-separated)");
+  });
+  std::vector<int64_t> rows;
+  std::stringstream in(rows_text);
+  for (std::string item; std::getline(in, item, ',');) rows.push_back(std::stoll(item));
+  c10::NoGradGuard no_grad;
+  std::printf("bf16_linear kernel: %s, up to %ld rows; %d threads\n", dtensor::bf16_linear_kernel(),
+              static_cast<long>(dtensor::bf16_linear_max_rows()), at::get_num_threads());
+  std::printf("| K x N | rows | ours ms | GFLOP/s | PyTorch ms | GFLOP/s | ours / PyTorch |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  for (auto [K, N] : {std::pair<int64_t, int64_t>{2048, 8192}, {8192, 2048}, {2048, 2048}}) {
+    const int64_t copies = std::max<int64_t>(1, (int64_t{256} << 20) / (N * K * 2));
+    std::vector<at::Tensor> ws;
+    for (int64_t c = 0; c < copies; ++c) ws.push_back(at::randn({N, K}).to(at::kBFloat16));
+    for (int64_t m : rows) {
+      const at::Tensor x = at::randn({m, K}).to(at::kBFloat16);
+      const bool applies = dtensor::bf16_linear(x, ws[0]).has_value();
+      const double theirs = ms_per_call(ws, x, iters, false);
+      const double ours = applies ? ms_per_call(ws, x, iters, true) : theirs;
+      const double gflop = 2.0 * m * N * K / 1e9;
+      std::printf("| %ld x %ld | %ld | %.3f%s | %.1f | %.3f | %.1f | %.2f |\n", static_cast<long>(K), static_cast<long>(N),
+                  static_cast<long>(m), ours, applies ? "" : " (PyTorch's)", gflop / ours * 1e3, theirs,
+                  gflop / theirs * 1e3, ours / theirs);
+      std::printf("summary k=%ld n=%ld rows=%ld ours_ms=%.3f pytorch_ms=%.3f kernel=%s\n", static_cast<long>(K),
+                  static_cast<long>(N), static_cast<long>(m), ours, theirs, applies ? dtensor::bf16_linear_kernel() : "pytorch");
+    }
+  }
+  return 0;
+}

@@ -11,6 +11,9 @@
 //   -> data parallel               DDP's buckets, FSDP's groups and mixed precision take the filled parameters
 //
 // No rank ever holds the whole model. The plan is a value (ParallelizeConfig::plan), chosen by the caller.
+// The plan dry run and the plan search (train/plan_dry_run.h) run the same stages with nothing allocated or filled:
+// the model on meta, then parallelize_llama (model parallel, then data parallel) with training's own ParallelDims and
+// ParallelizeConfig, on a mesh of ranks that do not exist.
 #pragma once
 
 #include <ATen/core/ScalarType.h>

@@ -1,12 +1,14 @@
-// --dtype and --device for the tools that load a model (llama_generate, serve, llama_train), apart from cli.h so that the
-// tools without a model (tprun, tokenize, the benches) do not include the models' headers.
+// The flags every tool that loads a model shares (--dtype, --device; generation's and serving's --ep), apart from cli.h
+// so that the tools without a model (tprun, tokenize, the benches) do not include the models' headers.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "common/dtype.h"
+#include "tools/common/cli.h"
 
 namespace tools_cli {
 
@@ -25,6 +27,15 @@ inline CLI::Option* add_device(CLI::App& app, std::string& device) {
                         "where the model runs (cuda: cuda:LOCAL_RANK, NCCL between ranks, or DTENSOR_CUDA_BACKEND=gloo "
                         "when ranks share a GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
+// --ep (llama_generate, serve): a mixture of experts' experts split over the N ranks of the job, every rank with the same
+// tokens (llama::TPPlan::ep); a training job's --ep is in parallelism_flags.h (it borrows data-parallel ranks there).
+inline CLI::Option* add_inference_ep(CLI::App& app, int64_t& ep) {
+  return app.add_option("--ep", ep,
+                        "expert parallelism (a mixture of experts): the experts split over the N ranks (N = the world "
+                        "size), dense layers whole; instead of TP")
+      ->check(positive());
 }
 
 }  // namespace tools_cli

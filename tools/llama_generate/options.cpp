@@ -124,10 +124,7 @@ void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
   app.add_option("--seed", o.seed, "sampling (and --random-init weights)")->group(generation);
   app.add_option("--batch", o.batch, "repeat the single prompt N times (default: one sequence per prompt)")
       ->check(tools_cli::positive())->group(generation);
-  app.add_option("--ep", o.ep,
-                 "expert parallelism (a mixture of experts): the experts split over the N ranks (N = the world size), "
-                 "dense layers whole; instead of TP")
-      ->check(tools_cli::positive())->group(generation);
+  tools_cli::add_inference_ep(app, o.ep)->group(generation);
   app.add_option("--tp", o.tp, "TP degree (default: the world size)")->check(tools_cli::positive())->group(generation);
   app.add_flag_callback("--no-stream", [&] { o.stream = false; }, "print the outputs at the end only")->group(generation);
   app.add_option("--vocab", o.model.vocab_size, "vocabulary")->check(tools_cli::positive())->group(sizes);

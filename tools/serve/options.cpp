@@ -25,9 +25,7 @@ void define(CLI::App& app, ServeOptions& o) {
       ->check(CLI::ExistingDirectory);
   tools_cli::add_dtype(app, o.dtype, /*random_init=*/false);
   tools_cli::add_device(app, o.device);
-  app.add_option("--ep", o.ep, "expert parallelism (a mixture of experts): the experts split over the N ranks (N = the "
-                 "world size), dense layers whole; instead of TP")
-      ->check(tools_cli::positive());
+  tools_cli::add_inference_ep(app, o.ep);
   app.add_option("--host", o.host, "listen address")->check(tools_cli::non_empty());
   app.add_option("--port", o.port, "listen port (0: any free port, printed)")->check(CLI::Range(0, 65535));
   app.add_option("--model-name", o.model_name, "the model's id in /v1/models (default: the directory's name)")

@@ -39,10 +39,11 @@ Kernel cpu_kernel() {
   return k;
 }
 
-// The rows of x up to which each kernel beats PyTorch's bf16 GEMM, measured (docs/benchmarks.md, "bf16 linear"):
-// AVX-512 BF16 at the decode shapes on AMD EPYC with AVX-512 BF16 (2026-11-27; PyTorch's oneDNN kernel with its own
-// bf16 dot products is close beyond); AVX2 + FMA on AMD EPYC Zen 3 (2026-11-29), where PyTorch's bf16 GEMM runs at
-// ~21 GFLOP/s at any row count and this kernel at 65-134 (3.2x at 8 rows, 5.8x at 64).
+// The rows of x up to which each kernel beats PyTorch's bf16 GEMM, measured (docs/benchmarks.md, "bf16 decode on a
+// CPU without AVX-512"; tools/bench/bf16_linear_bench.cpp): AVX-512 BF16 at the decode shapes on AMD EPYC with AVX-512
+// BF16 (2026-11-27; PyTorch's oneDNN kernel with its own bf16 dot products is close beyond); AVX2 + FMA on AMD EPYC
+// Zen 3 (2026-11-29), where PyTorch's bf16 GEMM runs at ~21 GFLOP/s at any row count and this kernel at 84-133 from 8
+// rows on (0.22-0.25x PyTorch's time at 8 rows, 0.16-0.18x at 64).
 int64_t max_rows(Kernel k) {
   switch (k) {
     case Kernel::avx512_bf16: return 8;

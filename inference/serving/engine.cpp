@@ -17,8 +17,8 @@ Engine::Engine(llama::LlamaForCausalLM model, std::shared_ptr<dtensor::ProcessGr
                int64_t block_size, c10::Device device)
     : model_(std::move(model)), group_(std::move(group)), device_(device) {
   // The layers' pools, made here; each step's forward reads them through its context (common/forward_context.h).
-  cache_ = std::make_shared<inference::PagedKVCache>(model_->config.num_hidden_layers, num_blocks, block_size);
-  layers_ = cache_->layers();
+  // The layer views hold the pool: the engine keeps only them.
+  layers_ = std::make_shared<inference::PagedKVCache>(model_->config.num_hidden_layers, num_blocks, block_size)->layers();
 }
 
 void Engine::send_header(int64_t kind, int64_t t, int64_t k, int64_t n_out) {

@@ -42,8 +42,8 @@ class Engine {
   llama::LlamaForCausalLM model_;
   std::shared_ptr<dtensor::ProcessGroup> group_;
   c10::Device device_;
-  std::shared_ptr<inference::PagedKVCache> cache_;
-  std::vector<std::shared_ptr<models::KVCacheLayer>> layers_;  // cache_'s, one per layer, for each step's context
+  // The paged pool's layer views (inference/paged_kv_cache.h: they share the pool), for each step's context.
+  std::vector<std::shared_ptr<models::KVCacheLayer>> layers_;
   int64_t steps_ = 0;
   FaultInjection faults_ = FaultInjection::from_env();
 };

@@ -43,6 +43,19 @@ std::string gloo_address_note(const InitOptions& o) {
 }
 
 std::string joined_key(int group_rank) { return "joined/" + std::to_string(group_rank); }
+std::string built_key(int group_rank) { return "built/" + std::to_string(group_rank); }
+
+// Members of `global_ranks` whose key `key_of(i)` is not on the group's store, as global ranks.
+std::vector<int> missing_keys(c10d::Store& group_store, const std::vector<int>& global_ranks,
+                              std::string (*key_of)(int), std::vector<int>* present = nullptr) {
+  std::vector<int> absent;
+  for (size_t i = 0; i < global_ranks.size(); ++i) {
+    const bool here = group_store.check({key_of(static_cast<int>(i))});
+    if (!here) absent.push_back(global_ranks[i]);
+    if (here && present) present->push_back(global_ranks[i]);
+  }
+  return absent;
+}
 
 // For an error while building a group: which members never announced themselves on the group's store. The
 // store may be what failed (its server, rank 0, dead or frozen), so the question gets at most 2 s.
@@ -52,13 +65,17 @@ std::string absent_members(const c10::intrusive_ptr<c10d::Store>& group_store, c
   bool answered = false;
   try {
     answered = detail::finish_within(std::min(timeout, std::chrono::milliseconds(2000)), [=] {
-      std::vector<int> absent, present;
-      for (size_t i = 0; i < global_ranks.size(); ++i) {
-        (group_store->check({joined_key(static_cast<int>(i))}) ? present : absent).push_back(global_ranks[i]);
+      std::vector<int> present;
+      const auto absent = missing_keys(*group_store, global_ranks, joined_key, &present);
+      const auto unbuilt = missing_keys(*group_store, global_ranks, built_key);
+      if (!absent.empty()) {
+        *answer = "members [" + join(absent, ", ") + "] never arrived (arrived: [" + join(present, ", ") + "])";
+      } else if (!unbuilt.empty()) {
+        *answer = "every member arrived (" + join(present, ", ") + "); members [" + join(unbuilt, ", ") +
+                  "] never finished building their side, so one died or froze since";
+      } else {
+        *answer = "every member arrived (" + join(present, ", ") + "), so one died or froze since";
       }
-      *answer = absent.empty() ? "every member arrived (" + join(present, ", ") + "), so one died or froze since"
-                               : "members [" + join(absent, ", ") + "] never arrived (arrived: [" +
-                                     join(present, ", ") + "])";
     });
   } catch (const std::exception& e) {
     return "the store (served by rank 0) failed too: " + message_of(e);
@@ -186,6 +203,14 @@ std::shared_ptr<ProcessGroup> World::group(const std::vector<int>& global_ranks)
         *step = "setting up shared memory (comparing hosts, mapping the segment)";
         made = with_shared_memory(std::move(made), *prefixed, global_ranks, group_rank);
       }
+      // A group exists on no member before it exists on all (PyTorch's store-based barrier after
+      // init_process_group): without it a member could return, use and drop its side while a peer still waits
+      // inside Gloo's connect for its wake-up, and that peer's connect fails with "closed by peer".
+      *step = "waiting for every member to finish building its side of the group";
+      prefixed->set(built_key(group_rank), std::vector<uint8_t>{1});
+      std::vector<std::string> built;
+      for (size_t i = 0; i < global_ranks.size(); ++i) built.push_back(built_key(static_cast<int>(i)));
+      prefixed->wait(built, options_.timeout);
       *slot = std::move(made);
     });
   } catch (const std::exception& e) {

@@ -2,6 +2,11 @@
 // min(5 s, timeout / 2)), then fails naming the ranks that never joined.
 #include <gtest/gtest.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "dtensor/mesh/process_group.h"
 #include "harness/multi_rank.h"
@@ -24,7 +29,46 @@ std::map<std::string, std::string> rank_env(int rank, int world, const ReservedP
   return env;
 }
 
+// A store whose writes of the "built" marker (the last step of building a group) take 800 ms: the member
+// that uses it is slow to finish its side, as a loaded machine makes it.
+class SlowToFinishStore : public c10d::PrefixStore {
+ public:
+  SlowToFinishStore(std::string prefix, c10::intrusive_ptr<c10d::Store> store, std::atomic<int64_t>* finished_ns)
+      : c10d::PrefixStore(std::move(prefix), std::move(store)), finished_ns_(finished_ns) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    const bool marker = key.find("/built/") != std::string::npos;
+    if (marker) std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    if (marker) finished_ns_->store(std::chrono::steady_clock::now().time_since_epoch().count());
+    c10d::PrefixStore::set(key, value);
+  }
+
+ private:
+  std::atomic<int64_t>* finished_ns_;
+};
+
 }  // namespace
+
+// A group exists on no member before it exists on all: a member that returns from building the group and
+// drops it at once must not break a slower member's connect (Gloo: "Connection closed by peer"), as it did
+// in CI. Rank 0 is made slow to finish its side; rank 1 must not return before rank 0 has finished.
+TEST(Rendezvous, AGroupIsBuiltOnNoMemberBeforeEveryMemberHasBuiltIt) {
+  std::atomic<int64_t> rank0_finished{0}, rank1_returned{0};
+  auto errors = run_ranks(2, [&](int rank, int world) {
+    InitOptions g{.timeout = std::chrono::milliseconds(20000), .gloo_hostname = "127.0.0.1", .backend = "gloo"};
+    c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::PrefixStore>("slow", current_world()->store());
+    if (rank == 0) store = c10::make_intrusive<SlowToFinishStore>("slow", current_world()->store(), &rank0_finished);
+    {
+      World w(store, rank, world, g);
+      w.world_group();  // built, then dropped at once on rank 1
+      if (rank == 1) rank1_returned.store(std::chrono::steady_clock::now().time_since_epoch().count());
+    }
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  ASSERT_GT(rank0_finished.load(), 0);
+  EXPECT_GE(rank1_returned.load(), rank0_finished.load())
+      << "rank 1 returned " << (rank0_finished.load() - rank1_returned.load()) / 1000000 << " ms before rank 0 "
+      << "finished building its side of the group";
+}
 
 TEST(Rendezvous, ThreadRankReportsAndNamesTheMissingRanks) {
   // Rank 0 of a world of 3 over a store where only rank 2 ever announces itself.

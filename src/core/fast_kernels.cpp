@@ -21,8 +21,9 @@ namespace detail {
 void bf16_dot_rows_avx512(const uint16_t* x, int64_t rows, const uint16_t* w, int64_t K, int64_t n0, int64_t n1,
                           float* y, int64_t ldy);
 // src/core/bf16_dot_avx2.cpp: the same with x already in fp32.
-void bf16_dot_rows_avx2(const float* xf, int64_t rows, const uint16_t* w, int64_t K, int64_t n0, int64_t n1, float* y,
-                        int64_t ldy);
+void bf16_dot_rows_avx2(const float* xf, int64_t ldx, int64_t rows, const uint16_t* w, int64_t K, int64_t n0, int64_t n1,
+                        float* y, int64_t ldy, const uint16_t* prefetch, int64_t prefetch_bytes);
+void bf16_rows_to_paired_fp32(const uint16_t* x, int64_t M, int64_t K, float* out, int64_t ldo);
 }  // namespace detail
 
 namespace {
@@ -41,13 +42,13 @@ Kernel cpu_kernel() {
 
 // The rows of x up to which each kernel beats PyTorch's bf16 GEMM, measured (docs/benchmarks.md, "bf16 decode on a
 // CPU without AVX-512"; tools/bench/bf16_linear_bench.cpp): AVX-512 BF16 at the decode shapes on AMD EPYC with AVX-512
-// BF16 (2026-11-27; PyTorch's oneDNN kernel with its own bf16 dot products is close beyond); AVX2 + FMA on AMD EPYC
-// Zen 3 (2026-11-29), where PyTorch's bf16 GEMM runs at ~21 GFLOP/s at any row count and this kernel at 84-133 from 8
-// rows on (0.22-0.25x PyTorch's time at 8 rows, 0.16-0.18x at 64).
+// BF16 (2026-11-27; PyTorch's oneDNN kernel with its own bf16 dot products is close beyond); AVX2 + FMA at any row
+// count on AMD EPYC Zen 3 (2026-11-29), where PyTorch's bf16 GEMM runs at ~21 GFLOP/s whatever the rows and this
+// kernel at 112-118 from 8 rows on and 131-139 from 64 (0.15-0.19x PyTorch's time from 8 rows on).
 int64_t max_rows(Kernel k) {
   switch (k) {
     case Kernel::avx512_bf16: return 8;
-    case Kernel::avx2_fma: return 64;
+    case Kernel::avx2_fma: return kAnyRows;
     case Kernel::none: return 0;
   }
   return 0;
@@ -84,6 +85,38 @@ const char* bf16_linear_kernel() {
 
 int64_t bf16_linear_max_rows() { return fast_kernels_enabled() ? max_rows(cpu_kernel()) : 0; }
 
+namespace {
+
+constexpr int64_t kSliceRows = 256;
+
+// y [M, N] fp32 = x [M, K] bf16 times w [N, K] bf16 transposed, by the AVX2 kernel (bf16_dot_avx2.cpp).
+void avx2_linear(const uint16_t* xp, int64_t M, int64_t K, const uint16_t* wp, int64_t N, float* yp) {
+  const int64_t ldx = K + 16;  // rows 64 bytes apart from a multiple of 4 KB: other L1 sets (bf16_dot_avx2.cpp)
+  // Once: x in fp32, in the kernel's order, 64-byte aligned (LibTorch's allocator) so that no 32-byte load of it
+  // straddles two cache lines.
+  const at::Tensor xf = at::empty({M, ldx}, at::TensorOptions().dtype(at::kFloat));
+  detail::bf16_rows_to_paired_fp32(xp, M, K, xf.data_ptr<float>(), ldx);
+  const float* xfp = xf.data_ptr<float>();
+  const int64_t rows = block_rows(K), blocks = (N + rows - 1) / rows;
+  // Threads split the blocks of w's rows; every 4-row chunk of x runs over a block while it is in cache.
+  at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
+      // While the passes over this block compute, the next block of this thread's range (its rows [n1, next_end))
+      // streams into L2, a share of it per pass.
+      const int64_t next_end = b + 1 < b1 ? std::min(N, n1 + rows) : n1, passes = (M + 3) / 4;
+      const int64_t next_rows = next_end - n1;
+      for (int64_t m0 = 0, p = 0; m0 < M; m0 += 4, ++p) {
+        const int64_t r0 = n1 + next_rows * p / passes, r1 = n1 + next_rows * (p + 1) / passes;
+        detail::bf16_dot_rows_avx2(xfp + m0 * ldx, ldx, std::min<int64_t>(4, M - m0), wp, K, n0, n1, yp + m0 * N, N,
+                                   wp + r0 * K, (r1 - r0) * K * 2);
+      }
+    }
+  });
+}
+
+}  // namespace
+
 std::optional<at::Tensor> bf16_linear(const at::Tensor& x, const at::Tensor& w, bool fp32_out) {
   const Kernel kernel = cpu_kernel();
   if (!fast_kernels_enabled() || kernel == Kernel::none) return std::nullopt;
@@ -98,18 +131,11 @@ std::optional<at::Tensor> bf16_linear(const at::Tensor& x, const at::Tensor& w, 
   const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
   float* yp = y.data_ptr<float>();
   if (kernel == Kernel::avx2_fma) {
-    const at::Tensor xf = xc.to(at::kFloat);  // once: [M, K] fp32, K * M * 4 bytes
-    const float* xfp = xf.data_ptr<float>();
-    const int64_t rows = block_rows(K), blocks = (N + rows - 1) / rows;
-    // Threads split the blocks of w's rows; every 4-row chunk of x runs over a block while it is in cache.
-    at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
-        for (int64_t m0 = 0; m0 < M; m0 += 4) {
-          detail::bf16_dot_rows_avx2(xfp + m0 * K, std::min<int64_t>(4, M - m0), wp, K, n0, n1, yp + m0 * N, N);
-        }
-      }
-    });
+    // At most kSliceRows rows of x per pass over w: x's fp32 copy stays small (a long prefill's rows would need
+    // M * K * 4 bytes at once), and with 256 rows every byte of w already feeds 256 FMAs.
+    for (int64_t s0 = 0; s0 < M; s0 += kSliceRows) {
+      avx2_linear(xp + s0 * K, std::min(kSliceRows, M - s0), K, wp, N, yp + s0 * N);
+    }
     return fp32_out ? y : y.to(at::kBFloat16);
   }
   // Threads split w's rows: each streams its own contiguous block of the weight once.

@@ -25,13 +25,15 @@ bool has_fast_path() {
 
 TEST(FastKernels, Bf16LinearEqualsTheReferenceWithinOneRounding) {
   if (!has_fast_path()) GTEST_SKIP() << "this CPU has neither AVX-512 BF16 nor AVX2 + FMA (or DTENSOR_FAST_KERNELS=0)";
-  std::printf("bf16_linear kernel: %s, up to %ld rows\n", dtensor::bf16_linear_kernel(),
-              static_cast<long>(dtensor::bf16_linear_max_rows()));
+  std::printf("bf16_linear kernel: %s, up to %ld rows (-1: any)\n", dtensor::bf16_linear_kernel(),
+              dtensor::bf16_linear_max_rows() == dtensor::kAnyRows ? -1L : static_cast<long>(dtensor::bf16_linear_max_rows()));
   at::manual_seed(0);
-  std::vector<int64_t> rows = {1, 2, 3, 4, 5, 8, 13, 33, 64};  // 4-row chunks and their tails, the AVX2 kernel's limit
+  // 4-row chunks and their tails, the AVX-512 kernel's limit, the AVX2 kernel's slices of 256 rows.
+  std::vector<int64_t> rows = {1, 2, 3, 4, 5, 8, 13, 33, 64, 300};
   std::erase_if(rows, [](int64_t m) { return m > dtensor::bf16_linear_max_rows(); });
   for (int64_t m : rows) {
-    // N odd (the AVX2 kernel's last row alone), K with and without a tail of 8 and of 32, one block and several.
+    // N odd (the AVX2 kernel's last row alone), K with and without a tail of 16 and of 32, in one chunk of 512 and in
+    // several, one block and several, more than 64 pairs of rows of w in a block.
     for (auto [n, k] : {std::pair<int64_t, int64_t>{7, 32}, {33, 100}, {130, 2048}, {64, 4131}, {1001, 16}}) {
       const at::Tensor x = at::randn({m, k}).to(at::kBFloat16), w = at::randn({n, k}).to(at::kBFloat16);
       const at::Tensor exact = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());
@@ -51,8 +53,10 @@ TEST(FastKernels, Bf16LinearEqualsTheReferenceWithinOneRounding) {
 
 TEST(FastKernels, OnlyWhereItApplies) {
   const at::Tensor w = at::ones({4, 32}, at::kBFloat16);
-  const int64_t over = dtensor::bf16_linear_max_rows() + 1;
-  EXPECT_FALSE(dtensor::bf16_linear(at::ones({over, 32}, at::kBFloat16), w));            // more rows: PyTorch's GEMM
+  if (dtensor::bf16_linear_max_rows() != dtensor::kAnyRows) {
+    const int64_t over = dtensor::bf16_linear_max_rows() + 1;
+    EXPECT_FALSE(dtensor::bf16_linear(at::ones({over, 32}, at::kBFloat16), w));          // more rows: PyTorch's GEMM
+  }
   EXPECT_FALSE(dtensor::bf16_linear(at::ones({1, 32}), w.to(at::kFloat)));                 // fp32
   EXPECT_FALSE(dtensor::bf16_linear(at::ones({1, 32}, at::kBFloat16), w.t().contiguous().t()));  // w not contiguous
   EXPECT_FALSE(dtensor::bf16_linear(at::ones({1, 16}, at::kBFloat16), w));               // sizes differ

@@ -39,8 +39,8 @@ int main(int argc, char** argv) {
   std::stringstream in(rows_text);
   for (std::string item; std::getline(in, item, ',');) rows.push_back(std::stoll(item));
   c10::NoGradGuard no_grad;
-  std::printf("bf16_linear kernel: %s, up to %ld rows; %d threads\n", dtensor::bf16_linear_kernel(),
-              static_cast<long>(dtensor::bf16_linear_max_rows()), at::get_num_threads());
+  std::printf("bf16_linear kernel: %s, up to %ld rows (-1: any); %d threads\n", dtensor::bf16_linear_kernel(),
+              dtensor::bf16_linear_max_rows() == dtensor::kAnyRows ? -1L : static_cast<long>(dtensor::bf16_linear_max_rows()), at::get_num_threads());
   std::printf("| K x N | rows | ours ms | GFLOP/s | PyTorch ms | GFLOP/s | ours / PyTorch |\n|---|---:|---:|---:|---:|---:|---:|\n");
   for (auto [K, N] : {std::pair<int64_t, int64_t>{2048, 8192}, {8192, 2048}, {2048, 2048}}) {
     const int64_t copies = std::max<int64_t>(1, (int64_t{256} << 20) / (N * K * 2));

@@ -23,7 +23,8 @@ namespace dtensor {
 bool fast_kernels_enabled();
 // bf16_linear's kernel on this CPU: "avx512_bf16", "avx2_fma", "none" (PyTorch's op runs), or "off" (switched off).
 const char* bf16_linear_kernel();
-// The most rows of x it takes here (0: none).
+// The most rows of x it takes here (0: none; kAnyRows: any number).
+inline constexpr int64_t kAnyRows = INT64_MAX;
 int64_t bf16_linear_max_rows();
 // Turns them off (the reference paths: PyTorch's kernels) while alive, for every thread; restores the old setting.
 struct FastKernelsGuard {

@@ -192,7 +192,9 @@ class World {
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
 
   // The group over `global_ranks` (this rank must be a member). The first request for a rank list creates
-  // its backend, which every member must do too, in the same order relative to its other group creations.
+  // its backend, which every member must do too, in the same order relative to its other group creations; it
+  // returns on no member before every member has built its side (a store barrier), so a member may use and drop
+  // the group at once.
   std::shared_ptr<ProcessGroup> group(const std::vector<int>& global_ranks);
   std::shared_ptr<ProcessGroup> world_group();
 

@@ -20,7 +20,8 @@ namespace detail {
 // src/core/bf16_dot_avx512.cpp: rows (<= 4) of x against rows [n0, n1) of w, fp32 sums into y.
 void bf16_dot_rows_avx512(const uint16_t* x, int64_t rows, const uint16_t* w, int64_t K, int64_t n0, int64_t n1,
                           float* y, int64_t ldy);
-// src/core/bf16_dot_avx2.cpp: the same with x already in fp32.
+// src/core/bf16_dot_avx2.cpp: the same with x already in fp32, in the kernel's paired order
+// (bf16_rows_to_paired_fp32).
 void bf16_dot_rows_avx2(const float* xf, int64_t ldx, int64_t rows, const uint16_t* w, int64_t K, int64_t n0, int64_t n1,
                         float* y, int64_t ldy, const uint16_t* prefetch, int64_t prefetch_bytes);
 void bf16_rows_to_paired_fp32(const uint16_t* x, int64_t M, int64_t K, float* out, int64_t ldo);

@@ -19,6 +19,7 @@
 #include "dtensor/mesh/launch_env.h"
 #include "mesh/cuda_support.h"
 #include "mesh/deadline.h"
+#include "mesh/group_markers.h"
 #include "mesh/group_text.h"
 #include "mesh/heartbeat.h"
 #include "mesh/host_identity.h"
@@ -28,7 +29,10 @@
 #include "mesh/shm/shm_backend.h"
 
 namespace dtensor {
+using detail::absent_members;
+using detail::built_key;
 using detail::describe_group;
+using detail::joined_key;
 using detail::join;
 using detail::message_of;
 
@@ -42,46 +46,6 @@ std::string gloo_address_note(const InitOptions& o) {
          "; if the other hosts cannot reach it, set GLOO_SOCKET_IFNAME to the interface that reaches them";
 }
 
-std::string joined_key(int group_rank) { return "joined/" + std::to_string(group_rank); }
-std::string built_key(int group_rank) { return "built/" + std::to_string(group_rank); }
-
-// Members of `global_ranks` whose key `key_of(i)` is not on the group's store, as global ranks.
-std::vector<int> missing_keys(c10d::Store& group_store, const std::vector<int>& global_ranks,
-                              std::string (*key_of)(int), std::vector<int>* present = nullptr) {
-  std::vector<int> absent;
-  for (size_t i = 0; i < global_ranks.size(); ++i) {
-    const bool here = group_store.check({key_of(static_cast<int>(i))});
-    if (!here) absent.push_back(global_ranks[i]);
-    if (here && present) present->push_back(global_ranks[i]);
-  }
-  return absent;
-}
-
-// For an error while building a group: which members never announced themselves on the group's store. The
-// store may be what failed (its server, rank 0, dead or frozen), so the question gets at most 2 s.
-std::string absent_members(const c10::intrusive_ptr<c10d::Store>& group_store, const std::vector<int>& global_ranks,
-                           std::chrono::milliseconds timeout) {
-  auto answer = std::make_shared<std::string>();
-  bool answered = false;
-  try {
-    answered = detail::finish_within(std::min(timeout, std::chrono::milliseconds(2000)), [=] {
-      std::vector<int> present;
-      const auto absent = missing_keys(*group_store, global_ranks, joined_key, &present);
-      const auto unbuilt = missing_keys(*group_store, global_ranks, built_key);
-      if (!absent.empty()) {
-        *answer = "members [" + join(absent, ", ") + "] never arrived (arrived: [" + join(present, ", ") + "])";
-      } else if (!unbuilt.empty()) {
-        *answer = "every member arrived (" + join(present, ", ") + "); members [" + join(unbuilt, ", ") +
-                  "] never finished building their side, so one died or froze since";
-      } else {
-        *answer = "every member arrived (" + join(present, ", ") + "), so one died or froze since";
-      }
-    });
-  } catch (const std::exception& e) {
-    return "the store (served by rank 0) failed too: " + message_of(e);
-  }
-  return answered ? *answer : "the store (served by rank 0) did not answer within 2 s: rank 0 died or froze";
-}
 
 // An InitOptions choice: `requested`, else the environment variable, else `fallback`; one of `allowed` (the
 // error names where the value came from and what is allowed). Checked when the world is made.

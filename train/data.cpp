@@ -80,6 +80,23 @@ Batch sample_batch(const Corpus& corpus, int64_t batch, int64_t seq_len, uint64_
   return {windows.narrow(1, 0, seq_len).contiguous(), windows.narrow(1, 1, seq_len).contiguous(), at::Tensor()};
 }
 
+std::vector<Batch> eval_batches(const Corpus& corpus, int64_t batch, int64_t seq_len, int64_t max_batches) {
+  const int64_t n = corpus.tokens.numel();
+  const int64_t windows = n > seq_len ? (n - 1) / seq_len : 0;
+  int64_t count = windows / batch;
+  DTENSOR_CHECK(count > 0, "dtensor: llama_train: --eval-data ", corpus.source, " has ", n, " tokens: fewer than one batch of ",
+                batch, " windows of seq_len + 1 = ", seq_len + 1, " tokens (", batch * seq_len + 1, " tokens)");
+  if (max_batches > 0) count = std::min(count, max_batches);
+  std::vector<Batch> out;
+  for (int64_t k = 0; k < count; ++k) {
+    const at::Tensor starts = (at::arange(batch, at::kLong) + k * batch).mul_(seq_len).unsqueeze(1);  // [batch, 1]
+    const at::Tensor index = starts + at::arange(seq_len + 1, at::kLong);
+    const at::Tensor w = corpus.tokens.index_select(0, index.flatten()).view({batch, seq_len + 1});
+    out.push_back({w.narrow(1, 0, seq_len).contiguous(), w.narrow(1, 1, seq_len).contiguous(), at::Tensor()});
+  }
+  return out;
+}
+
 Batch local_batch(Batch b, const models::ParallelDims& dims) {
   const int64_t rows = b.inputs.size(0);
   DTENSOR_CHECK(rows % dims.dp == 0, "dtensor: llama_train: batch ", rows, " is not divisible by dp ", dims.dp);

@@ -37,6 +37,12 @@ struct Batch {
 // Step `step`'s batch: `batch` windows of seq_len + 1 tokens at offsets drawn from (seed, step).
 Batch sample_batch(const Corpus& corpus, int64_t batch, int64_t seq_len, uint64_t seed, int64_t step);
 
+// A held-out split for evaluation: the corpus cut into consecutive windows of seq_len + 1 tokens, window w starting
+// at token w * seq_len (each token but the first is predicted once), grouped in order into batches of `batch`
+// windows; only whole batches, the first `max_batches` of them (0: all). Throws dtensor::Error naming the corpus when
+// it holds no whole batch.
+std::vector<Batch> eval_batches(const Corpus& corpus, int64_t batch, int64_t seq_len, int64_t max_batches = 0);
+
 // This rank's part of a global batch (the same on every rank), for training and its dry run alike: its data rank's rows
 // [data_rank * B / dp, + B / dp) of the B rows, and under context parallelism its cp rank's chunks of each row
 // (load-balanced, dtensor/cp/context_parallel.h) with their positions (on the CPU). dp must divide B.

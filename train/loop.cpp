@@ -13,6 +13,7 @@
 #include "dtensor/cp/context_parallel.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "train/checkpointing.h"
+#include "train/eval.h"
 
 namespace train {
 namespace {
@@ -54,7 +55,7 @@ models::ParallelDims parallelize(llama::LlamaForCausalLM& model, const TrainOpti
 }
 
 TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Corpus& corpus,
-                const models::ParallelDims& dims, const TrainHooks& hooks) {
+                const models::ParallelDims& dims, const TrainHooks& hooks, const Corpus* eval_corpus) {
   const int64_t dp = dims.dp;
   DTENSOR_CHECK(o.batch % dp == 0, "dtensor: llama_train: batch ", o.batch, " is not divisible by dp ", dp);
   TrainResult result;
@@ -84,6 +85,9 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
     };
     context.sum_over_data_ranks = sum_over_data_ranks(dims);
   }
+  const std::vector<Batch> eval = eval_corpus ? eval_batches(*eval_corpus, o.batch, o.seq_len, o.eval_batches)
+                                              : std::vector<Batch>{};
+  const int64_t accumulation = gradient_accumulation_steps(o);
   const int64_t start = o.resume ? resume_from_checkpoint(o, model, optimizer) : 0;
   result.start_step = start;
   const int64_t end = o.stop_after > 0 ? std::min(o.steps, o.stop_after) : o.steps;
@@ -91,11 +95,24 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
     StepRecord rec;
     rec.step = step;
     rec.lr = lr_at(o, step);
-    // The global batch (the same on every rank), of which this rank takes its data rank's rows and cp chunks.
-    Batch batch = local_batch(sample_batch(corpus, o.batch, o.seq_len, o.seed, step), dims);
+    // The step's global batch (the same on every rank), cut into micro-batches of o.batch rows in order, of each of
+    // which this rank takes its data rank's rows and cp chunks.
+    const Batch global = sample_batch(corpus, o.batch * accumulation, o.seq_len, o.seed, step);
+    std::vector<Batch> micro;
+    for (int64_t m = 0; m < accumulation; ++m) {
+      micro.push_back(local_batch({global.inputs.narrow(0, m * o.batch, o.batch), global.labels.narrow(0, m * o.batch, o.batch),
+                                   at::Tensor()},
+                                  dims));
+    }
+    rec.microbatches = accumulation;
     std::function<void()> after_backward;
     if (hooks.after_backward) after_backward = [&] { hooks.after_backward(step, model); };
-    train_step(model, batch, context, rec, after_backward);
+    train_step(model, micro, context, rec, after_backward);
+    if (!eval.empty() && ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || step + 1 == end)) {
+      const EvalResult e = evaluate(model, eval, dims, context);
+      rec.eval_loss = e.loss;
+      rec.eval_tokens = e.tokens;
+    }
     result.steps.push_back(rec);
     if (hooks.after_step) hooks.after_step(rec);
     const bool stop = hooks.stop_requested && step + 1 < end && hooks.stop_requested(step);

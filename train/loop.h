@@ -56,8 +56,11 @@ models::ParallelDims parallelize(llama::LlamaForCausalLM& model, const TrainOpti
 // trains on its rows of the global batch (batch / dp); the recorded loss is the global batch's mean (averaged
 // over dp). With options.resume it first loads the newest checkpoint (model, optimizer, data position) and
 // continues from there; with options.checkpoint_every it saves one every N steps (checkpointing.h).
+// options.global_batch > options.batch: each step's global_batch sequences run as micro-batches of options.batch
+// (gradient accumulation, step.h), the same rows as one batch of global_batch. `eval_corpus` (may be null): the
+// held-out split, evaluated after every options.eval_every steps and after the last (StepRecord::eval_loss).
 TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& options, const Corpus& corpus,
-                const models::ParallelDims& dims, const TrainHooks& hooks = {});
+                const models::ParallelDims& dims, const TrainHooks& hooks = {}, const Corpus* eval_corpus = nullptr);
 
 // Bytes of this rank's parameters (the local shards of DTensors).
 int64_t local_param_bytes(llama::LlamaForCausalLM& model);

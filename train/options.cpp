@@ -28,6 +28,13 @@ void resolve_options(TrainOptions& o) {
   if (o.async_tp && !o.sequence_parallel) {
     throw ConfigError("--async-tp needs sequence parallel (it fuses SP's all-gathers and reduce-scatters with the matmuls)");
   }
+  if (o.global_batch > 0 && o.global_batch % o.batch != 0) {
+    throw ConfigError("--global-batch " + std::to_string(o.global_batch) + " is not a multiple of --batch " +
+                      std::to_string(o.batch) + " (each optimizer step takes global-batch / batch micro-batches of --batch)");
+  }
+  if ((o.eval_every > 0 || o.eval_batches > 0) && o.eval_data.empty()) {
+    throw ConfigError(std::string(o.eval_every > 0 ? "--eval-every" : "--eval-batches") + " needs --eval-data");
+  }
   if ((o.checkpoint_every > 0 || o.resume) && o.checkpoint_dir.empty()) {
     throw ConfigError(std::string(o.resume ? "--resume" : "--checkpoint-every") + " needs --checkpoint-dir");
   }
@@ -145,6 +152,19 @@ void fit_to_corpus(TrainOptions& o, const Corpus& corpus) {
   }
 }
 
+void fit_eval_corpus(const TrainOptions& o, const Corpus& eval) {
+  const int64_t max_token = eval.max_token();
+  if (max_token >= o.model.vocab_size) {
+    throw ConfigError("--eval-data " + eval.source + ": token id " + std::to_string(max_token) + " >= vocab " +
+                      std::to_string(o.model.vocab_size));
+  }
+  try {
+    eval_batches(eval, o.batch, o.seq_len, 1);
+  } catch (const std::exception& e) {
+    throw ConfigError(e.what());
+  }
+}
+
 int64_t tp_degree(const TrainOptions& o, int64_t world) { return o.tp ? o.tp : std::max<int64_t>(1, world / (o.dp * o.cp)); }
 
 models::ParallelDims parallel_dims(const TrainOptions& o, int64_t world) {
@@ -164,8 +184,11 @@ llama::ParallelizeConfig parallelize_config(const TrainOptions& o) {
           .gradient_sync = o.gradient_sync,
           .fsdp = {.reshard_after_forward = o.reshard_after_forward, .prefetch = o.fsdp_prefetch},
           .mp_policy = mp_policy(o),
-          .float8 = o.float8 ? std::optional<dtensor::Float8LinearConfig>({.recipe = o.float8_recipe}) : std::nullopt};
+          .float8 = o.float8 ? std::optional<dtensor::Float8LinearConfig>({.recipe = o.float8_recipe}) : std::nullopt,
+          .ac = o.ac};
 }
+
+int64_t gradient_accumulation_steps(const TrainOptions& o) { return o.global_batch > 0 ? o.global_batch / o.batch : 1; }
 
 void check_options(const TrainOptions& o, int64_t world) {
   const int64_t tp = tp_degree(o, world);

@@ -51,7 +51,18 @@ struct TrainOptions {
   // tokenizer.json. "": bytes are tokens.
   std::string tokenizer_dir;
   int64_t seq_len = 64;
-  int64_t batch = 4;
+  int64_t batch = 4;  // sequences per micro-batch (over all dp ranks: each takes batch / dp)
+  // Sequences per optimizer step (torchtitan's global_batch_size): global_batch / batch micro-batches, their gradients
+  // added up and reduced once (gradient accumulation). 0: batch (one micro-batch per step).
+  int64_t global_batch = 0;
+  // --activation-checkpoint none|full|selective, --selective-ac-option N (torchtitan's activation_checkpoint).
+  llama::ActivationCheckpointConfig ac = {};
+  // Evaluation (torchtitan's validation): the mean next-token loss over a held-out split, cut into consecutive windows
+  // (load_corpus's formats, tokenized as --data). eval_every N: after every N steps and after the last; 0: after the
+  // last only. eval_batches K: the first K batches of `batch` windows; 0: every whole batch of the split.
+  std::string eval_data;
+  int64_t eval_every = 0;
+  int64_t eval_batches = 0;
   int64_t steps = 300;
   double lr = 3e-3;
   int64_t warmup = 20;
@@ -103,6 +114,11 @@ void check_options(const TrainOptions& options, int64_t world_size);
 // multiple of 128 so that TP degrees divide it); a byte corpus must fit the vocabulary and every corpus must
 // hold a sequence. Throws ConfigError.
 void fit_to_corpus(TrainOptions& options, const Corpus& corpus);
+// Micro-batches per optimizer step: global_batch / batch (1 when global_batch is 0).
+int64_t gradient_accumulation_steps(const TrainOptions& options);
+// The held-out split against the model: its ids within the vocabulary, and at least one batch of windows. Throws
+// ConfigError naming --eval-data.
+void fit_eval_corpus(const TrainOptions& options, const Corpus& eval);
 // The TP degree: options.tp, or world / dp when 0.
 int64_t tp_degree(const TrainOptions& options, int64_t world_size);
 // The options' parallelism: the degrees over a world of `world_size` ranks (no mesh yet: build_mesh makes it),

@@ -9,7 +9,9 @@
 
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/debug/comm_debug_mode.h"
+#include "dtensor/core/error.h"
 #include "dtensor/dp/clip_grad.h"
+#include "dtensor/dp/gradient_sync.h"
 #include "dtensor/mesh/autograd_collectives.h"
 #include "dtensor/mesh/comm_clock.h"
 #include "dtensor/tp/loss_parallel.h"
@@ -24,6 +26,15 @@ int64_t sum_values(const std::map<std::string, int64_t>& m) {
 }
 
 double scalar(const at::Tensor& t) { return (dtensor::is_dtensor(t) ? dtensor::to_local(t) : t).item<double>(); }
+
+// Gradient sync back on when the micro-batches end, however they end.
+struct GradientSyncRestorer {
+  llama::LlamaForCausalLM& model;
+  bool active;
+  ~GradientSyncRestorer() {
+    if (active) dtensor::set_requires_gradient_sync(*model, true);
+  }
+};
 
 }  // namespace
 
@@ -74,6 +85,12 @@ double lr_at(const TrainOptions& o, int64_t step) {
 
 void train_step(llama::LlamaForCausalLM& model, const Batch& batch, const StepContext& c, StepRecord& rec,
                 const std::function<void()>& after_backward) {
+  train_step(model, std::vector<Batch>{batch}, c, rec, after_backward);
+}
+
+void train_step(llama::LlamaForCausalLM& model, const std::vector<Batch>& microbatches, const StepContext& c,
+                StepRecord& rec, const std::function<void()>& after_backward) {
+  DTENSOR_CHECK(!microbatches.empty(), "dtensor: train_step: no micro-batch");
   for (auto& group : c.optimizer.param_groups()) static_cast<torch::optim::AdamWOptions&>(group.options()).lr(rec.lr);
   const auto start = std::chrono::steady_clock::now();
   const int64_t comm_start = dtensor::exposed_comm_ns();
@@ -84,11 +101,20 @@ void train_step(llama::LlamaForCausalLM& model, const Batch& batch, const StepCo
     if (c.loss_parallel) guard.emplace();
     std::optional<dtensor::cp::ContextParallel> context_parallel;
     if (c.cp_mesh) context_parallel.emplace(*c.cp_mesh, c.cp_options);
-    const at::Tensor positions = batch.positions.defined() ? batch.positions.to(c.device) : at::Tensor();
-    at::Tensor loss = training_loss(model, batch.inputs.to(c.device), batch.labels.to(c.device), c.sum_over_data_ranks,
-                                    positions);
-    loss.backward();
-    rec.loss = scalar(loss);
+    const auto n = static_cast<int64_t>(microbatches.size());
+    const GradientSyncRestorer restore_sync{model, n > 1};
+    double loss_sum = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const Batch& batch = microbatches[static_cast<size_t>(i)];
+      // The gradients of every micro-batch but the last stay where backward leaves them (added up locally).
+      if (n > 1) dtensor::set_requires_gradient_sync(*model, i + 1 == n);
+      const at::Tensor positions = batch.positions.defined() ? batch.positions.to(c.device) : at::Tensor();
+      at::Tensor loss = training_loss(model, batch.inputs.to(c.device), batch.labels.to(c.device),
+                                      c.sum_over_data_ranks, positions);
+      loss_sum += scalar(loss);
+      (n > 1 ? loss / static_cast<double>(n) : loss).backward();
+    }
+    rec.loss = loss_sum / static_cast<double>(n);
     rec.fwd_bwd_counts = comm.get_comm_counts();
     rec.fwd_bwd_bytes = comm.get_comm_bytes();
   }

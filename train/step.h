@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/optim/adamw.h>
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -25,6 +26,9 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, ms = 0;
   double comm_ms = 0;  // exposed communication: this rank's main thread inside collectives (comm_clock.h)
+  int64_t microbatches = 1;  // gradient accumulation: micro-batches in this step
+  double eval_loss = NAN;    // the held-out split's mean loss after this step (eval.h); NaN: not evaluated
+  int64_t eval_tokens = 0;
   std::map<std::string, int64_t> fwd_bwd_counts, fwd_bwd_bytes;  // forward + backward, by collective
   std::map<std::string, int64_t> update_counts, update_bytes;    // grad clipping + optimizer step
   int64_t total_counts() const;
@@ -71,5 +75,12 @@ struct StepContext {
 // clipping.
 void train_step(llama::LlamaForCausalLM& model, const Batch& batch, const StepContext& context, StepRecord& rec,
                 const std::function<void()>& after_backward = {});
+// Gradient accumulation (torchtitan's gradient_accumulation_steps): one optimizer step over `microbatches` (this
+// rank's rows of each, equal sizes). Each micro-batch's loss is divided by their number before its backward, so the
+// gradients add up to the mean over all their tokens, as one batch of them all; gradient sync is off for all but the
+// last backward (dtensor::set_requires_gradient_sync: DDP's buckets, FSDP's reduce-scatters and TP's Partial
+// gradients are reduced once per step, not per micro-batch). rec.loss is the micro-batches' mean.
+void train_step(llama::LlamaForCausalLM& model, const std::vector<Batch>& microbatches, const StepContext& context,
+                StepRecord& rec, const std::function<void()>& after_backward = {});
 
 }  // namespace train

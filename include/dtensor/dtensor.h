@@ -39,6 +39,7 @@
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/checkpoint/step_checkpoints.h"
+#include "dtensor/nn/checkpoint.h"
 #include "dtensor/nn/attention.h"
 #include "dtensor/nn/default_device.h"
 #include "dtensor/nn/hooked_module.h"

@@ -8,6 +8,7 @@
 #include "dtensor/tp/enable_async_tp.h"
 #include "dtensor/tp/moe_styles.h"
 #include "dtensor/tp/style.h"
+#include "dtensor/nn/checkpoint.h"
 #include "dtensor/nn/default_device.h"
 #include "dtensor/nn/parameter_replacement.h"
 
@@ -90,6 +91,36 @@ void apply_mixed_precision(LlamaForCausalLM& model, const dtensor::MixedPrecisio
   dtensor::mixed_precision(*model, policy);
 }
 
+std::string to_string(ACMode mode) {
+  switch (mode) {
+    case ACMode::none: return "none";
+    case ACMode::full: return "full";
+    case ACMode::selective: return "selective";
+  }
+  return "none";
+}
+
+ACMode ac_mode_from_string(const std::string& name) {
+  if (name == "none") return ACMode::none;
+  if (name == "full") return ACMode::full;
+  if (name == "selective") return ACMode::selective;
+  DTENSOR_CHECK(false, "dtensor: activation checkpointing mode '", name, "': expected none, full or selective");
+  return ACMode::none;
+}
+
+int64_t apply_ac(LlamaForCausalLM& model, const ActivationCheckpointConfig& config) {
+  DTENSOR_CHECK(config.mode != ACMode::selective || config.selective_every >= 1,
+                "dtensor: selective activation checkpointing every ", config.selective_every, " blocks: must be >= 1");
+  int64_t wrapped = 0, index = 0;
+  for (const auto& layer : *model->model->layers) {
+    const bool take = config.mode == ACMode::full ||
+                      (config.mode == ACMode::selective && (index + 1) % config.selective_every == 0);
+    if (take) dtensor::nn::checkpoint_wrapper(*layer), ++wrapped;
+    ++index;
+  }
+  return wrapped;
+}
+
 bool loss_parallel_enabled(const models::ParallelDims& dims, const ParallelizeConfig& config) {
   return dims.tp_enabled() && config.plan == TPPlan::torchtitan && config.tp.loss_parallel;
 }
@@ -130,6 +161,7 @@ void apply_model_parallel(LlamaForCausalLM& model, const models::ParallelDims& d
     if (!config.gradient_sync) disable_gradient_sync(*model);
   }
   if (ep) apply_ep(model, dims.expert_mesh());
+  apply_ac(model, config.ac);
 }
 
 void apply_data_parallel(LlamaForCausalLM& model, const models::ParallelDims& dims, const ParallelizeConfig& config) {

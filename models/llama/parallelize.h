@@ -92,6 +92,19 @@ std::string to_string(TPPlan plan);
 TPPlan tp_plan_from_string(const std::string& name);  // "torchtitan", "hf", "inference" or "ep"; else dtensor::Error
 
 // What parallelize_llama does on each dim (torchtitan's job_config.parallelism).
+// Activation checkpointing (torchtitan's activation_checkpoint.mode): none; full: every transformer block recomputes
+// its forward in backward (dtensor/nn/checkpoint.h); selective: every Nth block (selective_ac_option N: blocks N-1,
+// 2N-1, ... counted from 0, as torchtitan's layer SAC).
+enum class ACMode { none, full, selective };
+std::string to_string(ACMode mode);
+ACMode ac_mode_from_string(const std::string& name);  // "none" | "full" | "selective"; else dtensor::Error naming it
+struct ActivationCheckpointConfig {
+  ACMode mode = ACMode::none;
+  int64_t selective_every = 2;  // selective: every Nth block
+};
+// checkpoint_wrapper on the blocks `config` names; returns how many.
+int64_t apply_ac(LlamaForCausalLM& model, const ActivationCheckpointConfig& config);
+
 struct ParallelizeConfig {
   TPPlan plan = TPPlan::torchtitan;
   TPOptions tp = {};                  // the torchtitan plan's options
@@ -103,6 +116,7 @@ struct ParallelizeConfig {
   // Float8 training (torchtitan's float8 converter): every Linear but lm_head and the MoE routers computes through
   // float8 matmuls (dtensor/float8/float8_linear.h), converted before the TP plan. nullopt: none.
   std::optional<dtensor::Float8LinearConfig> float8;
+  ActivationCheckpointConfig ac = {};  // after the TP plan, before data parallel (torchtitan's order)
 };
 
 // torchtitan's parallelize_llama: the TP plan on dims.tp_mesh() (nothing at TP 1: the plain model), then, at

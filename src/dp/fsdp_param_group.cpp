@@ -1,6 +1,8 @@
 // The flat all-gather and reduce-scatter of one fully_shard call's parameters (fsdp_param_group.h).
 #include "dp/fsdp_param_group.h"
 
+#include <algorithm>
+
 #include <ATen/native/Resize.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/engine.h>
@@ -182,7 +184,7 @@ void FsdpParamGroup::on_gradient(size_t index) {
   size_t expected = 0;
   for (const FsdpParam& p : params_) expected += p.sharded.requires_grad() ? 1 : 0;
   if (num_arrived_ == expected) {
-    reduce_gradients();
+    finish_gradients();
     reshard();
   }
 }
@@ -190,8 +192,39 @@ void FsdpParamGroup::on_gradient(size_t index) {
 void FsdpParamGroup::end_of_backward() {
   std::lock_guard<std::mutex> lock(mu_);
   callback_queued_ = false;
-  if (num_arrived_ > 0) reduce_gradients();
+  // Sync on: also the gradients that earlier micro-batches kept unsharded (a parameter this backward left out).
+  const bool pending = std::any_of(params_.begin(), params_.end(), [](const FsdpParam& p) {
+    return p.unsharded.grad().defined() || p.accumulated.defined();
+  });
+  if (num_arrived_ > 0 || (requires_gradient_sync_ && pending)) finish_gradients();
   reshard();
+}
+
+void FsdpParamGroup::set_requires_gradient_sync(bool requires_gradient_sync) {
+  std::lock_guard<std::mutex> lock(mu_);
+  requires_gradient_sync_ = requires_gradient_sync;
+}
+
+void FsdpParamGroup::finish_gradients() {
+  if (requires_gradient_sync_) {
+    reduce_gradients();
+  } else {
+    keep_gradients();
+  }
+}
+
+void FsdpParamGroup::keep_gradients() {
+  at::NoGradGuard no_grad;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    FsdpParam& p = params_[k];
+    if (!arrived_[k] || !p.unsharded.grad().defined() || p.unsharded.grad().scalar_type() == reduce_dtype_) continue;
+    // Mixed precision: this micro-batch's param_dtype gradient added into the reduce_dtype accumulator.
+    const at::Tensor g = p.unsharded.grad().to(reduce_dtype_);
+    p.accumulated = p.accumulated.defined() ? p.accumulated.add_(g) : g;
+    p.unsharded.mutable_grad() = at::Tensor();
+  }
+  std::fill(arrived_.begin(), arrived_.end(), false);
+  num_arrived_ = 0;
 }
 
 void FsdpParamGroup::reduce_gradients() {
@@ -201,9 +234,13 @@ void FsdpParamGroup::reduce_gradients() {
   std::vector<size_t> reduced;
   for (size_t k = 0; k < params_.size(); ++k) {
     FsdpParam& p = params_[k];
-    if (!arrived_[k] || !p.unsharded.grad().defined()) continue;
+    // A defined unsharded gradient is always pending (it is cleared once reduced): this backward's, or earlier
+    // micro-batches' kept with sync off.
+    if (!p.unsharded.grad().defined() && !p.accumulated.defined()) continue;
     at::Tensor g = p.unsharded.grad();
-    if (g.scalar_type() != reduce_dtype_) g = g.to(reduce_dtype_);  // mixed precision: reduced in reduce_dtype
+    if (g.defined() && g.scalar_type() != reduce_dtype_) g = g.to(reduce_dtype_);  // mixed precision: reduced in reduce_dtype
+    if (p.accumulated.defined()) g = g.defined() ? p.accumulated.add_(g) : p.accumulated;
+    p.accumulated = at::Tensor();
     if (p.tp_spec) {
       // Partial -> Replicate (all-reduce over tp) first: a sequence-parallel norm weight's gradient.
       if (placements(g) != p.tp_spec->placements) g = redistribute(g.detach(), p.tp_spec->placements);

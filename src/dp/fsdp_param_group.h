@@ -43,6 +43,9 @@ struct FsdpParam {
   int64_t local_offset = 0;               // in the gathered storage
   at::Tensor gathered_local;              // TP-local data, aliasing the gathered storage (no autograd)
   at::Tensor unsharded;                   // what forward reads: leaf requiring grad (TP DTensor or plain)
+  // Gradient accumulation with sync off, under mixed precision: the unsharded gradients of the earlier micro-batches
+  // in reduce_dtype (FSDP2's unsharded accumulated grad), so that bf16 gradients add up in fp32. Undefined otherwise.
+  at::Tensor accumulated;
 };
 
 class FsdpParamGroup;
@@ -74,13 +77,19 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   void reshard();
   void on_forward_end();   // reshard after forward (not the root)
   void on_gradient(size_t index);  // post-accumulate-grad of param `index`'s unsharded tensor
+  // FSDP2's set_requires_gradient_sync: false keeps each backward's unsharded gradients (added up over the
+  // micro-batches, in reduce_dtype) and reduce-scatters nothing; the next backward with true reduce-scatters the sum
+  // once. The gathered parameters are freed after each backward either way.
+  void set_requires_gradient_sync(bool requires_gradient_sync);
   bool is_root() const { return is_root_; }
   bool options_reshard_after_forward() const { return options_.reshard_after_forward; }
   void set_schedule(std::shared_ptr<FsdpSchedule> schedule) { schedule_ = std::move(schedule); }
   const std::vector<FsdpParam>& params() const { return params_; }
 
  private:
-  void reduce_gradients();  // the flat reduce-scatter of what arrived
+  void reduce_gradients();  // the flat reduce-scatter of every pending unsharded gradient
+  void keep_gradients();    // sync off: the arrived gradients stay unsharded (into `accumulated` under mixed precision)
+  void finish_gradients();  // reduce_gradients or keep_gradients, as the sync setting says
   void end_of_backward();
   void finish_unshard();  // waits for the all-gather in flight and copies out
 
@@ -104,6 +113,11 @@ class FsdpParamGroup : public std::enable_shared_from_this<FsdpParamGroup> {
   std::vector<bool> arrived_;
   size_t num_arrived_ = 0;
   bool callback_queued_ = false;
+  bool requires_gradient_sync_ = true;
 };
+
+// set_requires_gradient_sync on the group that took `parameter` (a sharded parameter of a fully_shard call); false
+// when no live group took it.
+bool set_fsdp_requires_gradient_sync(const at::Tensor& parameter, bool requires_gradient_sync);
 
 }  // namespace dtensor::detail

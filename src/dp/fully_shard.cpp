@@ -94,6 +94,17 @@ FsdpParam shard_parameter(const at::Tensor& p, const std::string& path, const De
 
 bool is_fully_sharded(const at::Tensor& parameter) { return registry.contains(parameter); }
 
+namespace detail {
+bool set_fsdp_requires_gradient_sync(const at::Tensor& parameter, bool requires_gradient_sync) {
+  const auto taken_by = registry.find(parameter);
+  if (!taken_by) return false;
+  auto group = taken_by->lock();
+  if (!group) return false;
+  group->set_requires_gradient_sync(requires_gradient_sync);
+  return true;
+}
+}  // namespace detail
+
 void fully_shard(torch::nn::Module& module, const DeviceMesh& mesh, FullyShardOptions options) {
   const DeviceMesh dp_mesh = data_parallel_mesh(mesh);
   std::optional<DeviceMesh> tp_mesh;

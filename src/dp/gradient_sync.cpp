@@ -27,6 +27,7 @@
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/api/dtensor_api.h"
+#include "dp/fsdp_param_group.h"
 
 namespace dtensor {
 namespace {
@@ -300,6 +301,7 @@ void disable_gradient_sync(torch::nn::Module& module) {
 void set_requires_gradient_sync(torch::nn::Module& module, bool requires_gradient_sync) {
   for (const at::Tensor& p : unique_parameters(module)) {
     if (SyncHook* hook = hook_of(p)) hook->reducer().set_sync(requires_gradient_sync);
+    detail::set_fsdp_requires_gradient_sync(p, requires_gradient_sync);  // a fully_shard parameter's group (FSDP2's)
   }
 }
 

@@ -28,9 +28,10 @@ struct HookSet {
   std::vector<ForwardPreHook> pre;
   std::vector<ForwardHook> post;
   std::vector<detail::ForwardOverride> overrides;
+  std::vector<detail::ForwardWrapper> wrappers;  // at most one (register_forward_wrapper)
   std::string path;
   std::vector<Enclosing> enclosing;
-  bool any_hooks() const { return !pre.empty() || !post.empty() || !overrides.empty(); }
+  bool any_hooks() const { return !pre.empty() || !post.empty() || !overrides.empty() || !wrappers.empty(); }
 };
 using HookSetPtr = std::shared_ptr<const HookSet>;
 using Table = std::unordered_map<const torch::nn::Module*, HookSetPtr>;
@@ -211,6 +212,20 @@ bool has_forward_override(const torch::nn::Module& module) {
   return hooks && !hooks->overrides.empty();
 }
 
+void register_forward_wrapper(torch::nn::Module& module, ForwardWrapper wrapper) {
+  edit_hooks(module, [&](HookSet& hooks) {
+    DTENSOR_CHECK(hooks.wrappers.empty(), "dtensor: module '", hooks.path.empty() ? module.name() : hooks.path,
+                  "' already has a forward wrapper (checkpoint_wrapper applied twice?)");
+    hooks.wrappers.push_back(std::move(wrapper));
+  });
+}
+
+bool has_forward_wrapper(const torch::nn::Module& module) {
+  std::lock_guard<std::mutex> lock(writer_mutex());
+  const HookSet* hooks = find_live(*published(), module);
+  return hooks && !hooks->wrappers.empty();
+}
+
 }  // namespace detail
 
 bool has_hooks(const torch::nn::Module& module) {
@@ -234,7 +249,9 @@ c10::IValue run_hooked(torch::nn::Module& module, const HookSet& hooks, Args arg
   for (const auto& override_body : hooks.overrides) {
     if ((replaced = override_body(module, args, kwargs))) break;
   }
-  c10::IValue out = replaced ? std::move(*replaced) : body(args, kwargs);
+  c10::IValue out = replaced                  ? std::move(*replaced)
+                    : hooks.wrappers.empty() ? body(args, kwargs)
+                                             : hooks.wrappers.front()(module, args, kwargs, body);
   for (const auto& hook : hooks.post) out = hook(module, args, std::move(out));
   return out;
 }
@@ -252,7 +269,8 @@ c10::IValue call_with_hooks_boxed(torch::nn::Module& module, Args args, KwArgs k
 at::Tensor call_with_hooks(torch::nn::Module& module, Tensors inputs, const std::function<at::Tensor(const Tensors&)>& body) {
   const HookSet* hooks = live_hooks_fast(module);
   if (!hooks) return body(inputs);
-  auto boxed_body = [&](const Args& args, const KwArgs&) { return c10::IValue(body(unbox_tensors(args, module))); };
+  // Holds the body and the module, nothing of this frame: a forward wrapper may keep it (forward_override.h).
+  auto boxed_body = [body, m = &module](const Args& args, const KwArgs&) { return c10::IValue(body(unbox_tensors(args, *m))); };
   return unbox_output(run_hooked(module, *hooks, box(inputs), {}, boxed_body), module);
 }
 
@@ -260,8 +278,8 @@ at::Tensor call_with_hooks(torch::nn::Module& module, Tensors args, Kwargs kwarg
                            const std::function<at::Tensor(const Tensors&, const Kwargs&)>& body) {
   const HookSet* hooks = live_hooks_fast(module);
   if (!hooks) return body(args, kwargs);
-  auto boxed_body = [&](const Args& a, const KwArgs& k) {
-    return c10::IValue(body(unbox_tensors(a, module), unbox_kwargs(k, module)));
+  auto boxed_body = [body, m = &module](const Args& a, const KwArgs& k) {
+    return c10::IValue(body(unbox_tensors(a, *m), unbox_kwargs(k, *m)));
   };
   return unbox_output(run_hooked(module, *hooks, box(args), box(kwargs), boxed_body), module);
 }

@@ -29,38 +29,36 @@ struct BuffersAccess {
 template struct ParametersAccess<&torch::nn::Module::parameters_>;
 template struct BuffersAccess<&torch::nn::Module::buffers_>;
 
-// The standard layers' public handles to what they registered, read by their forward.
-// Returns whether the module is one of these layers.
-bool sync_member_handles(torch::nn::Module& module, const std::string& name, const at::Tensor& value) {
-  auto set = [&](at::Tensor& member, const char* member_name) {
-    if (name == member_name) member = value;
+// The standard layers' public handles to what they registered, read by their forward: the member holding `name`, or
+// null (not one of these layers, or not one of its names). *known: whether the module is one of these layers.
+at::Tensor* member_handle(torch::nn::Module& module, const std::string& name, bool* known) {
+  *known = true;
+  auto pick = [&](std::initializer_list<std::pair<at::Tensor*, const char*>> members) -> at::Tensor* {
+    for (const auto& [member, member_name] : members) {
+      if (name == member_name) return member;
+    }
+    return nullptr;
   };
-  if (auto* m = dynamic_cast<torch::nn::LinearImpl*>(&module)) {
-    set(m->weight, "weight");
-    set(m->bias, "bias");
-  } else if (auto* m = dynamic_cast<torch::nn::EmbeddingImpl*>(&module)) {
-    set(m->weight, "weight");
-  } else if (auto* m = dynamic_cast<torch::nn::LayerNormImpl*>(&module)) {
-    set(m->weight, "weight");
-    set(m->bias, "bias");
-  } else if (auto* m = dynamic_cast<torch::nn::MultiheadAttentionImpl*>(&module)) {
-    set(m->in_proj_weight, "in_proj_weight");
-    set(m->in_proj_bias, "in_proj_bias");
-    set(m->bias_k, "bias_k");
-    set(m->bias_v, "bias_v");
-    set(m->q_proj_weight, "q_proj_weight");
-    set(m->k_proj_weight, "k_proj_weight");
-    set(m->v_proj_weight, "v_proj_weight");
-  } else if (auto* m = dynamic_cast<RMSNormImpl*>(&module)) {
-    set(m->weight, "weight");
-  } else if (auto* m = dynamic_cast<ParameterMembers*>(&module)) {  // a layer of the user's (parameter_members.h)
-    at::Tensor* member = m->parameter_member(name);
-    if (member == nullptr) return false;
-    *member = value;
-  } else {
-    return false;
+  if (auto* m = dynamic_cast<torch::nn::LinearImpl*>(&module)) return pick({{&m->weight, "weight"}, {&m->bias, "bias"}});
+  if (auto* m = dynamic_cast<torch::nn::EmbeddingImpl*>(&module)) return pick({{&m->weight, "weight"}});
+  if (auto* m = dynamic_cast<torch::nn::LayerNormImpl*>(&module)) return pick({{&m->weight, "weight"}, {&m->bias, "bias"}});
+  if (auto* m = dynamic_cast<torch::nn::MultiheadAttentionImpl*>(&module)) {
+    return pick({{&m->in_proj_weight, "in_proj_weight"}, {&m->in_proj_bias, "in_proj_bias"}, {&m->bias_k, "bias_k"},
+                 {&m->bias_v, "bias_v"}, {&m->q_proj_weight, "q_proj_weight"}, {&m->k_proj_weight, "k_proj_weight"},
+                 {&m->v_proj_weight, "v_proj_weight"}});
   }
-  return true;
+  if (auto* m = dynamic_cast<RMSNormImpl*>(&module)) return pick({{&m->weight, "weight"}});
+  if (auto* m = dynamic_cast<ParameterMembers*>(&module)) return m->parameter_member(name);  // a layer of the user's
+  *known = false;
+  return nullptr;
+}
+
+// Returns whether the module is one of these layers (and, for a layer of the user's, names `name`).
+bool sync_member_handles(torch::nn::Module& module, const std::string& name, const at::Tensor& value) {
+  bool known = false;
+  at::Tensor* member = member_handle(module, name, &known);
+  if (member != nullptr) *member = value;
+  return known && (member != nullptr || dynamic_cast<ParameterMembers*>(&module) == nullptr);
 }
 
 void replace_entry(TensorDict& dict, const char* kind, torch::nn::Module& module, const std::string& name,
@@ -81,6 +79,14 @@ void set_forward_parameter(torch::nn::Module& module, const std::string& name, a
                 "dtensor: module ", module.name(), " has no parameter '", name,
                 "' held in a layer's member (Linear, Embedding, LayerNorm, RMSNorm, ParameterMembers): fully_shard cannot "
                 "point its forward at the gathered parameter");
+}
+
+at::Tensor forward_parameter(torch::nn::Module& module, const std::string& name) {
+  bool known = false;
+  if (at::Tensor* member = member_handle(module, name, &known)) return *member;
+  const TensorDict& params = module.*parameters_member();
+  DTENSOR_CHECK(params.contains(name), "dtensor: module '", module.name(), "' has no parameter '", name, "'");
+  return params[name];
 }
 
 void replace_buffer(torch::nn::Module& module, const std::string& name, at::Tensor value) {

@@ -105,7 +105,9 @@ RunResult run_ranks_on(const train::TrainOptions& options, int world_size, bool 
         }
       };
     }
-    const auto result = train::run(model, options, test_corpus(), dims, hooks);
+    // options.eval_data: a file of the repo as the held-out split (eval.h).
+    const train::Corpus eval = options.eval_data.empty() ? train::Corpus{} : train::load_corpus(options.eval_data);
+    const auto result = train::run(model, options, test_corpus(), dims, hooks, options.eval_data.empty() ? nullptr : &eval);
     if (rank != 0) return;
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& s : result.steps) out.losses.push_back(s.loss);

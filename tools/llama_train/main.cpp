@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
   const int rank = launch.rank;
   const int world_size = launch.world_size;
   train::TrainOptions options;
-  train::Corpus corpus;
+  train::Corpus corpus, eval_corpus;
   std::string auto_choice;  // --plan auto's winner
   try {
     bool help = false;
@@ -124,6 +124,13 @@ int main(int argc, char** argv) {
                  ? train::load_tokenized_corpus(options.data, options.tokenizer_dir, /*progress=*/rank == 0)
                  : train::load_corpus(options.data);
     train::fit_to_corpus(options, corpus);
+    if (!options.eval_data.empty()) {
+      const bool text_eval = !options.eval_data.ends_with(".bin");
+      eval_corpus = !options.tokenizer_dir.empty() && text_eval
+                        ? train::load_tokenized_corpus(options.eval_data, options.tokenizer_dir, /*progress=*/rank == 0)
+                        : train::load_corpus(options.eval_data);
+      train::fit_eval_corpus(options, eval_corpus);
+    }
     // The plan's size checks (heads, kv heads, ffn, vocab vs the TP degree) before any communication.
     const int64_t tp = train::tp_degree(options, world_size);
     if (options.plan_auto) auto_choice = choose_plan(options, tp, rank == 0);
@@ -138,25 +145,30 @@ int main(int argc, char** argv) {
     const dtensor::DeviceMesh& mesh = dims.build_mesh();
     const dtensor::DeviceMesh tp_mesh = dims.tp_mesh();
     llama::LlamaForCausalLM model = train::build_model(options, dims);  // meta-first: each rank only its shards
-    const int64_t tokens_per_step = options.batch * options.seq_len;
+    const int64_t tokens_per_step = options.batch * train::gradient_accumulation_steps(options) * options.seq_len;
     if (rank == 0) {
-      std::printf("llama_train: device=%s params=%s mixed_precision=%s dp=%lld (%s) ep=%lld cp=%lld tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d async_tp=%d | %s | corpus %s, %lld tokens\n",
+      std::printf("llama_train: device=%s params=%s mixed_precision=%s dp=%lld (%s) ep=%lld cp=%lld tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d async_tp=%d batch=%lld x %lld micro-batches | %s | corpus %s, %lld tokens\n",
                   tp_mesh.device().str().c_str(), models::dtype_name(train::param_dtype(options)).c_str(),
                   train::to_string(options.mixed_precision).c_str(), static_cast<long long>(options.dp), options.dp * options.cp > 1 ? models::to_string(options.data_parallel).c_str() : "none",
                   static_cast<long long>(options.ep), static_cast<long long>(options.cp), static_cast<long long>(tp_mesh.size()), llama::to_string(options.plan).c_str(), options.sequence_parallel,
-                  options.loss_parallel, options.async_tp, options.model.to_string().c_str(), corpus.source.c_str(),
+                  options.loss_parallel, options.async_tp, static_cast<long long>(options.batch),
+                  static_cast<long long>(train::gradient_accumulation_steps(options)), options.model.to_string().c_str(), corpus.source.c_str(),
                   static_cast<long long>(corpus.tokens.numel()));
     }
     const dtensor::DeviceMesh world_mesh = mesh.ndim() == 1 ? mesh : mesh.flatten();  // for the memory line
     if (options.plan_auto) check_same_choice(world_mesh, auto_choice);
     train::TrainHooks hooks;
     hooks.after_step = [&](const train::StepRecord& r) {
-      if ((r.step + 1) % options.log_every != 0 && r.step != 0 && r.step + 1 != options.steps) return;
+      if ((r.step + 1) % options.log_every != 0 && r.step != 0 && r.step + 1 != options.steps && std::isnan(r.eval_loss)) return;
       const std::string rss = peak_rss_per_rank(world_mesh);
       if (rank != 0) return;
       std::printf("step %5lld  loss %.6f  grad_norm %.3f  lr %.2e  %.1f ms/step (comm %.1f)  %.0f tokens/s  peak_rss_mb %s\n",
                   static_cast<long long>(r.step + 1), r.loss, r.grad_norm, r.lr, r.ms, r.comm_ms,
                   static_cast<double>(tokens_per_step) / (r.ms / 1000.0), rss.c_str());
+      if (!std::isnan(r.eval_loss)) {
+        std::printf("eval step %5lld  loss %.6f  perplexity %.3f  (%lld tokens of %s)\n", static_cast<long long>(r.step + 1),
+                    r.eval_loss, std::exp(r.eval_loss), static_cast<long long>(r.eval_tokens), eval_corpus.source.c_str());
+      }
       if (options.comm_detail) {
         auto part = [](const std::map<std::string, int64_t>& counts, const std::map<std::string, int64_t>& bytes) {
           std::string s;
@@ -186,7 +198,7 @@ int main(int argc, char** argv) {
                            "--save-hf DIR): the trained model is lost when it ends\n");
       std::fflush(stderr);
     }
-    const auto result = train::run(model, options, corpus, dims, hooks);
+    const auto result = train::run(model, options, corpus, dims, hooks, options.eval_data.empty() ? nullptr : &eval_corpus);
     if (!options.save_hf.empty() && !result.stopped_early) {
       train::save_hf(options, model, options.save_hf);
       if (rank == 0) std::printf("saved the model to %s (transformers' from_pretrained loads it)\n", options.save_hf.c_str());
@@ -212,12 +224,16 @@ int main(int argc, char** argv) {
       }
       const double med = median(ms);
       const auto& last = result.steps.back();
+      double eval_loss = NAN;  // the last evaluation's
+      for (const auto& r : result.steps) {
+        if (!std::isnan(r.eval_loss)) eval_loss = r.eval_loss;
+      }
       std::printf("summary final_loss=%.6f median_step_ms=%.3f median_comm_ms=%.3f tokens_per_s=%.1f collectives_per_step=%lld "
-                  "comm_bytes_per_step=%lld param_bytes_per_rank=%lld steps_run=%zu resumed_from=%lld preempted=%d\n",
+                  "comm_bytes_per_step=%lld param_bytes_per_rank=%lld steps_run=%zu resumed_from=%lld preempted=%d eval_loss=%.6f\n",
                   last.loss, med, median(comm_ms), static_cast<double>(tokens_per_step) / (med / 1000.0),
                   static_cast<long long>(last.total_counts()), static_cast<long long>(last.total_bytes()),
                   static_cast<long long>(result.param_bytes_per_rank), result.steps.size(),
-                  static_cast<long long>(result.start_step), result.stopped_early ? 1 : 0);
+                  static_cast<long long>(result.start_step), result.stopped_early ? 1 : 0, eval_loss);
     }
     return 0;
   } catch (const std::exception& e) {

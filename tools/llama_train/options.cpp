@@ -53,6 +53,44 @@ void define(CLI::App& app, train::TrainOptions& o, Seen& seen) {
                  "text file (bytes are tokens) or nanoGPT .bin of uint16 ids (default: the texts in "
                  "/usr/share/common-licenses)")
       ->check(CLI::ExistingFile);
+  app.add_option("--global-batch", o.global_batch,
+                 "sequences per optimizer step (torchtitan's global batch size): global-batch / batch micro-batches of "
+                 "--batch each, their gradients added up and reduced once per step (gradient accumulation; default "
+                 "--batch)")
+      ->check(tools_cli::positive());
+  app.add_option_function<std::string>(
+         "--activation-checkpoint", [&o](const std::string& v) { o.ac.mode = llama::ac_mode_from_string(v); },
+         "activation checkpointing (torchtitan's): none; full: every block keeps only its input and recomputes its "
+         "forward in backward; selective: every Nth block (--selective-ac-option N)")
+      ->check(CLI::IsMember({"none", "full", "selective"}))->default_str("none");
+  app.add_option_function<std::string>(
+         "--selective-ac-option",
+         [&o](const std::string& v) {
+           if (v == "op") {
+             throw UsageError("--selective-ac-option op: op-level selective checkpointing (keep matmul outputs) is not "
+                              "supported yet; give a block frequency N (every Nth block) or --activation-checkpoint full");
+           }
+           o.ac.selective_every = std::stoll(v);
+         },
+         "with --activation-checkpoint selective: checkpoint every Nth block (default 2)")
+      ->check(CLI::Validator([](std::string& v) {
+        if (v == "op") return std::string();
+        try {
+          size_t used = 0;
+          return std::stoll(v, &used) >= 1 && used == v.size() ? std::string() : "must be a block frequency >= 1";
+        } catch (...) {
+          return std::string("must be a block frequency >= 1");
+        }
+      }, "N"));
+  app.add_option("--eval-data", o.eval_data,
+                 "a held-out split (the formats of --data, tokenized alike): its mean loss and perplexity after the "
+                 "last step (and every --eval-every steps), over consecutive windows of --seq-len + 1 tokens")
+      ->check(CLI::ExistingFile);
+  app.add_option("--eval-every", o.eval_every, "with --eval-data: evaluate after every N steps too")
+      ->check(tools_cli::positive());
+  app.add_option("--eval-batches", o.eval_batches,
+                 "with --eval-data: the first N batches of --batch windows (default: every whole batch of the split)")
+      ->check(tools_cli::positive());
   app.add_option("--log-every", o.log_every, "progress line every N steps")->check(tools_cli::positive());
   app.add_flag("--comm-detail", o.comm_detail, "a `comm` line per logged step: collectives by type, count and bytes");
   app.add_option("--checkpoint-dir", o.checkpoint_dir,

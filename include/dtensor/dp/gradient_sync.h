@@ -65,7 +65,9 @@ int64_t enable_gradient_sync(const std::vector<at::Tensor>& parameters, Gradient
 void disable_gradient_sync(torch::nn::Module& module);
 
 // false: backward leaves gradients as it produces them (Partial ones accumulate locally); true (the
-// default): gradients are reduced to their parameters' placements. Applies to the parameters of `module`.
+// default): gradients are reduced to their parameters' placements. Applies to the parameters of `module`, and to the
+// fully_shard groups that took any of them (FSDP2's set_requires_gradient_sync: unsharded gradients kept and added up,
+// reduce-scattered once by the next backward with sync on; include/dtensor/dp/fully_shard.h).
 void set_requires_gradient_sync(torch::nn::Module& module, bool requires_gradient_sync);
 
 // Whether `parameter` has gradient reduction installed.

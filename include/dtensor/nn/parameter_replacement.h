@@ -29,6 +29,9 @@ void replace_parameter(torch::nn::Module& module, const std::string& name, at::T
 // fully_shard points forward at the gathered parameter while the module keeps its shard registered (for
 // the optimizer and checkpoints). Throws naming the module when it is not one of the layers above.
 void set_forward_parameter(torch::nn::Module& module, const std::string& name, at::Tensor value);
+// What the module's forward reads for parameter `name`: the layer's member handle (above), else the registered
+// parameter. Throws naming the module when it has no such parameter.
+at::Tensor forward_parameter(torch::nn::Module& module, const std::string& name);
 // The same for a buffer.
 void replace_buffer(torch::nn::Module& module, const std::string& name, at::Tensor value);
 

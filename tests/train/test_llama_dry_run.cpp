@@ -107,6 +107,31 @@ TEST(LlamaDryRun, WithoutSequenceOrLossParallelEqualsARealRun) {
   expect_dry_run_equals_real_run(o, 2);
 }
 
+// Activation checkpointing (--activation-checkpoint): the dry run runs the wrapped blocks as a real run does, so its
+// collectives (the recompute's forward ones again in the backward) equal the real run's, and the memory it measures
+// is what each mode keeps: activations kept for backward and the peak fall from none to selective (every 2nd of 4
+// blocks) to full.
+TEST(LlamaDryRun, ActivationCheckpointingEqualsARealRunAndKeepsLessForBackward) {
+  auto o = llama_test::small_options();
+  o.model.num_hidden_layers = 4;
+  o.seq_len = 64;
+  std::map<llama::ACMode, dtensor::RankReport> by_mode;
+  for (const llama::ACMode mode : {llama::ACMode::none, llama::ACMode::selective, llama::ACMode::full}) {
+    o.ac = {.mode = mode, .selective_every = 2};
+    if (mode == llama::ACMode::full) expect_dry_run_equals_real_run(o, 2);
+    by_mode[mode] = train::dry_run_llama(plan_options_of(o, 2)).ranks.front();
+    std::printf("  ac %s: activations kept %lld bytes, peak %lld bytes\n", llama::to_string(mode).c_str(),
+                (long long)by_mode[mode].activation_bytes, (long long)by_mode[mode].peak_bytes);
+  }
+  const auto& none = by_mode[llama::ACMode::none];
+  const auto& selective = by_mode[llama::ACMode::selective];
+  const auto& full = by_mode[llama::ACMode::full];
+  EXPECT_LT(selective.activation_bytes, none.activation_bytes);
+  EXPECT_LT(full.activation_bytes, selective.activation_bytes);
+  EXPECT_LT(full.peak_bytes, none.peak_bytes);
+  EXPECT_GT(full.counts(StepPhase::BACKWARD).at("all_gather"), none.counts(StepPhase::BACKWARD).at("all_gather"));
+}
+
 // llama_train's default precision (--mixed-precision bf16): parameters, gradients and AdamW state counted in fp32,
 // the activations' collectives in bf16 (half the fp32 bytes), as a real run moves them; FSDP gathers in bf16.
 TEST(LlamaDryRun, MixedPrecisionCountsEachTensorInItsDtype) {

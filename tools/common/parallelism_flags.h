@@ -1,7 +1,8 @@
 // The flags of a training job's parallelism and precision, declared once over train::TrainOptions for every tool
 // that takes a job (llama_train runs it; llama_plan dry-runs and searches it): torchtitan's `parallelism` section
 // (--tp, --dp, --ep, --cp, FSDP's options), its TP knobs (--plan, SP, loss parallel, async TP), mixed precision and
-// float8, and the step's shape (--seq-len, --batch). Same names, defaults and checks in both tools.
+// float8, activation checkpointing (the dry run measures its memory), and the step's shape (--seq-len, --batch). Same
+// names, defaults and checks in both tools.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -59,6 +60,30 @@ inline void add_parallelism_flags(CLI::App& app, train::TrainOptions& o, Paralle
          "--float8-recipe", [&](const std::string& v) { o.float8_recipe = dtensor::float8_recipe_from_string(v); },
          "with --float8: tensorwise (one scale per tensor, e5m2 gradients; default) or rowwise (a scale per row)")
       ->check(CLI::IsMember({"tensorwise", "rowwise"}))->default_str("tensorwise")->needs(float8);
+  app.add_option_function<std::string>(
+         "--activation-checkpoint", [&o](const std::string& v) { o.ac.mode = llama::ac_mode_from_string(v); },
+         "activation checkpointing (torchtitan's): none; full: every block keeps only its input and recomputes its "
+         "forward in backward; selective: every Nth block (--selective-ac-option N)")
+      ->check(CLI::IsMember({"none", "full", "selective"}))->default_str("none");
+  app.add_option_function<std::string>(
+         "--selective-ac-option",
+         [&o](const std::string& v) {
+           if (v == "op") {
+             throw UsageError("--selective-ac-option op: op-level selective checkpointing (keep matmul outputs) is not "
+                              "supported yet; give a block frequency N (every Nth block) or --activation-checkpoint full");
+           }
+           o.ac.selective_every = std::stoll(v);
+         },
+         "with --activation-checkpoint selective: checkpoint every Nth block (default 2)")
+      ->check(CLI::Validator([](std::string& v) {
+        if (v == "op") return std::string();
+        try {
+          size_t used = 0;
+          return std::stoll(v, &used) >= 1 && used == v.size() ? std::string() : "must be a block frequency >= 1";
+        } catch (...) {
+          return std::string("must be a block frequency >= 1");
+        }
+      }, "N"));
   app.add_option("--seq-len", o.seq_len, "tokens per sequence")->check(positive());
   app.add_option("--batch", o.batch, "sequences per step, the global batch")->check(positive());
   app.add_flag("--sequence-parallel,!--no-sequence-parallel", o.sequence_parallel, "sequence parallel (default on)");

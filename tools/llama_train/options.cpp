@@ -58,30 +58,6 @@ void define(CLI::App& app, train::TrainOptions& o, Seen& seen) {
                  "--batch each, their gradients added up and reduced once per step (gradient accumulation; default "
                  "--batch)")
       ->check(tools_cli::positive());
-  app.add_option_function<std::string>(
-         "--activation-checkpoint", [&o](const std::string& v) { o.ac.mode = llama::ac_mode_from_string(v); },
-         "activation checkpointing (torchtitan's): none; full: every block keeps only its input and recomputes its "
-         "forward in backward; selective: every Nth block (--selective-ac-option N)")
-      ->check(CLI::IsMember({"none", "full", "selective"}))->default_str("none");
-  app.add_option_function<std::string>(
-         "--selective-ac-option",
-         [&o](const std::string& v) {
-           if (v == "op") {
-             throw UsageError("--selective-ac-option op: op-level selective checkpointing (keep matmul outputs) is not "
-                              "supported yet; give a block frequency N (every Nth block) or --activation-checkpoint full");
-           }
-           o.ac.selective_every = std::stoll(v);
-         },
-         "with --activation-checkpoint selective: checkpoint every Nth block (default 2)")
-      ->check(CLI::Validator([](std::string& v) {
-        if (v == "op") return std::string();
-        try {
-          size_t used = 0;
-          return std::stoll(v, &used) >= 1 && used == v.size() ? std::string() : "must be a block frequency >= 1";
-        } catch (...) {
-          return std::string("must be a block frequency >= 1");
-        }
-      }, "N"));
   app.add_option("--eval-data", o.eval_data,
                  "a held-out split (the formats of --data, tokenized alike): its mean loss and perplexity after the "
                  "last step (and every --eval-every steps), over consecutive windows of --seq-len + 1 tokens")

@@ -28,6 +28,9 @@ struct ReadParameter {
   torch::nn::Module* module;
   std::string name;
   at::Tensor value;
+  // The forward read another tensor than the registered leaf (fully_shard's gathered parameter, mixed precision's
+  // cast): the recompute reads a leaf on its storage through the layer's member. Else the registered leaf itself.
+  bool swap = false;
 };
 
 at::Tensor cpu_rng_state() {
@@ -78,10 +81,10 @@ struct CheckpointBackward : torch::autograd::Node {
     std::vector<at::Tensor> current;  // what the members hold now, restored after
     for (const ReadParameter& p : params) {
       auto [it, fresh] = leaves.try_emplace(p.value.unsafeGetTensorImpl());
-      if (fresh) it->second = leaf_like(p.value);
+      if (fresh) it->second = p.swap ? leaf_like(p.value) : p.value;
       wrt.push_back(it->second);
-      current.push_back(forward_parameter(*p.module, p.name));
-      set_forward_parameter(*p.module, p.name, it->second);
+      current.push_back(p.swap ? forward_parameter(*p.module, p.name) : at::Tensor());
+      if (p.swap) set_forward_parameter(*p.module, p.name, it->second);
     }
     const at::Tensor rng_now = cpu_rng_state();
     set_cpu_rng_state(rng_state);
@@ -91,11 +94,11 @@ struct CheckpointBackward : torch::autograd::Node {
       out = body(in, kwargs).toTensor();
     } catch (...) {
       set_cpu_rng_state(rng_now);
-      for (size_t k = 0; k < params.size(); ++k) set_forward_parameter(*params[k].module, params[k].name, current[k]);
+      restore(current);
       throw;
     }
     set_cpu_rng_state(rng_now);
-    for (size_t k = 0; k < params.size(); ++k) set_forward_parameter(*params[k].module, params[k].name, current[k]);
+    restore(current);
     // Only what requires grad is differentiated; the others get no gradient.
     std::vector<at::Tensor> inputs;
     std::vector<size_t> where;
@@ -118,6 +121,12 @@ struct CheckpointBackward : torch::autograd::Node {
     return result;
   }
 
+  void restore(const std::vector<at::Tensor>& current) {
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (params[k].swap) set_forward_parameter(*params[k].module, params[k].name, current[k]);
+    }
+  }
+
   void release_variables() override {
     body = nullptr;
     args.clear();
@@ -134,7 +143,9 @@ std::vector<ReadParameter> read_parameters(torch::nn::Module& module) {
     torch::nn::Module& m = *item.value();
     for (const auto& p : m.named_parameters(/*recurse=*/false)) {
       at::Tensor value = forward_parameter(m, p.key());
-      if (value.defined()) out.push_back({&m, p.key(), std::move(value)});
+      if (!value.defined()) continue;
+      const bool swap = !(value.is_same(p.value()) && value.is_leaf());
+      out.push_back({&m, p.key(), std::move(value), swap});
     }
   }
   return out;

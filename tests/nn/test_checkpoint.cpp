@@ -122,6 +122,28 @@ TEST(Checkpoint, UnderATensorParallelPlanTheRecomputeRunsTheStylesAgain) {
   });
 }
 
+// A module of the user's that reads its registered parameter directly (no layer member): the recompute reads the
+// same leaf, and its gradient arrives as without checkpointing.
+struct ScaleImpl : torch::nn::Module {
+  ScaleImpl() { scale = register_parameter("scale", seeded_randn(6, {8})); }
+  at::Tensor forward(const at::Tensor& x) { return at::tanh(x * scale) * scale; }
+  at::Tensor scale;
+};
+DTENSOR_MODULE(Scale);
+
+TEST(Checkpoint, AModuleThatReadsItsRegisteredParameterDirectly) {
+  auto grad_of = [](bool checkpointed) {
+    Scale m;
+    if (checkpointed) nn::checkpoint_wrapper(*m);
+    at::Tensor x = seeded_randn(5, {4, 8}).requires_grad_(true);
+    m(x).pow(2).sum().backward();
+    return std::make_pair(m->scale.grad().clone(), x.grad().clone());
+  };
+  const auto plain = grad_of(false), ckpt = grad_of(true);
+  EXPECT_TRUE(at::equal(plain.first, ckpt.first));
+  EXPECT_TRUE(at::equal(plain.second, ckpt.second));
+}
+
 TEST(Checkpoint, NoGradForwardKeepsNothingAndWrappingTwiceIsRefused) {
   Mlp m(0);
   set_weights(*m);

@@ -25,7 +25,7 @@ EvalResult evaluate(llama::LlamaForCausalLM& model, const std::vector<Batch>& ba
     const Batch b = local_batch(global, dims);
     const at::Tensor positions = b.positions.defined() ? b.positions.to(c.device) : at::Tensor();
     const at::Tensor loss = next_token_loss(model(b.inputs.to(c.device), at::Tensor(), positions), b.labels.to(c.device));
-    sum += (dtensor::is_dtensor(loss) ? dtensor::to_local(loss) : loss).item<double>();
+    sum += loss_value(loss);
     r.tokens += global.labels.numel();
     ++r.batches;
   }

@@ -25,7 +25,6 @@ int64_t sum_values(const std::map<std::string, int64_t>& m) {
   return total;
 }
 
-double scalar(const at::Tensor& t) { return (dtensor::is_dtensor(t) ? dtensor::to_local(t) : t).item<double>(); }
 
 // Gradient sync back on when the micro-batches end, however they end.
 struct GradientSyncRestorer {
@@ -37,6 +36,8 @@ struct GradientSyncRestorer {
 };
 
 }  // namespace
+
+double loss_value(const at::Tensor& t) { return (dtensor::is_dtensor(t) ? dtensor::to_local(t) : t).item<double>(); }
 
 int64_t StepRecord::total_counts() const { return sum_values(fwd_bwd_counts) + sum_values(update_counts); }
 int64_t StepRecord::total_bytes() const { return sum_values(fwd_bwd_bytes) + sum_values(update_bytes); }
@@ -111,7 +112,7 @@ void train_step(llama::LlamaForCausalLM& model, const std::vector<Batch>& microb
       const at::Tensor positions = batch.positions.defined() ? batch.positions.to(c.device) : at::Tensor();
       at::Tensor loss = training_loss(model, batch.inputs.to(c.device), batch.labels.to(c.device),
                                       c.sum_over_data_ranks, positions);
-      loss_sum += scalar(loss);
+      loss_sum += loss_value(loss);
       (n > 1 ? loss / static_cast<double>(n) : loss).backward();
     }
     rec.loss = loss_sum / static_cast<double>(n);

@@ -35,6 +35,9 @@ struct StepRecord {
   int64_t total_bytes() const;
 };
 
+// A loss's value on this rank (a DTensor loss, loss parallel's, through its local tensor).
+double loss_value(const at::Tensor& loss);
+
 // Mean next-token cross-entropy of logits [b, s, vocab] against labels [b, s]. With loss parallel the logits
 // are Shard(-1) (vocab) and a LossParallelGuard makes log_softmax / nll_loss reduce across ranks instead of
 // gathering the logits.

@@ -119,16 +119,17 @@ int main(int argc, char** argv) {
       return 0;
     }
     train::check_options(options, world_size);
-    const bool text_data = options.data.empty() || !options.data.ends_with(".bin");
-    corpus = !options.tokenizer_dir.empty() && text_data
-                 ? train::load_tokenized_corpus(options.data, options.tokenizer_dir, /*progress=*/rank == 0)
-                 : train::load_corpus(options.data);
+    // Text through --tokenizer when there is one (bytes otherwise); a .bin holds ids already. --data and --eval-data alike.
+    auto load = [&](const std::string& path) {
+      const bool text = path.empty() || !path.ends_with(".bin");
+      return !options.tokenizer_dir.empty() && text
+                 ? train::load_tokenized_corpus(path, options.tokenizer_dir, /*progress=*/rank == 0)
+                 : train::load_corpus(path);
+    };
+    corpus = load(options.data);
     train::fit_to_corpus(options, corpus);
     if (!options.eval_data.empty()) {
-      const bool text_eval = !options.eval_data.ends_with(".bin");
-      eval_corpus = !options.tokenizer_dir.empty() && text_eval
-                        ? train::load_tokenized_corpus(options.eval_data, options.tokenizer_dir, /*progress=*/rank == 0)
-                        : train::load_corpus(options.eval_data);
+      eval_corpus = load(options.eval_data);
       train::fit_eval_corpus(options, eval_corpus);
     }
     // The plan's size checks (heads, kv heads, ffn, vocab vs the TP degree) before any communication.

@@ -54,6 +54,12 @@ if ! .venv/bin/python -c "import torchao" 2>/dev/null; then
   .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check --no-deps "torchao==0.18.0" \
     2> >(grep -v '^WARNING: Location' >&2)
 fi
+# The LoRA oracle's other side: PEFT (tests/train/lora_peft_test.py), with accelerate, which it imports.
+if ! .venv/bin/python -c "import peft" 2>/dev/null; then
+  log "installing peft into .venv (once)"
+  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check "peft==0.21.2" \
+    2> >(grep -v '^WARNING: Location' >&2)
+fi
 command -v cmake >/dev/null 2>&1 || export PATH="$ROOT/.venv/bin:$PATH"
 
 # --- configure (once; cmake re-runs itself when CMakeLists change).

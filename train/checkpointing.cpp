@@ -15,6 +15,7 @@
 #include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/checkpoint/step_checkpoints.h"
 #include "dtensor/core/error.h"
+#include "dtensor/peft/lora.h"
 #include "llama/hf_config.h"
 
 namespace fs = std::filesystem;
@@ -24,9 +25,13 @@ namespace train {
 namespace {
 
 // Model, optimizer and data position under one set of names; `step` and `seed` are the 0-d entries load fills.
+// Under LoRA the model entries are the adapters alone: the frozen base comes from --hf-dir again.
 ckpt::StateDict training_state(llama::LlamaForCausalLM& model, torch::optim::AdamW& optimizer, const at::Tensor& step,
-                               const at::Tensor& seed) {
-  ckpt::StateDict state = ckpt::module_state_dict(*model);
+                               const at::Tensor& seed, bool lora) {
+  ckpt::StateDict state;
+  for (auto& [name, t] : ckpt::module_state_dict(*model)) {
+    if (!lora || dtensor::peft::is_lora_parameter(name)) state[name] = t;
+  }
   for (auto& [name, t] : ckpt::adamw_state_dict(optimizer, *model)) state[name] = t;
   state["train.step"] = step;
   state["train.seed"] = seed;
@@ -39,7 +44,7 @@ void save_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torc
                      int64_t steps_done) {
   const at::Tensor step = at::scalar_tensor(steps_done, at::kLong);
   const at::Tensor seed = at::scalar_tensor(static_cast<int64_t>(o.seed), at::kLong);
-  ckpt::save(ckpt::step_checkpoint_path(o.checkpoint_dir, steps_done), training_state(model, optimizer, step, seed));
+  ckpt::save(ckpt::step_checkpoint_path(o.checkpoint_dir, steps_done), training_state(model, optimizer, step, seed, o.lora()));
   // The model's sizes beside the checkpoints, in HF's config.json (llama_generate reads it; --dtype auto reads the
   // dtype back). Every rank (process or thread) writes the same bytes, each through its own temporary file.
   write_atomically(o.checkpoint_dir, "config.json", llama::config_to_hf_json(o.model, models::dtype_name(param_dtype(o))));
@@ -57,7 +62,7 @@ int64_t resume_from_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& m
   DTENSOR_CHECK(seed.item<int64_t>() == static_cast<int64_t>(o.seed), "dtensor: llama_train: ", latest->path,
                 " was written with --seed ", seed.item<int64_t>(), ", this run has --seed ", o.seed,
                 " (the data position would not match)");
-  ckpt::StateDict state = training_state(model, optimizer, step, seed);
+  ckpt::StateDict state = training_state(model, optimizer, step, seed, o.lora());
   // Across precisions: fp32 masters (--mixed-precision) resume as bf16 parameters (--dtype bfloat16
   // --mixed-precision off) and back, the values converted.
   ckpt::load(latest->path, state, {.allow_dtype_cast = true});

@@ -9,6 +9,7 @@
 
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/process_group.h"
+#include "dtensor/peft/adapter.h"
 #include "llama/hf_weights.h"
 #include "tokenizer/byte_tokenizer.h"
 
@@ -56,7 +57,12 @@ void save_tokenizer(const TrainOptions& o, const std::string& dir) {
 }
 
 void save_hf(const TrainOptions& o, llama::LlamaForCausalLM& model, const std::string& dir) {
-  llama::save_hf_llama(dir, model);
+  if (o.lora() && !o.merge_lora) {
+    dtensor::peft::save_adapter(dir, *model, {.base_model_name_or_path = o.hf_dir});
+  } else {
+    if (o.merge_lora) dtensor::peft::merge_adapter(*model);  // each rank its shards: W += scaling B A
+    llama::save_hf_llama(dir, model);
+  }
   const bool rank0 = !dtensor::is_initialized() || dtensor::current_world()->rank() == 0;
   if (rank0) save_tokenizer(o, dir);
   if (dtensor::is_initialized()) dtensor::current_world()->world_group()->barrier();

@@ -18,7 +18,9 @@ bool bytes_are_tokens(const TrainOptions& options);
 // tokenizer files of options.tokenizer_dir; nothing for a nanoGPT .bin (whose ids' tokenizer is not known). Every
 // caller writes the same bytes (each file through its own temporary name, renamed into place).
 void save_tokenizer(const TrainOptions& options, const std::string& dir);
-// llama::save_hf_llama(dir) (collective: every rank gathers each weight, rank 0 writes) and save_tokenizer(dir).
+// llama::save_hf_llama(dir) (collective: every rank gathers each weight, rank 0 writes) and save_tokenizer(dir). Under LoRA
+// the adapter instead (dtensor/peft/adapter.h: what PeftModel.from_pretrained loads), or with --merge-lora the model
+// with the adapters merged into its weights (PEFT's merge_and_unload, then save_pretrained).
 void save_hf(const TrainOptions& options, llama::LlamaForCausalLM& model, const std::string& dir);
 // Whether a run with these options keeps its trained weights anywhere (checkpoints or --save-hf).
 bool keeps_weights(const TrainOptions& options);

@@ -44,8 +44,11 @@ llama::LlamaForCausalLM make_model(const TrainOptions& o) {
 }
 
 llama::LlamaForCausalLM build_model(const TrainOptions& o, const models::ParallelDims& dims) {
-  return llama::build_model(o.model, dims, o.hf_dir.empty() ? llama::WeightSource::random(o.seed) : llama::WeightSource::hf(o.hf_dir),
-                            {.parallelize = parallelize_config(o), .dtype = param_dtype(o)});
+  // Under LoRA the frozen base is mapped from the files in place where it can be (never written but by --merge-lora).
+  const auto source = o.hf_dir.empty() ? llama::WeightSource::random(o.seed) : llama::WeightSource::hf(o.hf_dir, /*map_in_place=*/o.lora());
+  std::optional<llama::LoraOptions> lora;
+  if (o.lora()) lora = llama::LoraOptions{.config = *lora_config(o), .adapter_dir = o.lora_adapter, .seed = o.seed};
+  return llama::build_model(o.model, dims, source, {.parallelize = parallelize_config(o), .dtype = param_dtype(o), .lora = lora});
 }
 
 models::ParallelDims parallelize(llama::LlamaForCausalLM& model, const TrainOptions& o, const dtensor::DeviceMesh& mesh) {
@@ -61,9 +64,11 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
   TrainResult result;
   result.param_bytes_per_rank = local_param_bytes(model);
 
-  // Each parameter once: with tied embeddings lm_head.weight is model.embed_tokens.weight.
+  // Each trainable parameter once: with tied embeddings lm_head.weight is model.embed_tokens.weight; under LoRA the
+  // adapters alone (the base is frozen).
   std::vector<at::Tensor> params;
   for (const auto& p : model->parameters()) {
+    if (!p.requires_grad()) continue;
     if (std::none_of(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(p); })) params.push_back(p);
   }
   for (const auto& p : params) result.num_params += p.numel();

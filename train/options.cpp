@@ -3,6 +3,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include "dtensor/cp/context_parallel.h"
+#include "dtensor/peft/adapter.h"
 
 #include <ATen/ATen.h>
 
@@ -16,6 +17,37 @@
 namespace train {
 namespace {
 c10::Device compute_device(const TrainOptions& o) { return o.device == "cuda" ? c10::Device(at::kCUDA) : c10::Device(at::kCPU); }
+
+// --lora-adapter's config taken as the run's; what LoRA does not compose with refused by name.
+void resolve_lora(TrainOptions& o) {
+  if (!o.lora_adapter.empty()) {
+    if (o.lora()) {
+      throw ConfigError("--lora-rank with --lora-adapter: the adapter's adapter_config.json gives r, lora_alpha and "
+                        "target_modules");
+    }
+    try {
+      const dtensor::peft::LoraConfig c = dtensor::peft::load_adapter_config(o.lora_adapter);
+      o.lora_rank = c.r, o.lora_alpha = c.lora_alpha, o.lora_targets = c.target_modules;
+      o.lora_dropout = c.lora_dropout, o.use_rslora = c.use_rslora;
+    } catch (const std::exception& e) {
+      throw ConfigError(std::string("--lora-adapter: ") + e.what());
+    }
+  }
+  if (o.merge_lora && !o.lora()) throw ConfigError("--merge-lora needs LoRA (--lora-rank or --lora-adapter)");
+  if (o.merge_lora && o.save_hf.empty()) throw ConfigError("--merge-lora needs --save-hf DIR (where the merged model goes)");
+  if (!o.lora()) return;
+  try {
+    dtensor::peft::validate(*lora_config(o));
+  } catch (const std::exception& e) {
+    throw ConfigError(std::string("--lora-*: ") + e.what());
+  }
+  if (o.float8) throw ConfigError("--float8 with LoRA: adapters on float8 layers are not supported");
+  if (o.async_tp) throw ConfigError("--async-tp with LoRA: async TP's fused matmuls would skip the adapters");
+  if (o.plan_auto) throw ConfigError("--plan auto with LoRA: the plan search does not cost adapters yet (name a plan)");
+  if (o.data_parallel == models::DataParallel::fsdp && o.dp > 1) {
+    throw ConfigError("--fsdp with LoRA: FSDP over a frozen base is not supported yet (use DDP: --dp N without --fsdp)");
+  }
+}
 }  // namespace
 
 void resolve_options(TrainOptions& o) {
@@ -47,6 +79,7 @@ void resolve_options(TrainOptions& o) {
   } catch (const std::exception& e) {
     throw ConfigError(e.what());
   }
+  resolve_lora(o);
   param_dtype(o);  // a dtype we compute in, before any communication
   if (const auto policy = mp_policy(o)) {  // fp16 is refused there
     try {
@@ -100,16 +133,22 @@ MixedPrecision mixed_precision_from_string(const std::string& name) {
 
 at::ScalarType param_dtype(const TrainOptions& o) {
   at::ScalarType dtype;
+  // LoRA under mixed precision: the frozen base is held in the compute dtype itself (bf16), the adapters are the fp32
+  // masters. Without LoRA, mixed precision keeps fp32 masters whatever the checkpoint stores (bf16 widened on load).
+  const bool lora_mp = o.lora() && o.mixed_precision == MixedPrecision::bf16;
   try {
-    // Mixed precision keeps fp32 masters whatever the checkpoint stores (its bf16 weights are widened on load).
-    const bool masters = o.mixed_precision != MixedPrecision::off;
+    const bool masters = o.mixed_precision != MixedPrecision::off && !o.lora();
     const std::string stored = o.hf_dir.empty() || masters ? "" : llama::checkpoint_dtype((std::filesystem::path(o.hf_dir) / "config.json").string());
-    dtype = models::resolve_dtype(o.dtype, stored);
+    dtype = models::resolve_dtype(lora_mp && o.dtype == "auto" ? "bfloat16" : o.dtype, stored);
     models::check_computable(dtype, compute_device(o));
   } catch (const std::exception& e) {
     throw ConfigError(std::string("--dtype: ") + e.what());
   }
-  if (o.mixed_precision != MixedPrecision::off && dtype != at::kFloat) {
+  if (lora_mp && dtype != at::kBFloat16) {
+    throw ConfigError("--dtype " + o.dtype + " with LoRA and --mixed-precision bf16: the frozen base is held in bfloat16 "
+                      "(for a base in " + o.dtype + ", add --mixed-precision off)");
+  }
+  if (o.mixed_precision != MixedPrecision::off && !o.lora() && dtype != at::kFloat) {
     throw ConfigError("--dtype " + o.dtype + " with --mixed-precision " + to_string(o.mixed_precision) +
                       ": mixed precision keeps the parameters as float32 masters and computes in " +
                       to_string(o.mixed_precision) + " (for parameters stored in " + o.dtype +
@@ -126,6 +165,7 @@ std::optional<dtensor::MixedPrecisionPolicy> mp_policy(const TrainOptions& o) {
     throw ConfigError("--mixed-precision fp16 needs dynamic loss scaling (PyTorch's GradScaler), which llama_train does "
                       "not implement; use --mixed-precision bf16 (fp32's range, no scaling needed)");
   }
+  if (o.lora()) return std::nullopt;  // the base already in bf16 (param_dtype), the adapters' branch in fp32 as PEFT's
   return dtensor::MixedPrecisionPolicy{.param_dtype = at::kBFloat16, .reduce_dtype = at::kFloat, .output_dtype = std::nullopt};
 }
 
@@ -188,6 +228,12 @@ llama::ParallelizeConfig parallelize_config(const TrainOptions& o) {
           .ac = o.ac};
 }
 
+std::optional<dtensor::peft::LoraConfig> lora_config(const TrainOptions& o) {
+  if (!o.lora()) return std::nullopt;
+  return dtensor::peft::LoraConfig{.r = o.lora_rank, .lora_alpha = o.lora_alpha, .target_modules = o.lora_targets,
+                                   .lora_dropout = o.lora_dropout, .use_rslora = o.use_rslora};
+}
+
 int64_t gradient_accumulation_steps(const TrainOptions& o) { return o.global_batch > 0 ? o.global_batch / o.batch : 1; }
 
 void check_options(const TrainOptions& o, int64_t world) {
@@ -215,6 +261,10 @@ void check_options(const TrainOptions& o, int64_t world) {
     if (o.model.moe.num_experts > 0) {
       throw ConfigError("--cp with a mixture of experts: context parallelism beside routed experts is not supported");
     }
+  }
+  if (o.lora() && o.lora_dropout > 0 && tp > 1) {
+    throw ConfigError("--lora-dropout with --tp > 1: the ranks of a replicated input would draw different masks "
+                      "(use --lora-dropout 0 under TP)");
   }
   if (o.batch % o.dp != 0) {
     throw ConfigError("--batch " + std::to_string(o.batch) + " is not divisible by --dp " + std::to_string(o.dp) +

@@ -12,6 +12,7 @@
 #include "common/parallel_dims.h"
 #include "dtensor/dp/mixed_precision.h"
 #include "dtensor/float8/float8_linear.h"
+#include "dtensor/peft/lora.h"
 #include "train/data.h"
 #include "llama/config.h"
 #include "llama/parallelize.h"
@@ -88,6 +89,18 @@ struct TrainOptions {
   bool resume = false;           // continue from the newest checkpoint in checkpoint_dir (none: from step 0)
   int64_t stop_after = 0;        // 0: run to `steps`; else stop after this step (the schedule still spans `steps`)
   std::string save_hf;           // "": none; else the trained model saved there as a HF checkpoint (train/export.h)
+  // LoRA (PEFT's LoraConfig; dtensor/peft/lora.h): lora_rank > 0 freezes the model's weights (--hf-dir's mapped in
+  // place, in their dtype: never widened to fp32 masters) and trains adapters in fp32 on lora_targets, sharded to match
+  // each layer's TP style. --save-hf then writes the adapter (PEFT's adapter_model.safetensors + adapter_config.json),
+  // or with merge_lora the merged model as a HF checkpoint. Checkpoints hold the adapters and their optimizer state.
+  int64_t lora_rank = 0;
+  double lora_alpha = 8;                                          // PEFT's default
+  std::vector<std::string> lora_targets = {"q_proj", "v_proj"};  // PEFT's default for Llama
+  double lora_dropout = 0;
+  bool use_rslora = false;
+  std::string lora_adapter;  // start from this PEFT adapter directory: its adapter_config.json is the LoRA config
+  bool merge_lora = false;
+  bool lora() const { return lora_rank > 0; }
 };
 
 // Options that do not fit together (or a checkpoint config that does not load): llama_train prints "error: <what>"
@@ -119,6 +132,8 @@ int64_t gradient_accumulation_steps(const TrainOptions& options);
 // The held-out split against the model: its ids within the vocabulary, and at least one batch of windows. Throws
 // ConfigError naming --eval-data.
 void fit_eval_corpus(const TrainOptions& options, const Corpus& eval);
+// The adapters --lora-* stand for (nullopt without LoRA), for llama::build_model.
+std::optional<dtensor::peft::LoraConfig> lora_config(const TrainOptions& options);
 // The TP degree: options.tp, or world / dp when 0.
 int64_t tp_degree(const TrainOptions& options, int64_t world_size);
 // The options' parallelism: the degrees over a world of `world_size` ranks (no mesh yet: build_mesh makes it),

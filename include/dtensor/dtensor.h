@@ -67,6 +67,8 @@
 #include "dtensor/tp/parallelized.h"
 #include "dtensor/tp/style.h"
 #include "dtensor/cp/context_parallel.h"
+#include "dtensor/peft/adapter.h"
+#include "dtensor/peft/lora.h"
 #include "dtensor/debug/comm_debug_mode.h"
 #include "dtensor/plan/auto_plan.h"
 #include "dtensor/plan/cost_model.h"

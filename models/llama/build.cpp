@@ -9,12 +9,27 @@
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/watchdog.h"
 #include "dtensor/nn/materialize.h"
+#include "dtensor/dp/gradient_sync.h"
+#include "dtensor/peft/adapter.h"
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
 
 namespace fs = std::filesystem;
 
 namespace llama {
+namespace {
+
+void add_adapters(LlamaForCausalLM& model, const LoraOptions& lora, bool gradient_sync) {
+  dtensor::peft::inject_adapter(*model, lora.config, lora.seed);
+  if (!lora.adapter_dir.empty()) dtensor::peft::load_adapter_weights(lora.adapter_dir, *model);
+  dtensor::peft::mark_only_lora_as_trainable(*model);
+  // The plan's gradient sync covered the base's parameters, which get no gradients now: the adapters' instead (a
+  // Replicate A under a Colwise base gets a Partial gradient, reduced once per backward).
+  dtensor::disable_gradient_sync(*model);
+  if (gradient_sync) dtensor::enable_gradient_sync(*model);
+}
+
+}  // namespace
 
 LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDims& dims, const WeightSource& source,
                              const BuildOptions& options) {
@@ -40,6 +55,7 @@ LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDi
       break;
     }
   }
+  if (options.lora) add_adapters(model, *options.lora, options.parallelize.gradient_sync);
   apply_data_parallel(model, dims, options.parallelize);  // DDP's buckets and FSDP's groups take the filled parameters
   return model;
 }

@@ -8,6 +8,7 @@
 //   -> to_empty(device, dtype)     each rank allocates its shards and replicas only
 //   -> fill from the source        a seeded init (each rank its part of the same values at every degree), an HF
 //                                  directory or a checkpoint of ours (each rank reads only its slices)
+//   -> adapters (LoRA)             when asked: A and B on the targets, the base frozen
 //   -> data parallel               DDP's buckets, FSDP's groups and mixed precision take the filled parameters
 //
 // No rank ever holds the whole model. The plan is a value (ParallelizeConfig::plan), chosen by the caller.
@@ -20,9 +21,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "common/parallel_dims.h"
+#include "dtensor/peft/lora.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "llama/config.h"
 #include "llama/model.h"
@@ -54,9 +57,19 @@ struct WeightSource {
   }
 };
 
+// LoRA (dtensor/peft/lora.h) once the base weights are in, before data parallel: adapters on config's targets, sharded
+// to match their layers' TP styles, their values from adapter_dir (a PEFT adapter directory) or PEFT's init drawn from
+// `seed`. The base is frozen (only the adapters require grad: DDP buckets them alone, gradient sync reduces them alone).
+struct LoraOptions {
+  dtensor::peft::LoraConfig config;
+  std::string adapter_dir;  // "": initialized
+  uint64_t seed = 0;
+};
+
 struct BuildOptions {
   ParallelizeConfig parallelize;      // the plan and what runs over each dim (parallelize.h)
   at::ScalarType dtype = at::kFloat;  // the parameters'
+  std::optional<LoraOptions> lora;
   // Runs on the meta model after the model-parallel plan, before anything is allocated.
   std::function<void(LlamaForCausalLM&)> before_allocation;
 };

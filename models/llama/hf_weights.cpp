@@ -20,6 +20,7 @@
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/tensor/dtensor.h"
 #include "dtensor/nn/materialize.h"
+#include "dtensor/peft/lora.h"
 #include "llama/hf_config.h"
 
 namespace fs = std::filesystem;
@@ -144,7 +145,8 @@ dtensor::checkpoint::StateDict hf_state(LlamaForCausalLM& model, const std::vect
   const auto params = model->named_parameters();
   dtensor::checkpoint::StateDict state;
   for (const auto& [name, t] : dtensor::checkpoint::module_state_dict(*model)) {
-    if (params.contains(name) && !parts.count(name)) state[name] = t;
+    // Adapters (dtensor/peft) are no weights of the checkpoint: PEFT's adapter files hold them.
+    if (params.contains(name) && !parts.count(name) && !dtensor::peft::is_lora_parameter(name)) state[name] = t;
   }
   return state;
 }

@@ -51,6 +51,10 @@ std::vector<DimCandidate> matmul_candidates(const OpCall& call, int64_t i, int a
     }
     return std::nullopt;
   };
+  // All-Replicate first, as PyTorch's gen_einsum_strategies lists it: when every input is Replicate, sharding the
+  // output costs nothing too (a local chunk), and the first cheapest wins: the output stays Replicate, as PyTorch's
+  // (a Shard(0) there made the next matmul against a Shard(0) weight all-gather it back).
+  add(Replicate(), Replicate(), Replicate());
   add(Shard(m), Replicate(), Shard(m));
   add(Replicate(), Shard(n), Shard(n));
   add(Shard(n), Shard(m), Partial());
@@ -69,7 +73,6 @@ std::vector<DimCandidate> matmul_candidates(const OpCall& call, int64_t i, int a
   if (sb && sb->dim() == n) add(Replicate(), *sb, *sb);
   if (sa && sb && sa->dim() == n && sb->dim() == m && sa->split_factor() == sb->split_factor()) add(*sa, *sb, Partial());
   if (sa && sb && sa->dim() < batch && *sa == *sb) add(*sa, *sb, *sa);
-  add(Replicate(), Replicate(), Replicate());
   return out;
 }
 

@@ -24,6 +24,7 @@
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/peft/lora.h"
 #include "llama/parallelize.h"
 #include "train/plan_search.h"
 #include "dtensor/checkpoint/step_checkpoints.h"
@@ -137,6 +138,7 @@ int main(int argc, char** argv) {
     if (options.plan_auto) auto_choice = choose_plan(options, tp, rank == 0);
     if (tp > 1 && options.plan == llama::TPPlan::hf) llama::hf_plan(options.model, tp);
     if (tp > 1 && options.plan == llama::TPPlan::torchtitan) llama::torchtitan_plan(options.model, tp);
+    if (options.lora()) dtensor::peft::find_targets(*llama::meta_model(options.model), *train::lora_config(options));
   } catch (const std::exception& e) {
     return tools_cli::usage_error_exit(rank, e.what());
   }
@@ -155,6 +157,23 @@ int main(int argc, char** argv) {
                   options.loss_parallel, options.async_tp, static_cast<long long>(options.batch),
                   static_cast<long long>(train::gradient_accumulation_steps(options)), options.model.to_string().c_str(), corpus.source.c_str(),
                   static_cast<long long>(corpus.tokens.numel()));
+    }
+    if (rank == 0 && options.lora()) {
+      // PEFT's print_trainable_parameters.
+      int64_t trainable = 0, all = 0;
+      std::vector<at::Tensor> seen;
+      for (const auto& p : model->parameters()) {
+        if (std::any_of(seen.begin(), seen.end(), [&](const at::Tensor& q) { return q.is_same(p); })) continue;
+        seen.push_back(p);
+        all += p.numel();
+        if (p.requires_grad()) trainable += p.numel();
+      }
+      std::string targets;
+      for (const auto& t : options.lora_targets) targets += (targets.empty() ? "" : ",") + t;
+      std::printf("lora: r=%lld alpha=%g targets=%s%s | trainable params: %lld || all params: %lld || trainable%%: %.4f\n",
+                  static_cast<long long>(options.lora_rank), options.lora_alpha, targets.c_str(),
+                  options.lora_adapter.empty() ? "" : (" from " + options.lora_adapter).c_str(), static_cast<long long>(trainable),
+                  static_cast<long long>(all), 100.0 * static_cast<double>(trainable) / static_cast<double>(all));
     }
     const dtensor::DeviceMesh world_mesh = mesh.ndim() == 1 ? mesh : mesh.flatten();  // for the memory line
     if (options.plan_auto) check_same_choice(world_mesh, auto_choice);
@@ -202,7 +221,12 @@ int main(int argc, char** argv) {
     const auto result = train::run(model, options, corpus, dims, hooks, options.eval_data.empty() ? nullptr : &eval_corpus);
     if (!options.save_hf.empty() && !result.stopped_early) {
       train::save_hf(options, model, options.save_hf);
-      if (rank == 0) std::printf("saved the model to %s (transformers' from_pretrained loads it)\n", options.save_hf.c_str());
+      if (rank == 0 && options.lora() && !options.merge_lora) {
+        std::printf("saved the LoRA adapter to %s (PEFT's PeftModel.from_pretrained loads it)\n", options.save_hf.c_str());
+      } else if (rank == 0) {
+        std::printf("saved the model%s to %s (transformers' from_pretrained loads it)\n",
+                    options.merge_lora ? " with the adapters merged" : "", options.save_hf.c_str());
+      }
     } else if (!options.save_hf.empty() && rank == 0) {
       std::printf("--save-hf: not saved: the run stopped early (--resume finishes it, then saves)\n");
     }

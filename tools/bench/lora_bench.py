@@ -22,6 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 PY = sys.executable
 TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+sys.path.insert(0, HERE)
+from real_size_bench import ensure_checkpoint  # noqa: E402  (writes the random checkpoint of a shape once)
 
 PEFT_SCRIPT = r"""
 import resource, sys, time, torch
@@ -50,14 +52,6 @@ for step in range(steps):
 print(f"peft_result ms={sorted(times[1:])[len(times[1:]) // 2]:.1f} trainable={sum(p.numel() for p in params)} "
       f"rss_kb={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)
 """
-
-
-def ensure_checkpoint(shape, root):
-    d = os.path.join(root, shape)
-    if not os.path.exists(os.path.join(d, "config.json")):
-        print(f"progress writing {shape} to {d}", flush=True)
-        subprocess.run([PY, os.path.join(HERE, "real_size_checkpoint.py"), d, "--shape", shape], check=True)
-    return d
 
 
 def run_ours(bin_dir, ckpt, tp, args):

@@ -3,10 +3,12 @@ on transformers, the same random checkpoint of a real shape (bf16, as published:
 the same adapters (r 16, alpha 32, the seven projections), batch 1 of --seq-len tokens, a few AdamW steps.
 
     .venv/bin/python tools/bench/lora_bench.py [--shapes llama3.2-1b,llama3.2-3b,llama3.1-8b] [--root /tmp/real_sizes]
-        [--seq-len 128] [--steps 4] [--activation-checkpoint full] [--skip-peft]
+        [--seq-len 128] [--steps 4] [--activation-checkpoint full] [--dtype bfloat16|float32] [--skip-peft]
 
-Ours: the base mapped in bf16 from the files, the adapters fp32 (the branch in fp32), activation checkpointing per
-block. PEFT: AutoModelForCausalLM in bf16 with get_peft_model (adapters fp32: autocast_adapter_dtype), gradient
+Ours: the base mapped in bf16 from the files (--dtype float32: widened to fp32 on load, --mixed-precision off), the
+adapters fp32 (the branch in fp32), activation checkpointing per block. On a CPU without AVX-512 (AMD Zen 3) PyTorch's
+bf16 matmuls fall back to its reference GEMM (at::native::cpublas::gemm, one thread): there the fp32 base is the fast
+one where it fits. PEFT: AutoModelForCausalLM in the same dtype with get_peft_model (adapters fp32: autocast_adapter_dtype), gradient
 checkpointing on (transformers' own), AdamW on the adapters, torch threads = the cores. Printed per run: the median step
 time after the first, the peak RSS per process (/usr/bin/time), trainable parameters. Ends with a `summary` line.
 """
@@ -32,9 +34,10 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 ckpt, seq, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 torch.set_num_threads(threads)
-model = AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=torch.bfloat16)
+model = AutoModelForCausalLM.from_pretrained(ckpt, torch_dtype=getattr(torch, sys.argv[6]))
 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 model.enable_input_require_grads()
+model.train()  # transformers checkpoints only in training mode
 model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules=sys.argv[5].split(","), task_type="CAUSAL_LM"))
 params = [p for p in model.parameters() if p.requires_grad]
 opt = torch.optim.AdamW(params, lr=1e-4)
@@ -59,10 +62,12 @@ def run_ours(bin_dir, ckpt, tp, args):
            "maxrss_kb=%M", os.path.join(bin_dir, "llama_train"), "--hf-dir", ckpt, "--lora-rank", "16", "--lora-alpha",
            "32", "--lora-targets", TARGETS, "--seq-len", str(args.seq_len), "--batch", "1", "--steps", str(args.steps),
            "--warmup", "1", "--lr", "1e-4", "--log-every", "1", "--activation-checkpoint", args.activation_checkpoint]
+    if args.dtype == "float32":
+        cmd += ["--mixed-precision", "off", "--dtype", "float32"]
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, os.cpu_count() // tp)))
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=7200)
     out = r.stdout + r.stderr
-    steps = [float(x) for x in re.findall(r"^step +\d+ .* ([\d.]+) ms/step", r.stdout, re.M)]
+    steps = [float(x) for x in re.findall(r"^(?:\[rank0\]: )?step +\d+ .* ([\d.]+) ms/step", r.stdout, re.M)]
     m = re.search(r"trainable params: (\d+)", r.stdout)
     if r.returncode != 0 or not steps:
         return dict(error=out.strip().splitlines()[-3:] if out.strip() else [f"exit {r.returncode}"])
@@ -71,7 +76,7 @@ def run_ours(bin_dir, ckpt, tp, args):
 
 
 def run_peft(ckpt, args):
-    cmd = [PY, "-c", PEFT_SCRIPT, ckpt, str(args.seq_len), str(args.steps), str(os.cpu_count()), TARGETS]
+    cmd = [PY, "-c", PEFT_SCRIPT, ckpt, str(args.seq_len), str(args.steps), str(os.cpu_count()), TARGETS, args.dtype]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=7200)
     m = re.search(r"peft_result ms=([\d.]+) trainable=(\d+) rss_kb=(\d+)", r.stdout)
     if r.returncode != 0 or not m:
@@ -87,13 +92,14 @@ def main():
     ap.add_argument("--seq-len", type=int, default=128)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--activation-checkpoint", default="full")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     ap.add_argument("--tp", default="1,2")
     ap.add_argument("--skip-peft", action="store_true")
     args = ap.parse_args()
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = re.search(r"Model name:\s*(.*)", cpu)
     print(f"machine: {model.group(1).strip() if model else '?'}, {os.cpu_count()} cores; seq {args.seq_len}, batch 1, "
-          f"r 16, alpha 32, targets {TARGETS}, activation checkpointing {args.activation_checkpoint}", flush=True)
+          f"r 16, alpha 32, targets {TARGETS}, activation checkpointing {args.activation_checkpoint}, base {args.dtype}", flush=True)
     rows = []
     started = time.time()
     for shape in args.shapes.split(","):

@@ -10,6 +10,8 @@ random, so the adapters change the outputs from step 1) and saved by its save_pr
     is_trainable=True) alike in this process. fp32: every step's loss within 1e-5 relative; the adapter llama_train
     saves (--save-hf) equals PEFT's trained A and B within 1e-5 at TP 1, 1e-4 at TP 2 (absolute; values ~0.1-0.5) and PEFT's
     PeftModel.from_pretrained loads it; its logits equal the trained PEFT model's within 1e-4.
+  - DDP (--dp 2): the same losses; a run stopped after step 3 and resumed from its checkpoint (the adapters and their
+    AdamW state) ends with the same losses;
   - --merge-lora --save-hf at TP 2: transformers loads the merged checkpoint; its weights equal PEFT's
     merge_and_unload of the same trained adapter within 1e-6.
   - the bf16 base (--mixed-precision bf16: the base mapped in bf16, adapters fp32, PEFT's autocast_adapter_dtype):
@@ -165,6 +167,28 @@ def main():
             b = peft_model.eval()(input_ids=data[0][0]).logits
         check((a - b).abs().max().item() <= 1e-4, f"TP {nproc}: PeftModel.from_pretrained loads our adapter: logits equal (1e-4)",
               (a - b).abs().max().item())
+
+    # DDP over 2 ranks (each half of the batch): the adapters alone in its buckets, the same losses.
+    r = train(bin_dir, 2, ["--hf-dir", base, "--lora-adapter", init, "--mixed-precision", "off", "--dp", "2"])
+    ours = losses_of(r.stdout)
+    check(r.returncode == 0 and rel(ours, theirs) <= 1e-5, "DDP dp 2, fp32: losses equal PEFT's (relative 1e-5)",
+          (r.returncode, ours, theirs, r.stderr[-600:]))
+    # Checkpoints hold the adapters and their AdamW state: stopped after step 3 and resumed, the run ends as one
+    # uninterrupted (the base comes from --hf-dir again).
+    ckpt = os.path.join(root, "ckpt")
+    first = train(bin_dir, 2, ["--hf-dir", base, "--lora-adapter", init, "--mixed-precision", "off", "--checkpoint-dir", ckpt,
+                               "--checkpoint-every", "3", "--stop-after", "3"])
+    rest = train(bin_dir, 2, ["--hf-dir", base, "--lora-adapter", init, "--mixed-precision", "off", "--checkpoint-dir", ckpt,
+                              "--checkpoint-every", "3", "--resume"])
+    resumed = losses_of(first.stdout) + losses_of(rest.stdout)
+    check(first.returncode == 0 and rest.returncode == 0 and rel(resumed, theirs) <= 1e-5,
+          "TP 2: stopped after step 3 and resumed from the checkpoint: the same 6 losses (relative 1e-5)",
+          (first.returncode, rest.returncode, resumed, theirs, rest.stderr[-400:]))
+    step3 = os.path.join(ckpt, "step-00000003")
+    stored = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(step3) for f in fs)
+    base_bytes = os.path.getsize(os.path.join(base, "model.safetensors"))
+    check(0 < stored < base_bytes / 2, "a checkpoint holds the adapters and their state, not the frozen base",
+          (stored, base_bytes))
 
     merged_dir = os.path.join(root, "merged")
     r = train(bin_dir, 2, ["--hf-dir", base, "--lora-adapter", init, "--mixed-precision", "off", "--save-hf", merged_dir,

@@ -26,6 +26,7 @@
 #include "dtensor/mesh/launch_env.h"
 #include "dtensor/mesh/process_group.h"
 #include "dtensor/nn/materialize.h"
+#include "dtensor/peft/adapter.h"
 #include "llama/hf_config.h"
 #include "llama/build.h"
 #include "llama/hf_weights.h"
@@ -107,6 +108,9 @@ llama::LlamaConfig model_config(const ModelSource& options, int64_t tp) {
     config.validate();
     models::check_computable(model_dtype(options), options.device == "cuda" ? c10::Device(at::kCUDA) : c10::Device(at::kCPU));
     if (tp > 1) llama::inference_plan(config, tp);  // its size checks, before any communication
+    if (!options.lora_adapter.empty()) {  // the adapter's config read and its targets found, before any communication
+      dtensor::peft::find_targets(*llama::meta_model(config), dtensor::peft::load_adapter_config(options.lora_adapter));
+    }
     return config;
   } catch (const SourceError&) {
     throw;
@@ -128,6 +132,14 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
     build.before_allocation = [&](llama::LlamaForCausalLM& meta) {
       check_fits_in_memory(dtensor::nn::meta_bytes(*meta, build.dtype), build.dtype, tp_mesh);
     };
+  }
+  if (!options.lora_adapter.empty()) {
+    try {
+      build.lora = llama::LoraOptions{.config = dtensor::peft::load_adapter_config(options.lora_adapter),
+                                      .adapter_dir = options.lora_adapter};
+    } catch (const std::exception& e) {
+      throw SourceError(e.what());
+    }
   }
   const llama::WeightSource source = options.random_init  ? llama::WeightSource::random(options.seed)
                                      : !options.hf_dir.empty() ? llama::WeightSource::hf(options.hf_dir, /*map_in_place=*/true)

@@ -22,6 +22,9 @@ struct ModelSource {
   int64_t ep = 1;              // > 1: expert parallelism instead of TP (a mixture of experts; ep == world size)
   std::string device = "cpu";  // --device: "cpu", or "cuda" (cuda:LOCAL_RANK; the mesh is made on it)
   std::string dtype = "auto";  // --dtype (common/dtype.h): "auto" is the checkpoint's, float32 for a random init
+  // A PEFT adapter directory (adapter_config.json + adapter_model.safetensors) on top of the weights, as
+  // PeftModel.from_pretrained(model, dir): its adapters sharded like their layers (dtensor/peft/lora.h). "": none.
+  std::string lora_adapter;
 };
 
 // A source that cannot be read or does not fit the model or the TP degree: the tools print it as one `error:` line

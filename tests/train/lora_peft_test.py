@@ -17,6 +17,7 @@ random, so the adapters change the outputs from step 1) and saved by its save_pr
   - the bf16 base (--mixed-precision bf16: the base mapped in bf16, adapters fp32, PEFT's autocast_adapter_dtype):
     every loss within 5e-3 relative of PEFT's on the same bf16 base (measured 4.7e-4 on AMD EPYC: bf16 matmul rounding differs between oneDNN
     paths; the measured gap is printed).
+  - llama_generate --hf-dir BASE --lora-adapter ADAPTER at TP 1 and 2: PEFT's greedy tokens on the same adapter;
   - the frozen base: the `lora:` line counts PEFT's trainable parameters; usage errors exit 2 with one line naming
     the flag (--merge-lora without LoRA, --lora-targets naming no module, --lora-rank with --lora-adapter, --fsdp).
 Exit 1 on a failure; one line per check, then a `summary` line.
@@ -167,6 +168,18 @@ def main():
             b = peft_model.eval()(input_ids=data[0][0]).logits
         check((a - b).abs().max().item() <= 1e-4, f"TP {nproc}: PeftModel.from_pretrained loads our adapter: logits equal (1e-4)",
               (a - b).abs().max().item())
+        # llama_generate with the adapter: greedy tokens equal PEFT's generate on the same adapter.
+        prompt = [int(t) for t in data[0][0][0, :8]]
+        with torch.no_grad():
+            want = loaded.generate(input_ids=torch.tensor([prompt]), do_sample=False, max_new_tokens=8, min_new_tokens=8,
+                                   pad_token_id=0, eos_token_id=None)[0, 8:].tolist()
+        g = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(nproc), "--master-port", "0",
+                            "llama_generate", "--hf-dir", base, "--lora-adapter", out, "--prompt-ids", ",".join(map(str, prompt)),
+                            "--max-new-tokens", "8", "--no-stream"], capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+        got = [[int(t) for t in m.group(1).split()] for m in re.finditer(r"\[0\] [\d ]*\|([\d ]*)$", g.stdout, re.M)]
+        check(g.returncode == 0 and got == [want], f"TP {nproc}: llama_generate --lora-adapter: PEFT's greedy tokens",
+              (g.returncode, got, want, g.stderr[-400:]))
 
     # DDP over 2 ranks (each half of the batch): the adapters alone in its buckets, the same losses.
     r = train(bin_dir, 2, ["--hf-dir", base, "--lora-adapter", init, "--mixed-precision", "off", "--dp", "2"])

@@ -53,6 +53,10 @@ void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
   app.add_option("--hf-dir", o.hf_dir, "HF weights (config.json + model.safetensors)")
       ->check(CLI::ExistingDirectory)->group(weights);
   app.add_flag("--random-init", o.random_init, "random weights from --seed, sizes from the model flags below")->group(weights);
+  app.add_option("--lora-adapter", o.lora_adapter,
+                 "a PEFT adapter directory applied on the weights (as PeftModel.from_pretrained; llama_train --lora-rank "
+                 "--save-hf writes one)")
+      ->check(CLI::ExistingDirectory)->group(weights);
   tools_cli::add_dtype(app, o.dtype)->group(weights);
   tools_cli::add_device(app, o.device)->group(weights);
   tools_cli::each(app.add_option_function<std::string>(

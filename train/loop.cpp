@@ -48,7 +48,7 @@ llama::LlamaForCausalLM build_model(const TrainOptions& o, const models::Paralle
   const auto source = o.hf_dir.empty() ? llama::WeightSource::random(o.seed) : llama::WeightSource::hf(o.hf_dir, /*map_in_place=*/o.lora());
   std::optional<llama::LoraOptions> lora;
   if (o.lora()) lora = llama::LoraOptions{.config = *lora_config(o), .adapter_dir = o.lora_adapter, .seed = o.seed};
-  return llama::build_model(o.model, dims, source, {.parallelize = parallelize_config(o), .dtype = param_dtype(o), .lora = lora});
+  return llama::build_model(o.model, dims, source, {.parallelize = parallelize_config(o), .dtype = param_dtype(o), .lora = lora, .before_allocation = {}});
 }
 
 models::ParallelDims parallelize(llama::LlamaForCausalLM& model, const TrainOptions& o, const dtensor::DeviceMesh& mesh) {

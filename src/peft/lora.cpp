@@ -210,6 +210,10 @@ std::vector<std::string> inject_adapter(torch::nn::Module& model, const LoraConf
     });
     {
       std::lock_guard<std::mutex> lock(table_mutex);
+      std::erase_if(table(), [](const auto& entry) {  // the entries of layers that have died
+        const std::shared_ptr<Adapter> old = entry.second.lock();
+        return !old || old->alive.expired();
+      });
       table()[t.linear] = a;
     }
     names.push_back(t.name);

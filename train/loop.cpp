@@ -12,6 +12,7 @@
 #include "dtensor/core/error.h"
 #include "dtensor/cp/context_parallel.h"
 #include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/nn/parameter_replacement.h"
 #include "train/checkpointing.h"
 #include "train/eval.h"
 
@@ -67,9 +68,8 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
   // Each trainable parameter once: with tied embeddings lm_head.weight is model.embed_tokens.weight; under LoRA the
   // adapters alone (the base is frozen).
   std::vector<at::Tensor> params;
-  for (const auto& p : model->parameters()) {
-    if (!p.requires_grad()) continue;
-    if (std::none_of(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(p); })) params.push_back(p);
+  for (const auto& p : dtensor::nn::unique_parameters(*model)) {
+    if (p.requires_grad()) params.push_back(p);
   }
   for (const auto& p : params) result.num_params += p.numel();
   torch::optim::AdamW optimizer(params, torch::optim::AdamWOptions(o.lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));

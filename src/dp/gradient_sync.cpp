@@ -27,6 +27,7 @@
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/api/dtensor_api.h"
+#include "dtensor/nn/parameter_replacement.h"
 #include "dp/fsdp_param_group.h"
 
 namespace dtensor {
@@ -253,14 +254,6 @@ SyncHook* hook_of(const at::Tensor& param) {
   return dynamic_cast<SyncHook*>(hook.get());
 }
 
-std::vector<at::Tensor> unique_parameters(torch::nn::Module& module) {
-  std::vector<at::Tensor> out;
-  for (const auto& p : module.parameters(/*recurse=*/true)) {
-    if (std::none_of(out.begin(), out.end(), [&](const at::Tensor& q) { return q.is_same(p); })) out.push_back(p);
-  }
-  return out;
-}
-
 }  // namespace
 
 int64_t enable_gradient_sync(const std::vector<at::Tensor>& parameters, GradientSyncOptions options) {
@@ -289,17 +282,17 @@ int64_t enable_gradient_sync(const std::vector<at::Tensor>& parameters, Gradient
 }
 
 int64_t enable_gradient_sync(torch::nn::Module& module, GradientSyncOptions options) {
-  return enable_gradient_sync(unique_parameters(module), options);
+  return enable_gradient_sync(nn::unique_parameters(module), options);
 }
 
 void disable_gradient_sync(torch::nn::Module& module) {
-  for (const at::Tensor& p : unique_parameters(module)) {
+  for (const at::Tensor& p : nn::unique_parameters(module)) {
     if (hook_of(p) != nullptr) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
   }
 }
 
 void set_requires_gradient_sync(torch::nn::Module& module, bool requires_gradient_sync) {
-  for (const at::Tensor& p : unique_parameters(module)) {
+  for (const at::Tensor& p : nn::unique_parameters(module)) {
     if (SyncHook* hook = hook_of(p)) hook->reducer().set_sync(requires_gradient_sync);
     detail::set_fsdp_requires_gradient_sync(p, requires_gradient_sync);  // a fully_shard parameter's group (FSDP2's)
   }

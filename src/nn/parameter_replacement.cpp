@@ -2,6 +2,8 @@
 #include "dtensor/nn/parameter_members.h"
 #include "dtensor/core/error.h"
 
+#include <algorithm>
+
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
@@ -91,6 +93,14 @@ at::Tensor forward_parameter(torch::nn::Module& module, const std::string& name)
 
 void replace_buffer(torch::nn::Module& module, const std::string& name, at::Tensor value) {
   replace_entry(module.*buffers_member(), "buffer", module, name, std::move(value));
+}
+
+std::vector<at::Tensor> unique_parameters(torch::nn::Module& module) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : module.parameters(/*recurse=*/true)) {
+    if (std::none_of(out.begin(), out.end(), [&](const at::Tensor& q) { return q.is_same(p); })) out.push_back(p);
+  }
+  return out;
 }
 
 }  // namespace dtensor::nn

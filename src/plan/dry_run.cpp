@@ -14,6 +14,7 @@
 #include "dtensor/plan/fake_world.h"
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/nn/default_device.h"
+#include "dtensor/nn/parameter_replacement.h"
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/ops/dispatch_options.h"
 #include "plan/matmul_flops.h"
@@ -45,15 +46,6 @@ int64_t local_bytes(const at::Tensor& t) {
   if (!t.defined()) return 0;
   const at::Tensor& local = is_dtensor(t) ? to_local(t) : t;
   return local.numel() * static_cast<int64_t>(local.element_size());
-}
-
-// Each parameter once (a tied weight is registered twice).
-std::vector<at::Tensor> unique_parameters(torch::nn::Module& module) {
-  std::vector<at::Tensor> params;
-  for (const auto& p : module.parameters()) {
-    if (std::none_of(params.begin(), params.end(), [&](const at::Tensor& q) { return q.is_same(p); })) params.push_back(p);
-  }
-  return params;
 }
 
 // The records of one simulated rank: each CommEvent, keyed by (phase, module, collective, mesh dim).
@@ -115,7 +107,7 @@ RankReport simulate_rank(int rank, const std::function<std::shared_ptr<torch::nn
     module = build();
   }
   plan(mesh);
-  const std::vector<at::Tensor> params = unique_parameters(*module);
+  const std::vector<at::Tensor> params = nn::unique_parameters(*module);
   for (const auto& p : params) {
     report.param_bytes += local_bytes(p);
     report.num_params += is_dtensor(p) ? to_local(p).numel() : p.numel();

@@ -24,6 +24,7 @@
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
+#include "dtensor/nn/parameter_replacement.h"
 #include "dtensor/peft/lora.h"
 #include "llama/parallelize.h"
 #include "train/plan_search.h"
@@ -161,10 +162,7 @@ int main(int argc, char** argv) {
     if (rank == 0 && options.lora()) {
       // PEFT's print_trainable_parameters.
       int64_t trainable = 0, all = 0;
-      std::vector<at::Tensor> seen;
-      for (const auto& p : model->parameters()) {
-        if (std::any_of(seen.begin(), seen.end(), [&](const at::Tensor& q) { return q.is_same(p); })) continue;
-        seen.push_back(p);
+      for (const auto& p : dtensor::nn::unique_parameters(*model)) {
         all += p.numel();
         if (p.requires_grad()) trainable += p.numel();
       }

@@ -19,6 +19,7 @@
 #include <torch/nn/module.h>
 
 #include <string>
+#include <vector>
 
 namespace dtensor::nn {
 
@@ -34,5 +35,9 @@ void set_forward_parameter(torch::nn::Module& module, const std::string& name, a
 at::Tensor forward_parameter(torch::nn::Module& module, const std::string& name);
 // The same for a buffer.
 void replace_buffer(torch::nn::Module& module, const std::string& name, at::Tensor value);
+
+// The parameters of `module` and its submodules, each tensor once, in registration order: a tensor registered in two
+// places (tied embeddings: lm_head.weight is embed_tokens.weight) is listed at its first.
+std::vector<at::Tensor> unique_parameters(torch::nn::Module& module);
 
 }  // namespace dtensor::nn

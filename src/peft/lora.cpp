@@ -85,8 +85,8 @@ Layout layout_for(const std::string& name, const at::Tensor& weight, double drop
                 "' under TP: the ranks of a replicated input would draw different masks; use lora_dropout 0");
   const Placement w = p[0].normalized(2);
   if (w.is_replicate()) return {mesh, Replicate(), Replicate()};
-  if (w.is_shard(0) && w == Shard(0)) return {mesh, Replicate(), Shard(0)};  // Colwise
-  if (w.is_shard(1) && w == Shard(1)) return {mesh, Shard(1), Replicate()};  // Rowwise
+  if (w == Shard(0)) return {mesh, Replicate(), Shard(0)};  // Colwise
+  if (w == Shard(1)) return {mesh, Shard(1), Replicate()};  // Rowwise
   throw DTENSOR_ERROR("dtensor: LoRA: '", name, "' has its weight laid out as ", to_string(p),
                       "; adapters follow Shard(0) (Colwise), Shard(1) (Rowwise) or Replicate weights only");
 }

@@ -79,9 +79,11 @@ TEST(GradientAccumulationCollectives, GradientsAreReducedOncePerStep) {
   {
     auto acc = options;
     acc.batch = 1, acc.global_batch = 4;
-    const auto& c = run_tp(acc, 2).steps.back().fwd_bwd_counts;
+    // Copies: a reference into run_tp's returned RunResult would dangle once the statement ends (that read of freed
+    // memory once counted 0 all-reduces under ctest -j2).
+    const auto c = run_tp(acc, 2).steps.back().fwd_bwd_counts;
     EXPECT_EQ(get(c, "all_reduce"), 3 * 4 + 1) << "tp 2";
-    const auto& one = run_tp(options, 2).steps.back().fwd_bwd_counts;
+    const auto one = run_tp(options, 2).steps.back().fwd_bwd_counts;
     EXPECT_EQ(get(one, "all_reduce"), 3 + 1) << "tp 2, one batch";
   }
   for (const char* kind : {"ddp", "fsdp"}) {

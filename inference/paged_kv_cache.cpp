@@ -3,7 +3,10 @@
 #include <ATen/ATen.h>
 
 #include "common/forward_context.h"
+#include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/error.h"
+#include "dtensor/tensor/dtensor.h"
+#include "inference/paged_attention.h"
 
 namespace inference {
 
@@ -34,7 +37,9 @@ PagedStep pack_step(const std::vector<PagedChunk>& chunks, int64_t block_size) {
     for (int64_t j = c.logits; j > 0; --j) logit_rows.push_back(static_cast<int64_t>(tokens.size()) - j);
   }
   auto t = [](const std::vector<int64_t>& v) { return at::tensor(v, at::kLong); };
-  return {t(tokens), t(positions), t(query_seq), t(write_slots), t(key_slots), t(key_pos), t(key_seq), t(logit_rows)};
+  PagedStep step{t(tokens), t(positions), t(query_seq), t(write_slots), t(key_slots), t(key_pos), t(key_seq), t(logit_rows), {}, {}, false};
+  index_sequences(step);
+  return step;
 }
 
 PagedKVCache::PagedKVCache(int64_t num_layers, int64_t num_blocks, int64_t block_size)
@@ -44,8 +49,7 @@ PagedKVCache::PagedKVCache(int64_t num_layers, int64_t num_blocks, int64_t block
                 ", ", block_size);
 }
 
-std::pair<at::Tensor, at::Tensor> PagedKVCache::update(int64_t layer, const at::Tensor& k, const at::Tensor& v,
-                                                     const PagedStep& step) {
+void PagedKVCache::write(int64_t layer, const at::Tensor& k, const at::Tensor& v, const PagedStep& step) {
   DTENSOR_CHECK(layer >= 0 && layer < static_cast<int64_t>(k_.size()), "inference: PagedKVCache has no layer ", layer);
   const at::Tensor &write_slots = step.write_slots, &key_slots = step.key_slots;
   if (layer == 0) {  // a step's slots, checked once (its first layer)
@@ -71,7 +75,34 @@ std::pair<at::Tensor, at::Tensor> PagedKVCache::update(int64_t layer, const at::
   // Slots are dim 2, never sharded: both are local on every rank.
   pool_k.index_copy_(2, write_slots, k);
   pool_v.index_copy_(2, write_slots, v);
-  return {pool_k.index_select(2, key_slots), pool_v.index_select(2, key_slots)};
+}
+
+std::pair<at::Tensor, at::Tensor> PagedKVCache::update(int64_t layer, const at::Tensor& k, const at::Tensor& v,
+                                                     const PagedStep& step) {
+  DTENSOR_CHECK(!step.attention_from_pool, "inference: a step packed for attention from the pool (attend) was read "
+                "through update(): its model built no mask");
+  write(layer, k, v, step);
+  return {k_[layer].index_select(2, step.key_slots), v_[layer].index_select(2, step.key_slots)};
+}
+
+at::Tensor PagedKVCache::attend(int64_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                const PagedStep& step, std::optional<double> scale,
+                                const dtensor::nn::AttentionKwargs& kwargs) {
+  DTENSOR_CHECK(!dtensor::nn::attention_overridden(), "inference: a paged step's attention cannot run under an "
+                "attention override (context parallelism)");
+  write(layer, k, v, step);
+  const at::Tensor &pool_k = k_[layer], &pool_v = v_[layer];
+  if (!dtensor::is_dtensor(q)) return paged_attention(q, pool_k, pool_v, step, scale, kwargs);
+  // Under TP q and the pools are sharded by heads (Shard(1)) alike: each rank attends over its own heads, no
+  // communication, and its output rows are its shard of the output's heads.
+  const dtensor::Placements& p = dtensor::placements(q);
+  bool heads_only = dtensor::is_dtensor(pool_k) && dtensor::placements(pool_k) == p;
+  for (const auto& pl : p) heads_only = heads_only && (pl.is_replicate() || pl.is_shard(1));
+  DTENSOR_CHECK(heads_only, "inference: paged attention takes q and the KV pool sharded by heads alike (Shard(1) or "
+                "Replicate); got q ", dtensor::dtensor_spec(q).to_string());
+  const at::Tensor out = paged_attention(dtensor::to_local(q), dtensor::to_local(pool_k),
+                                         dtensor::to_local(pool_v), step, scale, kwargs);
+  return dtensor::DTensor::from_local(out, dtensor::device_mesh(q), p, /*run_check=*/false, q.sizes().vec());
 }
 
 namespace {
@@ -86,6 +117,14 @@ class PagedLayer : public models::KVCacheLayer {
     DTENSOR_CHECK(ctx && ctx->paged_step, "inference: a paged KV cache is updated within a forward whose context has "
                   "the PagedStep");
     return cache_->update(layer_, k, v, *ctx->paged_step);
+  }
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, std::optional<double> scale,
+                    const dtensor::nn::AttentionKwargs& kwargs) override {
+    const models::ForwardContext* ctx = models::forward_context();
+    DTENSOR_CHECK(ctx && ctx->paged_step, "inference: a paged KV cache attends within a forward whose context has "
+                  "the PagedStep");
+    if (!ctx->paged_step->attention_from_pool) return {};
+    return cache_->attend(layer_, q, k, v, *ctx->paged_step, scale, kwargs);
   }
   int64_t length() const override { return 0; }
   bool paged() const override { return true; }

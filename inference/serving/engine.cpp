@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 
 #include "dtensor/core/error.h"
+#include "inference/paged_attention.h"
 
 #include <stdexcept>
 #include <string>
@@ -35,8 +36,11 @@ at::Tensor Engine::forward(const inference::PagedStep& s) {
   }
   at::NoGradGuard no_grad;
   auto on = [&](const at::Tensor& x) { return x.to(device_); };
-  const inference::PagedStep d{on(s.tokens), on(s.positions), on(s.query_seq), on(s.write_slots),
-                           on(s.key_slots), on(s.key_pos), on(s.key_seq), on(s.logit_rows)};
+  inference::PagedStep d = s;  // its sequences' offsets and attention route, the tensors on the model's device
+  for (at::Tensor* t : {&d.tokens, &d.positions, &d.query_seq, &d.write_slots, &d.key_slots, &d.key_pos, &d.key_seq,
+                        &d.logit_rows}) {
+    *t = on(*t);
+  }
   // The step goes to the model by one route, its forward's context: the mask and positions, and the caches' slots.
   const models::ForwardContext context{layers_, &d};
   const models::ForwardContextGuard in_context(context);
@@ -73,7 +77,9 @@ void Engine::follow() {
     at::Tensor payload = at::empty({4 * t + 3 * k + n}, at::kLong);
     group_->broadcast_(payload, 0);
     auto parts = payload.split_with_sizes({t, t, t, t, k, k, k, n});
-    forward({parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6], parts[7]});
+    inference::PagedStep step{parts[0], parts[1], parts[2], parts[3], parts[4], parts[5], parts[6], parts[7], {}, {}, false};
+    inference::index_sequences(step);  // as rank 0's pack_step did
+    forward(step);
   }
 }
 

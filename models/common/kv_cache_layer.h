@@ -12,7 +12,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <utility>
+#include <vector>
+
+#include "dtensor/nn/attention.h"
 
 namespace models {
 
@@ -28,6 +32,14 @@ class KVCacheLayer {
   // k, v [b, kv_heads, s, head_dim] of the s new tokens -> the keys and values they attend to
   // ([b, kv_heads, kept + s, head_dim] for a dense cache; [1, kv_heads, K, head_dim] for a paged step).
   virtual std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) = 0;
+  // Attention done by the cache itself, from where it keeps the keys (a paged cache reads each sequence's blocks in
+  // place: inference/paged_attention.h): stores k, v as update() does and returns softmax(q k^T * scale) v over the
+  // keys each query sees, [b, heads, s, head_dim]; undefined where it does not (the model then calls update() and
+  // attends with its mask). scale nullopt: head_dim^-1/2. No autograd.
+  virtual at::Tensor attend(const at::Tensor& /*q*/, const at::Tensor& /*k*/, const at::Tensor& /*v*/,
+                            std::optional<double> /*scale*/, const dtensor::nn::AttentionKwargs& /*kwargs*/) {
+    return {};
+  }
   // Positions cached for the whole batch (a dense cache); a paged cache's positions are per sequence and come with
   // each PagedStep, so it says 0.
   virtual int64_t length() const = 0;
@@ -45,6 +57,12 @@ struct PagedStep {
   at::Tensor key_pos;      // [K] their positions
   at::Tensor key_seq;      // [K] their sequences
   at::Tensor logit_rows;   // [n_out] the tokens (indices into T) whose logits the caller wants
+  // On the host, n + 1 offsets each: sequence i's new tokens are rows [query_start[i], query_start[i + 1]) and its keys
+  // key_slots[key_start[i], key_start[i + 1]), at positions 0, 1, ... (inference::index_sequences fills them).
+  std::vector<int64_t> query_start, key_start;
+  // The caches attend from their pools, each sequence over its own blocks (KVCacheLayer::attend), and the model builds
+  // no mask; false: the reference, every sequence's keys gathered side by side under a block-diagonal mask.
+  bool attention_from_pool = false;
 };
 
 }  // namespace models

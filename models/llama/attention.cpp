@@ -76,6 +76,7 @@ AttentionInputs paged_attention_inputs(const LlamaConfig& config, const models::
   const int64_t table_len = step.positions.numel() ? step.positions.max().item<int64_t>() + 1 : 1;
   AttentionInputs in;
   rotary_at(config, step.positions, table_len, {1, 1, t}, in);
+  if (step.attention_from_pool) return in;  // the caches attend over each sequence's own keys: no mask
   at::Tensor query_pos = step.positions.view({t, 1}), key_pos = step.key_pos.view({1, -1});
   at::Tensor visible =
       ((step.key_seq.view({1, -1}) == step.query_seq.view({t, 1})) & dtensor::nn::causal_visible(query_pos, key_pos, 0)).unsqueeze(0);
@@ -123,14 +124,20 @@ at::Tensor AttentionImpl::forward(const at::Tensor& x, const at::Tensor& cos, co
     q = apply_rotary(q, cos, sin, interleaved, rotate_in_fp32);
     k = apply_rotary(k, cos, sin, interleaved, rotate_in_fp32);
   }
-  // With the forward context's cache of this layer: dense [b, kv_heads, past + s, head_dim], paged [1, kv_heads, K, head_dim].
-  if (const models::ForwardContext* ctx = models::forward_context()) {
-    if (models::KVCacheLayer* cache = ctx->cache(layer)) std::tie(k, v) = cache->update(k, v);
-  }
-  // The default scale is left to the kernel (head_dim^-1/2); a config's own is passed. Through dtensor::nn's kernel:
-  // under context parallelism it is ring attention over the sequence's shards. Without a mask the attention is
-  // causal, within the layer's window (a mask holds its own).
+  // The default scale is left to the kernel (head_dim^-1/2); a config's own is passed.
   const std::optional<double> sdpa_scale = explicit_scale ? std::optional<double>(scale) : std::nullopt;
+  // With the forward context's cache of this layer: a paged one attends itself, each sequence over its own blocks
+  // (no mask was built); otherwise it gives back the keys to attend to, dense [b, kv_heads, past + s, head_dim] or
+  // paged [1, kv_heads, K, head_dim] (the reference, under the step's block-diagonal mask).
+  if (const models::ForwardContext* ctx = models::forward_context()) {
+    if (models::KVCacheLayer* cache = ctx->cache(layer)) {
+      const at::Tensor out = cache->attend(q, k, v, sdpa_scale, {sliding_window, softcap});
+      if (out.defined()) return o_proj(out.transpose(1, 2).reshape({b, s, -1}));
+      std::tie(k, v) = cache->update(k, v);
+    }
+  }
+  // Through dtensor::nn's kernel: under context parallelism it is ring attention over the sequence's shards. Without a
+  // mask the attention is causal, within the layer's window (a mask holds its own).
   const dtensor::nn::AttentionKwargs kwargs{mask.defined() ? 0 : sliding_window, softcap};
   const at::Tensor out = dtensor::nn::scaled_dot_product_attention(q, k, v, mask, /*is_causal=*/!mask.defined(), sdpa_scale, kwargs);
   return o_proj(out.transpose(1, 2).reshape({b, s, -1}));

@@ -4,7 +4,7 @@
 // chunks, sharing steps with others' decoding, their blocks interleaved and out of order in the pool; every
 // step's logits equal generate's and the greedy tokens are the same, at TP 1, 2 and 4 (2 key/value heads:
 // replicated at TP 4). A sliding-window config (Mistral's) and Gemma 2's soft-capping and alternating layers
-// take the same check at TP 2.
+// take the same check at TP 2. Each by both routes of the step's attention (paged_attention.h).
 #include <gtest/gtest.h>
 
 #include <c10/core/GradMode.h>
@@ -13,6 +13,7 @@
 
 #include "../cuda/cuda_test_util.h"
 #include "dtensor/core/error.h"
+#include "dtensor/core/fast_kernels.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "harness/multi_rank.h"
 #include "inference/generate.h"
@@ -140,8 +141,20 @@ void expect_matches(const Reference& got, const Reference& want, const std::stri
   }
 }
 
+void check_route_at_tp(const llama::LlamaConfig& config, int tp, const std::string& label, const Reference& want);
+
+// Both routes of a paged step's attention (inference/paged_attention.h): from the pool, each sequence over its own
+// blocks (fast kernels on: the AVX2 kernel for these short chunks), and the reference's gather under a block-diagonal
+// mask (fast kernels off).
 void check_at_tp(const llama::LlamaConfig& config, int tp, const std::string& label) {
   const Reference want = reference(config);
+  for (bool fast : {true, false}) {
+    const dtensor::FastKernelsGuard route(fast);
+    check_route_at_tp(config, tp, label + (fast ? " (attention from the pool)" : " (reference mask)"), want);
+  }
+}
+
+void check_route_at_tp(const llama::LlamaConfig& config, int tp, const std::string& label, const Reference& want) {
   if (tp == 1) {
     llama::LlamaForCausalLM model(config);
     model->init_weights(kSeed);

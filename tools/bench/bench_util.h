@@ -1,4 +1,4 @@
-// What the benchmark binaries share: their command line and their two ways of timing.
+// What the benchmark binaries share: their command line, its lists, and their ways of timing.
 #pragma once
 
 #include <algorithm>
@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -29,6 +30,22 @@ inline int parse_iters(int argc, char** argv, int fallback, const std::string& p
     std::exit(0);
   }
   return iters;
+}
+
+// A list option's value, "1,8,64" -> {1, 8, 64}; a UsageError naming `flag` for an item that is not a number.
+inline std::vector<int64_t> int_list(const std::string& text, const std::string& flag) {
+  std::vector<int64_t> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(tools_cli::parse_number<int64_t>(flag, item));
+  return out;
+}
+
+// The mean time of `iters` calls after one warm-up call, in ms (calls long enough to time together).
+inline double mean_ms(int iters, const std::function<void()>& fn) {
+  fn();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) fn();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
 }
 
 // For calls too short to time one by one: the median over 15 batches of the mean time per call, in µs.

@@ -10,9 +10,7 @@
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
-#include <chrono>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -24,21 +22,6 @@
 namespace {
 
 constexpr int64_t kBlock = 16;
-
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoll(item));
-  return out;
-}
-
-template <typename F>
-double ms_per_call(int iters, F&& f) {
-  f();
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters; ++i) f();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
-}
 
 }  // namespace
 
@@ -56,6 +39,14 @@ int main(int argc, char** argv) {
     app.add_option("--reference-limit", reference_limit, "largest reference score count (T x K x heads) timed");
     app.add_flag("--contiguous", contiguous, "each sequence's blocks one after another (default: interleaved)");
   });
+  std::vector<int64_t> batch_sizes, context_lengths;
+  try {
+    batch_sizes = dtensor::bench::int_list(batches, "--batch");
+    context_lengths = dtensor::bench::int_list(contexts, "--context");
+  } catch (const tools_cli::UsageError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
   at::NoGradGuard no_grad;
   std::printf("paged attention, one layer, heads %lld / kv heads %lld / head_dim %lld, bf16, blocks of %lld, %d "
               "thread(s), kernel route for 1 row: %s\n",
@@ -64,8 +55,8 @@ int main(int argc, char** argv) {
                                                at::zeros({1, kv_heads, 1, d}, at::kBFloat16), 1));
   std::printf("| batch | context | K and V MB | paged ms | GB/s | reference ms | reference / paged |\n");
   std::printf("|---:|---:|---:|---:|---:|---:|---:|\n");
-  for (int64_t B : parse_list(batches)) {
-    for (int64_t C : parse_list(contexts)) {
+  for (int64_t B : batch_sizes) {
+    for (int64_t C : context_lengths) {
       const int64_t blocks_per_seq = (C + 1 + kBlock - 1) / kBlock, blocks = B * blocks_per_seq;
       std::vector<inference::PagedChunk> chunks;
       for (int64_t i = 0; i < B; ++i) {
@@ -78,17 +69,17 @@ int main(int argc, char** argv) {
       const at::Tensor pool_k = at::randn({1, kv_heads, blocks * kBlock, d}).to(at::kBFloat16);
       const at::Tensor pool_v = at::randn({1, kv_heads, blocks * kBlock, d}).to(at::kBFloat16);
       const double mb = 2.0 * B * (C + 1) * kv_heads * d * 2 / 1e6;
-      const double paged = ms_per_call(iters, [&] {
-        return inference::paged_attention(q, pool_k, pool_v, step, std::nullopt, {});
+      const double paged = dtensor::bench::mean_ms(iters, [&] {
+        inference::paged_attention(q, pool_k, pool_v, step, std::nullopt, {});
       });
       const int64_t K = step.key_slots.numel();
       std::string ref = "-", ratio = "-";
       if (static_cast<double>(B) * K * heads <= reference_limit) {
-        const double r = ms_per_call(std::max(1, iters / 4), [&] {
+        const double r = dtensor::bench::mean_ms(std::max(1, iters / 4), [&] {
           const at::Tensor visible = (step.key_seq.view({1, K}) == step.query_seq.view({B, 1})) &
                                      dtensor::nn::causal_visible(step.positions.view({B, 1}), step.key_pos.view({1, K}), 0);
           const at::Tensor mask = dtensor::nn::additive_mask(visible, q.options()).view({1, 1, B, K});
-          return dtensor::nn::scaled_dot_product_attention(q, pool_k.index_select(2, step.key_slots),
+          dtensor::nn::scaled_dot_product_attention(q, pool_k.index_select(2, step.key_slots),
                                                            pool_v.index_select(2, step.key_slots), mask, false,
                                                            std::nullopt);
         });

@@ -11,14 +11,13 @@
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "../common/cli.h"
+#include "bench_util.h"
 #include "common/forward_context.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/process_group.h"
@@ -28,13 +27,6 @@
 namespace {
 
 constexpr int64_t kBlock = 16;
-
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoll(item));
-  return out;
-}
 
 }  // namespace
 
@@ -49,11 +41,14 @@ int main(int argc, char** argv) {
   app.add_option("--context", contexts, "cached positions per sequence (comma-separated)");
   app.add_option("--iters", iters, "timed steps per row")->check(tools_cli::positive());
   app.add_option("--reference-limit", reference_limit, "largest reference score count (T x K x heads) per layer timed");
+  std::vector<int64_t> batch_sizes, context_lengths;
   try {
     if (tools_cli::parse(app, std::vector<std::string>(argv + 1, argv + argc))) {
       std::fputs(app.help().c_str(), stdout);
       return 0;
     }
+    batch_sizes = dtensor::bench::int_list(batches, "--batch");
+    context_lengths = dtensor::bench::int_list(contexts, "--context");
   } catch (const tools_cli::UsageError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
@@ -74,8 +69,8 @@ int main(int argc, char** argv) {
     std::printf("|---:|---:|---:|---:|---:|---:|\n");
   }
   double last_tokens_per_s = 0;
-  for (int64_t B : parse_list(batches)) {
-    for (int64_t C : parse_list(contexts)) {
+  for (int64_t B : batch_sizes) {
+    for (int64_t C : context_lengths) {
       const int64_t blocks_per_seq = (C + 1 + kBlock - 1) / kBlock;
       auto cache = std::make_shared<inference::PagedKVCache>(config.num_hidden_layers, B * blocks_per_seq, kBlock);
       const auto layers = cache->layers();
@@ -97,10 +92,7 @@ int main(int argc, char** argv) {
           const at::Tensor hidden = model->model(step.tokens.view({1, -1}));
           return model->logits(hidden.index_select(1, step.logit_rows));
         };
-        run();  // the pool's first write allocates it
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) run();
-        ms[route] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+        ms[route] = dtensor::bench::mean_ms(iters, [&] { run(); });  // the warm-up call allocates the pool
       }
       last_tokens_per_s = 1000.0 * B / ms[0];
       if (rank0) {

@@ -14,6 +14,11 @@ The machine's 2 cores: our TP 2 runs 2 single-threaded ranks; TP 1 and transform
 --speculative K: the prompts repeat themselves (each word list 8 times), and ours runs twice per TP, with prompt-lookup
 speculative decoding of K tokens (--speculative-config ngram) and without; the rows add the draft tokens accepted.
 
+--reference-attention: ours runs twice per TP, the second time with DTENSOR_FAST_KERNELS=0: a step's attention by the
+reference route (every sequence's keys gathered under a block-diagonal mask) instead of each sequence over its own
+blocks (inference/paged_attention.h). The model is fp32, so the switch changes nothing else. --skip-transformers
+leaves out transformers' rows.
+
 --shared-prefix N: every prompt begins with the same system prompt of N words (a chat server's typical load), and
 ours runs twice per TP, with automatic prefix caching (the default) and with --no-enable-prefix-caching; the rows
 add time to first token (p50, streamed).
@@ -53,10 +58,18 @@ def prompt_of(args, i):
 SYSTEM_WORDS = "You are a helpful assistant . Answer briefly and cite what you use .".split()
 
 
-def ours(bin_dir, model_dir, name, tp, args, serve_args=(), label="continuous batching"):
+def ours(bin_dir, model_dir, name, tp, args, serve_args=(), label="continuous batching", env=None):
     import openai
     threads = 1 if tp > 1 else 2
-    server = Server(bin_dir, model_dir, tp=tp, threads=threads, args=serve_args)
+    if args.max_num_seqs:
+        serve_args = tuple(serve_args) + ("--max-num-seqs", str(args.max_num_seqs))
+    saved = dict(os.environ)
+    os.environ.update(env or {})
+    try:
+        server = Server(bin_dir, model_dir, tp=tp, threads=threads, args=serve_args)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     try:
         client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", timeout=600, max_retries=0)
         client.completions.create(model=name, prompt="warm up", max_tokens=4, temperature=0)
@@ -139,6 +152,10 @@ def main():
     ap.add_argument("--tp", default="1,2")
     ap.add_argument("--shared-prefix", type=int, default=0, help="words of a system prompt every request begins with")
     ap.add_argument("--speculative", type=int, default=0, help="prompt-lookup draft tokens (a repetitive workload)")
+    ap.add_argument("--reference-attention", action="store_true",
+                    help="ours again with DTENSOR_FAST_KERNELS=0 (the paged step's reference attention)")
+    ap.add_argument("--skip-transformers", action="store_true", help="leave out transformers' rows")
+    ap.add_argument("--max-num-seqs", type=int, default=0, help="serve's --max-num-seqs (0: its default, 16)")
     args = ap.parse_args()
     root = tempfile.mkdtemp(prefix="serve_bench_")
     model_dir, _, _ = make_checkpoint(root, WORDS[:1], 1, layers=args.layers, hidden=args.hidden, clear_top1=False)
@@ -154,10 +171,14 @@ def main():
             config = f'{{"method": "ngram", "num_speculative_tokens": {args.speculative}, "prompt_lookup_min": 1}}'
             rates[f"serve_tp{tp}_speculative"] = ours(args.bin, model_dir, name, tp, args,
                                                       ["--speculative-config", config], f"ngram speculation {args.speculative}")
+        if args.reference_attention:
+            rates[f"serve_tp{tp}_reference_attention"] = ours(args.bin, model_dir, name, tp, args, (),
+                                                              "reference attention", {"DTENSOR_FAST_KERNELS": "0"})
         if args.shared_prefix:
             rates[f"serve_tp{tp}_no_prefix_caching"] = ours(args.bin, model_dir, name, tp, args,
                                                             ["--no-enable-prefix-caching"], "no prefix caching")
-    rates["hf_one_by_one"], rates["hf_batched"] = transformers_side(model_dir, args)
+    if not args.skip_transformers:
+        rates["hf_one_by_one"], rates["hf_batched"] = transformers_side(model_dir, args)
     print("summary " + " ".join(f"{k}_tokens_per_s={v:.1f}" for k, v in rates.items()))
 
 

@@ -288,6 +288,16 @@ TEST(LlamaGenerateCli, RunsUnderTprunAndEndsWithTheSummary) {
   ASSERT_EQ(tp1.exit_code, 0) << tp1.output;
   EXPECT_NE(tp2.output.find("summary prompt_tokens=5 new_tokens=6 prefill_ms="), std::string::npos) << tp2.output;
   EXPECT_NE(tp2.output.find("ms_per_token="), std::string::npos);
+  // The collectives' count and time on rank 0: at TP 2 every layer all-reduces (2 per layer per forward: attention's
+  // o_proj and the MLP's down_proj) and lm_head gathers; at TP 1 there are none.
+  auto field = [](const std::string& out, const std::string& key) {
+    const auto at = out.find(" " + key + "=");
+    return at == std::string::npos ? -1.0 : std::stod(out.substr(at + key.size() + 2));
+  };
+  EXPECT_GE(field(tp2.output, "collectives"), 6 * (2 * 2 + 1)) << tp2.output;  // >= 6 forwards x (2 layers x 2 + 1)
+  EXPECT_GT(field(tp2.output, "comm_ms"), 0.0) << tp2.output;
+  EXPECT_EQ(field(tp1.output, "collectives"), 0.0) << tp1.output;
+  EXPECT_EQ(field(tp1.output, "comm_ms"), 0.0) << tp1.output;
   auto line = [](const std::string& out) { auto at = out.find("[0] Hello|"); return out.substr(at, out.find('\n', at) - at); };
   EXPECT_EQ(line(tp2.output), line(tp1.output));
 }

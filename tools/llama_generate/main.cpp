@@ -16,6 +16,7 @@
 
 #include "dtensor/mesh/launch_env.h"
 #include "dtensor/debug/comm_debug_mode.h"
+#include "dtensor/mesh/comm_clock.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "tokenizer/streamer.h"
 #include "inference/generate.h"
@@ -111,7 +112,9 @@ int main(int argc, char** argv) {
       };
     }
     dtensor::CommDebugMode comm;  // this rank's collectives over prefill and decode, for the summary
+    const int64_t comm_start_ns = dtensor::exposed_comm_ns();  // and the time spent in them
     const auto result = inference::generate(model, options.prompts, options.generate, stream);
+    const double comm_ms = static_cast<double>(dtensor::exposed_comm_ns() - comm_start_ns) / 1e6;
     int64_t comm_bytes = 0;
     for (const auto& [_, b] : comm.get_comm_bytes()) comm_bytes += b;
     const auto all_bytes = comm.get_comm_bytes();
@@ -129,10 +132,11 @@ int main(int argc, char** argv) {
                                       ? static_cast<double>(result.new_tokens.size() * (result.steps - 1)) / (result.decode_ms / 1000.0)
                                       : 0.0;
       std::printf("summary prompt_tokens=%lld new_tokens=%lld prefill_ms=%.3f ms_per_token=%.3f tokens_per_s=%.1f "
-                  "comm_bytes=%lld all_to_all_bytes=%lld load_ms=%.1f dtype=%s\n",
+                  "comm_bytes=%lld all_to_all_bytes=%lld load_ms=%.1f dtype=%s collectives=%lld comm_ms=%.3f\n",
                   static_cast<long long>(result.prompt_tokens), static_cast<long long>(new_tokens), result.prefill_ms,
                   ms_per_token, tokens_per_s, static_cast<long long>(comm_bytes), static_cast<long long>(all_to_all_bytes),
-                  load_ms, c10::toString(inference::model_dtype(options)));
+                  load_ms, c10::toString(inference::model_dtype(options)), static_cast<long long>(comm.get_total_counts()),
+                  comm_ms);
     }
     return 0;
   } catch (const std::exception& e) {

@@ -44,8 +44,9 @@ void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
       "  tprun --nproc-per-node 2 llama_generate --random-init --prompt 'Hello' [options]");
   app.footer(
       "Rank 0 streams the tokens and ends with: summary prompt_tokens=.. new_tokens=.. prefill_ms=.. ms_per_token=.. "
-      "tokens_per_s=.. comm_bytes=.. all_to_all_bytes=.. load_ms=.. dtype=..\n"
-      "(comm_bytes, all_to_all_bytes: rank 0's collectives over prefill and decode)");
+      "tokens_per_s=.. comm_bytes=.. all_to_all_bytes=.. load_ms=.. dtype=.. collectives=.. comm_ms=..\n"
+      "(comm_bytes, all_to_all_bytes, collectives: rank 0's collectives over prefill and decode; comm_ms: the time it "
+      "spent in them, issuing and waiting)");
   const std::string weights = "weights (exactly one)", prompts = "prompts (one or more; several make a batch, left-padded)",
                     generation = "generation", sizes = "model sizes for --random-init";
   app.add_option("--checkpoint", o.checkpoint, "our checkpoint (llama_train --checkpoint-dir)")

@@ -10,7 +10,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -35,9 +34,7 @@ int main(int argc, char** argv) {
   const int iters = dtensor::bench::parse_iters(argc, argv, 20, "bf16_linear_bench", [&](CLI::App& app) {
     app.add_option("--rows", rows_text, "row counts of x (comma-separated)");
   });
-  std::vector<int64_t> rows;
-  std::stringstream in(rows_text);
-  for (std::string item; std::getline(in, item, ',');) rows.push_back(std::stoll(item));
+  const std::vector<int64_t> rows = dtensor::bench::int_list(rows_text, "--rows");
   c10::NoGradGuard no_grad;
   std::printf("bf16_linear kernel: %s, up to %ld rows (-1: any); %d threads\n", dtensor::bf16_linear_kernel(),
               dtensor::bf16_linear_max_rows() == dtensor::kAnyRows ? -1L : static_cast<long>(dtensor::bf16_linear_max_rows()), at::get_num_threads());

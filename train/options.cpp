@@ -91,9 +91,10 @@ void resolve_options(TrainOptions& o) {
   if (o.float8) {
     if (o.async_tp) throw ConfigError("--float8 with --async-tp: async TP's fused matmuls are not float8 (use one of them)");
     if (o.plan_auto) throw ConfigError("--float8 with --plan auto: the plan search does not cost float8 matmuls yet (name a plan)");
-    try {
-      // A float8 GEMM on the device, tried: a GPU before Ada / Hopper has none.
-      const c10::Device d = compute_device(o);
+    const c10::Device d = compute_device(o);
+    // A float8 GEMM on the device, tried where it will run: a GPU before Ada / Hopper has none (a CPU emulates it).
+    const auto kind = o.float8_matmul;
+    if (kind == dtensor::Float8MatmulKind::scaled_mm || (kind == dtensor::Float8MatmulKind::auto_select && !d.is_cpu())) try {
       const at::Tensor a = at::ones({16, 16}, at::TensorOptions(d)).to(at::kFloat8_e4m3fn);
       const at::Tensor one = at::ones({}, at::TensorOptions(d).dtype(at::kFloat));
       at::_scaled_mm(a, a.t(), one, one, std::nullopt, std::nullopt, at::kFloat).sum().item<double>();
@@ -224,7 +225,8 @@ llama::ParallelizeConfig parallelize_config(const TrainOptions& o) {
           .gradient_sync = o.gradient_sync,
           .fsdp = {.reshard_after_forward = o.reshard_after_forward, .prefetch = o.fsdp_prefetch},
           .mp_policy = mp_policy(o),
-          .float8 = o.float8 ? std::optional<dtensor::Float8LinearConfig>({.recipe = o.float8_recipe}) : std::nullopt,
+          .float8 = o.float8 ? std::optional<dtensor::Float8LinearConfig>({.recipe = o.float8_recipe, .matmul = o.float8_matmul})
+                            : std::nullopt,
           .ac = o.ac};
 }
 

@@ -47,6 +47,8 @@ struct TrainOptions {
   // float8 matmuls with dynamic scales, in float8_recipe's granularity.
   bool float8 = false;
   dtensor::Float8Recipe float8_recipe = dtensor::Float8Recipe::tensorwise;
+  // --float8-matmul: auto is resolved at start (llama_train times the kinds on the model's shapes, all ranks agreeing).
+  dtensor::Float8MatmulKind float8_matmul = dtensor::Float8MatmulKind::auto_select;
   std::string hf_dir;  // fine-tune this HF checkpoint: `model` is its config.json, make_model loads its weights
   // Text --data through this tokenizer (train/tokenized_corpus.h): --tokenizer DIR, or hf_dir when it holds a
   // tokenizer.json. "": bytes are tokens.

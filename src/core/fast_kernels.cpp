@@ -55,7 +55,7 @@ int64_t max_rows(Kernel k) {
   return 0;
 }
 
-// Rows of w per block of the AVX2 kernel: a block (~128 KB, L2's share) is read from memory once and every 4-row
+// Rows of w per block of either kernel: a block (~128 KB, L2's share) is read from memory once and every 4-row
 // chunk of x runs over it while it is in cache, so w streams once whatever the number of rows (even, >= 2).
 int64_t block_rows(int64_t K) { return std::max<int64_t>(2, (int64_t{128} << 10) / (2 * K)) & ~int64_t{1}; }
 
@@ -116,6 +116,22 @@ void avx2_linear(const uint16_t* xp, int64_t M, int64_t K, const uint16_t* wp, i
   });
 }
 
+// y [M, N] fp32 = x [M, K] bf16 times w [N, K] bf16 transposed, by the AVX-512 BF16 kernel (bf16_dot_avx512.cpp):
+// threads split w into blocks of block_rows(K) rows, and every 4-row chunk of x runs over a block while it is in cache,
+// so w streams from memory once whatever the number of rows (a pass of each chunk over the whole of w read it M / 4
+// times).
+void avx512_linear(const uint16_t* xp, int64_t M, int64_t K, const uint16_t* wp, int64_t N, float* yp) {
+  const int64_t rows = block_rows(K), blocks = (N + rows - 1) / rows;
+  at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        detail::bf16_dot_rows_avx512(xp + m0 * K, std::min<int64_t>(4, M - m0), wp, K, n0, n1, yp + m0 * N, N);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 std::optional<at::Tensor> bf16_linear(const at::Tensor& x, const at::Tensor& w, bool fp32_out) {
@@ -139,12 +155,7 @@ std::optional<at::Tensor> bf16_linear(const at::Tensor& x, const at::Tensor& w, 
     }
     return fp32_out ? y : y.to(at::kBFloat16);
   }
-  // Threads split w's rows: each streams its own contiguous block of the weight once.
-  at::parallel_for(0, N, /*grain_size=*/64, [&](int64_t n0, int64_t n1) {
-    for (int64_t m0 = 0; m0 < M; m0 += 4) {
-      detail::bf16_dot_rows_avx512(xp + m0 * K, std::min<int64_t>(4, M - m0), wp, K, n0, n1, yp + m0 * N, N);
-    }
-  });
+  avx512_linear(xp, M, K, wp, N, yp);
   return fp32_out ? y : y.to(at::kBFloat16);
 }
 

@@ -13,6 +13,7 @@
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/nn/layers.h"
+#include "float8/float8_matmul.h"
 #include "mesh/autograd_comm_scope.h"
 #include "nn/forward_override.h"
 
@@ -30,9 +31,10 @@ struct OperandGroups {
   Groups dim0, dim1;
 };
 
-// x [M, K], w [N, K], grad_output g [M, N].
+// x [M, K], w [N, K], grad_output g [M, N]; `mesh`: every mesh dim's group (whose ranks pick one matmul kind).
 struct MatmulGroups {
   OperandGroups x, w, g;
+  Groups mesh;
 };
 
 Groups both(const OperandGroups& o) {
@@ -57,7 +59,7 @@ struct Scaled {
 // matmul's reduction dim): one scale per index of the other dim, from the amax over `dim`, a power of two.
 Scaled scale_operand(const at::Tensor& hp, at::ScalarType dtype, Float8Recipe recipe, int64_t dim, const OperandGroups& g) {
   const bool rowwise = recipe == Float8Recipe::rowwise;
-  at::Tensor amax = rowwise ? hp.abs().amax({dim}, /*keepdim=*/true) : hp.abs().max();
+  at::Tensor amax = float8::abs_max(hp, rowwise ? std::optional<int64_t>(dim) : std::nullopt);
   amax = global_amax(amax.to(at::kFloat), rowwise ? (dim == 0 ? g.dim0 : g.dim1) : both(g));
   const at::Tensor scale = float8::amax_to_scale(amax, dtype, rowwise);
   return {float8::cast(hp, scale, dtype), scale.reciprocal()};
@@ -65,15 +67,6 @@ Scaled scale_operand(const at::Tensor& hp, at::ScalarType dtype, Float8Recipe re
 
 // b of _scaled_mm must be column-major: the memory of its transpose contiguous.
 at::Tensor column_major(const at::Tensor& t) { return t.t().contiguous().t(); }
-
-// A rowwise scale ([M, 1] or [1, N]) with unit strides, as _scaled_mm checks them (a transposed [1, N] -> [N, 1] is
-// "contiguous" with stride(1) == N).
-at::Tensor unit_strides(const at::Tensor& s) { return s.dim() == 2 ? s.reshape({-1}).view(s.sizes()) : s; }
-
-at::Tensor scaled_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& inv_a, const at::Tensor& inv_b,
-                     at::ScalarType out_dtype) {
-  return at::_scaled_mm(a.contiguous(), b, unit_strides(inv_a), unit_strides(inv_b), std::nullopt, std::nullopt, out_dtype);
-}
 
 void save_groups(AutogradContext* ctx, const MatmulGroups& g) {
   ctx->saved_data["x0"] = g.x.dim0, ctx->saved_data["x1"] = g.x.dim1;
@@ -90,14 +83,18 @@ MatmulGroups load_groups(AutogradContext* ctx) {
 // float8 operands for backward (the same scales); rowwise keeps x and w, which backward scales along M and N.
 struct Float8Matmul : torch::autograd::Function<Float8Matmul> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, int64_t recipe,
-                            const MatmulGroups& groups) {
+                            int64_t matmul, const MatmulGroups& groups) {
     const auto r = static_cast<Float8Recipe>(recipe);
+    const auto kind = static_cast<Float8MatmulKind>(matmul);
+    auto mm = [kind](const at::Tensor& a, const at::Tensor& b, const at::Tensor& inv_a, const at::Tensor& inv_b,
+                            at::ScalarType out) { return float8::matmul(kind, a, b, inv_a, inv_b, out); };
     const Scaled xs = scale_operand(x, at::kFloat8_e4m3fn, r, 1, groups.x);
     const Scaled ws = scale_operand(w, at::kFloat8_e4m3fn, r, 1, groups.w);
     // rowwise: x's scales [M, 1] are a's rows, w's [N, 1] are b's columns ([1, N]).
     const at::Tensor inv_b = r == Float8Recipe::rowwise ? ws.inv_scale.t() : ws.inv_scale;
-    at::Tensor y = scaled_mm(xs.data, ws.data.t(), xs.inv_scale, inv_b, x.scalar_type());
+    at::Tensor y = mm(xs.data, ws.data.t(), xs.inv_scale, inv_b, x.scalar_type());
     ctx->saved_data["recipe"] = recipe;
+    ctx->saved_data["matmul"] = matmul;
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w.scalar_type());
     save_groups(ctx, groups);
@@ -113,6 +110,9 @@ struct Float8Matmul : torch::autograd::Function<Float8Matmul> {
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto scope = detail::restore_comm_scope(ctx);
     const auto r = static_cast<Float8Recipe>(ctx->saved_data["recipe"].toInt());
+    const auto kind = static_cast<Float8MatmulKind>(ctx->saved_data["matmul"].toInt());
+    auto mm = [kind](const at::Tensor& a, const at::Tensor& b, const at::Tensor& inv_a, const at::Tensor& inv_b,
+                            at::ScalarType out) { return float8::matmul(kind, a, b, inv_a, inv_b, out); };
     const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
     const MatmulGroups groups = load_groups(ctx);
@@ -122,30 +122,36 @@ struct Float8Matmul : torch::autograd::Function<Float8Matmul> {
     if (r == Float8Recipe::tensorwise) {
       // The gradient in e5m2 (wider range, fewer mantissa bits), one scale for both products.
       const Scaled gs = scale_operand(g, at::kFloat8_e5m2, r, 1, groups.g);
-      gx = scaled_mm(gs.data, column_major(saved[2]), gs.inv_scale, saved[3], x_dtype);          // g @ w
-      gw = scaled_mm(gs.data.t(), column_major(saved[0]), gs.inv_scale, saved[1], w_dtype);      // g^T @ x
+      gx = mm(gs.data, column_major(saved[2]), gs.inv_scale, saved[3], x_dtype);          // g @ w
+      gw = mm(gs.data.t(), column_major(saved[0]), gs.inv_scale, saved[1], w_dtype);      // g^T @ x
     } else {
       const at::Tensor &x = saved[0], &w = saved[1];
       // grad_input = g @ w: reduced over N (g's dim 1, w's dim 0).
       const Scaled g_n = scale_operand(g, at::kFloat8_e4m3fn, r, 1, groups.g);
       const Scaled w_n = scale_operand(w, at::kFloat8_e4m3fn, r, 0, groups.w);
-      gx = scaled_mm(g_n.data, column_major(w_n.data), g_n.inv_scale, w_n.inv_scale, x_dtype);
+      gx = mm(g_n.data, column_major(w_n.data), g_n.inv_scale, w_n.inv_scale, x_dtype);
       // grad_weight = g^T @ x: reduced over M (dim 0 of both); g's column scales [1, N] are a's rows ([N, 1]).
       const Scaled g_m = scale_operand(g, at::kFloat8_e4m3fn, r, 0, groups.g);
       const Scaled x_m = scale_operand(x, at::kFloat8_e4m3fn, r, 0, groups.x);
-      gw = scaled_mm(g_m.data.t(), column_major(x_m.data), g_m.inv_scale.t(), x_m.inv_scale, w_dtype);
+      gw = mm(g_m.data.t(), column_major(x_m.data), g_m.inv_scale.t(), x_m.inv_scale, w_dtype);
     }
-    return {gx, gw, at::Tensor(), at::Tensor()};
+    return {gx, gw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
-// [..., K] x [N, K] on local tensors.
-at::Tensor local_float8_linear(const at::Tensor& x, const at::Tensor& w, Float8Recipe recipe, const MatmulGroups& groups) {
+// [..., K] x [N, K] on local tensors. `key`: the layer's shape class where the ranks of groups.mesh must agree (see
+// float8::resolve).
+at::Tensor local_float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8LinearConfig& config,
+                               const MatmulGroups& groups, const std::string& key = {}) {
   DTENSOR_CHECK(x.size(-1) == w.size(1), "dtensor: float8 linear: input's last dim ", x.size(-1), " != weight's in_features ",
                 w.size(1));
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = w.size(0);
-  const at::Tensor y = Float8Matmul::apply(x.reshape({-1, x.size(-1)}), w, static_cast<int64_t>(recipe), groups);
+  const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+  std::vector<ProcessGroup*> agree;
+  for (int64_t g : groups.mesh) agree.push_back(reinterpret_cast<ProcessGroup*>(g));
+  const Float8MatmulKind kind = float8::resolve(config.matmul, x2.size(0), x2.size(1), w.size(0), x.options(), key, agree);
+  const at::Tensor y = Float8Matmul::apply(x2, w, static_cast<int64_t>(config.recipe), static_cast<int64_t>(kind), groups);
   return y.reshape(out_shape);
 }
 
@@ -155,7 +161,7 @@ at::Tensor local_float8_linear(const at::Tensor& x, const at::Tensor& w, Float8R
 //   (Shard(-1), Shard(1))  -> Partial     grad_x Shard(-1), grad_w Shard(1)
 //   (Replicate, Replicate) -> Replicate   grad_x Replicate, grad_w Replicate
 //   (Shard(d), Replicate)  -> Shard(d)    d a batch dim; grad_x Shard(d), grad_w Partial
-at::Tensor dtensor_float8_linear(const at::Tensor& x, const at::Tensor& w, Float8Recipe recipe) {
+at::Tensor dtensor_float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8LinearConfig& config) {
   DTENSOR_CHECK(is_dtensor(x) && is_dtensor(w), "dtensor: float8 linear: the input and the weight must both be DTensors ",
                 "or both plain tensors (input ", is_dtensor(x) ? "DTensor" : "plain", ", weight ",
                 is_dtensor(w) ? "DTensor" : "plain", ")");
@@ -166,6 +172,7 @@ at::Tensor dtensor_float8_linear(const at::Tensor& x, const at::Tensor& w, Float
   MatmulGroups groups;
   for (int64_t i = 0; i < mesh.ndim(); ++i) {
     const int64_t group = static_cast<int64_t>(reinterpret_cast<intptr_t>(&mesh.get_group(i)));
+    groups.mesh.push_back(group);
     const Placement &a = px[i], &b = pw[i];
     auto shard_dim = [&](const Placement& p) { return p.is_shard() ? (p.dim() < 0 ? p.dim() + x.dim() : p.dim()) : -1; };
     if (a.is_replicate() && b.is_shard() && b.dim() == 0) {
@@ -185,7 +192,10 @@ at::Tensor dtensor_float8_linear(const at::Tensor& x, const at::Tensor& w, Float
                           "weights)");
     }
   }
-  const at::Tensor y = local_float8_linear(to_local(x, gx), to_local(w, gw), recipe, groups);
+  // The shape class every rank of the mesh names alike: the global shapes and the layout.
+  const std::string key = std::to_string(x.numel() / std::max<int64_t>(1, x.size(-1))) + "x" + std::to_string(x.size(-1)) +
+                          "x" + std::to_string(w.size(0)) + " " + to_string(px) + " " + to_string(pw);
+  const at::Tensor y = local_float8_linear(to_local(x, gx), to_local(w, gw), config, groups, key);
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = w.size(0);
   return DTensor::from_local(y, mesh, py, /*run_check=*/false, shape);
@@ -209,7 +219,20 @@ namespace float8 {
 
 at::Tensor cast(const at::Tensor& hp, const at::Tensor& scale, at::ScalarType dtype) {
   const double max = dtype == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
-  return (hp.to(at::kFloat) * scale).clamp(-max, max).to(dtype);
+  // One fp32 buffer scaled and clamped in place, then the float8 one: fresh buffers cost page faults on a CPU (a
+  // product, a clamp and a cast each allocating made the cast 5x slower than its arithmetic).
+  at::Tensor f = hp.scalar_type() == at::kFloat ? hp.clone() : hp.to(at::kFloat);
+  return f.mul_(scale).clamp_(-max, max).to(dtype);
+}
+
+at::Tensor abs_max(const at::Tensor& hp, std::optional<int64_t> dim) {
+  // max(|min|, |max|) from one pass that allocates nothing of hp's size (abs() would copy it first).
+  if (!dim) {
+    const auto [lo, hi] = at::aminmax(hp);
+    return at::maximum(lo.neg(), hi);
+  }
+  const auto [lo, hi] = at::aminmax(hp, *dim, /*keepdim=*/true);
+  return at::maximum(lo.neg(), hi);
 }
 
 at::Tensor amax_to_scale(const at::Tensor& amax, at::ScalarType dtype, bool power_of_two) {
@@ -222,8 +245,8 @@ at::Tensor amax_to_scale(const at::Tensor& amax, at::ScalarType dtype, bool powe
 }  // namespace float8
 
 at::Tensor float8_linear(const at::Tensor& input, const at::Tensor& weight, const Float8LinearConfig& config) {
-  if (is_dtensor(input) || is_dtensor(weight)) return dtensor_float8_linear(input, weight, config.recipe);
-  return local_float8_linear(input, weight, config.recipe, {});
+  if (is_dtensor(input) || is_dtensor(weight)) return dtensor_float8_linear(input, weight, config);
+  return local_float8_linear(input, weight, config, {});
 }
 
 bool default_float8_filter(const std::string& fqn, torch::nn::Module&) {

@@ -24,7 +24,7 @@ using torch::autograd::variable_list;
 // Every rank's Shard(d) part of a tensor of `global` size along d, cast to `fp8` with one scale (the amax all-reduced
 // over the group), all-gathered as bytes and dequantized into the local's dtype: the whole value.
 at::Tensor gather_in_float8(const at::Tensor& local, int64_t d, int64_t global, const DeviceMesh& mesh, at::ScalarType fp8) {
-  const at::Tensor amax = all_reduce(local.abs().max().to(at::kFloat), ReduceOp::MAX, mesh, 0);
+  const at::Tensor amax = all_reduce(float8::abs_max(local).to(at::kFloat), ReduceOp::MAX, mesh, 0);
   const at::Tensor scale = float8::amax_to_scale(amax, fp8, /*power_of_two=*/false);
   const at::Tensor bytes = float8::cast(local, scale, fp8).contiguous().view(at::kByte);
   const at::Tensor gathered = all_gather(bytes, d, mesh, 0, chunk_sizes(global, mesh.size())).view(fp8);

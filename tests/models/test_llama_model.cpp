@@ -128,7 +128,9 @@ TEST(LlamaTrainCli, BadValuesExitTwoWithOneErrorLine) {
                                                      {"--mixed-precision", "fp16"}, {"--mixed-precision", "fp8"},
                                                      {"--dtype", "bfloat16"},  // bf16 masters under mixed precision
                                                      {"--float8-recipe", "rowwise"},  // needs --float8
-                                                     {"--float8", "--async-tp"}};
+                                                     {"--float8", "--async-tp"},
+                                                     {"--float8", "--float8-matmul", "fast"},
+                                                     {"--float8-matmul", "emulated"}};  // needs --float8
   for (const auto& args : bad) {
     std::vector<std::string> argv = {bin_path("llama_train")};
     argv.insert(argv.end(), args.begin(), args.end());

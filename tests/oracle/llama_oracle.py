@@ -342,6 +342,13 @@ def main_float8(bin_dir):
     worst = {}
     for recipe in ("tensorwise", "rowwise"):
         ours, theirs = run_both(bin_dir, 2, [*FP32, "--float8", "--float8-recipe", recipe], ["1", "off", recipe], 900)
+        # --float8-matmul auto (the default): the kinds timed at start, the fastest named in the first line; in
+        # fp32 compute only the fp32-exact ones (scaled_mm, emulated) are candidates, so the bound is unchanged.
+        chosen = re.search(r"float8_matmul=auto: (\S+) \(scaled_mm [0-9.]+ ms, emulated [0-9.]+ ms, emulated_bf16 inf ms\)",
+                           ours)
+        if not chosen or chosen.group(1) not in ("scaled_mm", "emulated"):
+            sys.exit(f"{recipe}: the first line does not name an fp32-exact float8 matmul:\n{ours[:600]}")
+        print(f"{recipe}: float8 matmul chosen: {chosen.group(0)}")
         a, ca, _ = parse_theirs(theirs)
         b, cb, _ = parse_ours(ours)
         worst[recipe] = worst_difference(a, b, f"step  torchao float8      dtensor-cpp float8   ({recipe}, TP 2)", recipe)

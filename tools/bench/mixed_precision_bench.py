@@ -11,7 +11,8 @@ this machine measured in the same run (2048^3 mm, 2 threads), the step's model F
 tokens + 12 x layers x batch x seq^2 x dim for attention, forward and backward) and their share of the peak.
 
     .venv/bin/python tools/bench/mixed_precision_bench.py build/bin [--dim 512] [--layers 4] [--heads 4] [--kv-heads 2]
-        [--seq-len 256] [--batch 8] [--steps 12] [--repeats 3] [--no-pytorch]
+        [--seq-len 256] [--batch 8] [--steps 12] [--repeats 3] [--no-pytorch] [--precisions bf16,off,bf16+float8]
+        [--float8-matmul auto|scaled_mm|emulated|emulated_bf16]
 
 The medians skip each run's first 3 steps. Prints progress, a table, then a `summary` line.
 """
@@ -56,7 +57,8 @@ def ours(bin_dir, a, mp, nproc):
     cmd = [os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(nproc), "--master-port", "0", "llama_train",
            "--dim", str(a.dim), "--layers", str(a.layers), "--heads", str(a.heads), "--kv-heads", str(a.kv_heads),
            "--ffn-dim", str(3 * a.dim), "--seq-len", str(a.seq_len), "--batch", str(a.batch), "--steps", str(a.steps),
-           "--log-every", str(a.steps), "--mixed-precision", mp] + (["--float8"] if float8 else [])
+           "--log-every", str(a.steps), "--mixed-precision", mp] + (
+               ["--float8", "--float8-matmul", a.float8_matmul] if float8 else [])
     out = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS=str(threads), DTENSOR_BACKEND="shm"),
                          capture_output=True, text=True, timeout=1200)
     m = re.search(r"median_step_ms=([0-9.]+)", out.stdout)
@@ -64,6 +66,9 @@ def ours(bin_dir, a, mp, nproc):
     if out.returncode != 0 or not m or not c:
         sys.exit(f"error: llama_train failed:\n{out.stdout}\n{out.stderr[-3000:]}")
     comm_bytes[(mp + ("+float8" if float8 else ""), nproc)] = int(c.group(1))
+    chosen = re.search(r"float8_matmul=(.*?) batch=", out.stdout)
+    if chosen:
+        print(f"progress ours tp={nproc}: float8_matmul={chosen.group(1)}", flush=True)
     return float(m.group(1))
 
 
@@ -91,12 +96,14 @@ def main():
                           ("steps", 12), ("repeats", 3)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--no-pytorch", action="store_true")
+    p.add_argument("--precisions", default="bf16,off,bf16+float8", help="comma-separated: bf16, off, bf16+float8")
+    p.add_argument("--float8-matmul", default="auto", help="ours: llama_train --float8-matmul")
     a = p.parse_args()
     if a.steps < 5:
         p.error("--steps must be at least 5 (3 warm-up steps are skipped)")
     flops = model_flops(a)
     rows = []  # (mp, who, tp, ms)
-    plan = [(mp, who, tp) for mp in ("bf16", "off", "bf16+float8") for tp in (1, 2) for who in ("ours", "PyTorch")
+    plan = [(mp, who, tp) for mp in a.precisions.split(",") for tp in (1, 2) for who in ("ours", "PyTorch")
             if not (a.no_pytorch and who == "PyTorch")]
     peaks = {"bfloat16": [], "float32": []}
     for r in range(a.repeats):

@@ -61,6 +61,12 @@ inline void add_parallelism_flags(CLI::App& app, train::TrainOptions& o, Paralle
          "with --float8: tensorwise (one scale per tensor, e5m2 gradients; default) or rowwise (a scale per row)")
       ->check(CLI::IsMember({"tensorwise", "rowwise"}))->default_str("tensorwise")->needs(float8);
   app.add_option_function<std::string>(
+         "--float8-matmul", [&](const std::string& v) { o.float8_matmul = dtensor::float8_matmul_from_string(v); },
+         "with --float8: how its matmuls run: auto (the fastest here, timed at start and named in the first line; "
+         "default), scaled_mm (at::_scaled_mm), emulated (torchao's emulate: fp32 GEMM of the float8 values), "
+         "emulated_bf16 (the same in a bf16 GEMM)")
+      ->check(CLI::IsMember({"auto", "scaled_mm", "emulated", "emulated_bf16"}))->default_str("auto")->needs(float8);
+  app.add_option_function<std::string>(
          "--activation-checkpoint", [&o](const std::string& v) { o.ac.mode = llama::ac_mode_from_string(v); },
          "activation checkpointing (torchtitan's): none; full: every block keeps only its input and recomputes its "
          "forward in backward; selective: every Nth block (--selective-ac-option N)")

@@ -23,6 +23,7 @@
 #include "common/dtype.h"
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/device_mesh.h"
+#include "dtensor/float8/float8_linear.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/nn/parameter_replacement.h"
 #include "dtensor/peft/lora.h"
@@ -148,14 +149,29 @@ int main(int argc, char** argv) {
     models::ParallelDims dims = train::parallel_dims(options, world->size());
     const dtensor::DeviceMesh& mesh = dims.build_mesh();
     const dtensor::DeviceMesh tp_mesh = dims.tp_mesh();
+    // --float8-matmul auto: the kinds timed on this model's largest local matmul (its feed-forward's), every rank's
+    // timings summed so that all pick the same kind; the layers are built with it.
+    std::string float8_matmul;
+    if (options.float8 && options.float8_matmul == dtensor::Float8MatmulKind::auto_select && tp_mesh.device().is_cpu()) {
+      const dtensor::Float8MatmulTimings t = dtensor::time_float8_matmuls(
+          options.batch * options.seq_len / std::max<int64_t>(1, options.cp), options.model.hidden_size,
+          options.model.intermediate_size / tp_mesh.size(),
+          at::TensorOptions(tp_mesh.device())
+              .dtype(options.mixed_precision == train::MixedPrecision::bf16 ? at::kBFloat16 : train::param_dtype(options)),
+          world->world_group().get());
+      options.float8_matmul = t.fastest;
+      float8_matmul = " float8_matmul=auto: " + t.to_string();
+    } else if (options.float8) {
+      float8_matmul = " float8_matmul=" + dtensor::to_string(options.float8_matmul);
+    }
     llama::LlamaForCausalLM model = train::build_model(options, dims);  // meta-first: each rank only its shards
     const int64_t tokens_per_step = options.batch * train::gradient_accumulation_steps(options) * options.seq_len;
     if (rank == 0) {
-      std::printf("llama_train: device=%s params=%s mixed_precision=%s dp=%lld (%s) ep=%lld cp=%lld tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d async_tp=%d batch=%lld x %lld micro-batches | %s | corpus %s, %lld tokens\n",
+      std::printf("llama_train: device=%s params=%s mixed_precision=%s dp=%lld (%s) ep=%lld cp=%lld tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d async_tp=%d%s batch=%lld x %lld micro-batches | %s | corpus %s, %lld tokens\n",
                   tp_mesh.device().str().c_str(), models::dtype_name(train::param_dtype(options)).c_str(),
                   train::to_string(options.mixed_precision).c_str(), static_cast<long long>(options.dp), options.dp * options.cp > 1 ? models::to_string(options.data_parallel).c_str() : "none",
                   static_cast<long long>(options.ep), static_cast<long long>(options.cp), static_cast<long long>(tp_mesh.size()), llama::to_string(options.plan).c_str(), options.sequence_parallel,
-                  options.loss_parallel, options.async_tp, static_cast<long long>(options.batch),
+                  options.loss_parallel, options.async_tp, float8_matmul.c_str(), static_cast<long long>(options.batch),
                   static_cast<long long>(train::gradient_accumulation_steps(options)), options.model.to_string().c_str(), corpus.source.c_str(),
                   static_cast<long long>(corpus.tokens.numel()));
     }

@@ -25,18 +25,28 @@ inline int parse_iters(int argc, char** argv, int fallback, const std::string& p
   tools_cli::configure(app, program);
   app.add_option("--iters", iters, "timed iterations")->check(tools_cli::positive());
   if (more) more(app);
-  if (tools_cli::parse(app, std::vector<std::string>(argv + 1, argv + argc))) {
+  bool help = false;
+  try {
+    help = tools_cli::parse(app, std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const tools_cli::UsageError& e) {
+    std::exit(tools_cli::usage_error_exit(0, e.what()));  // one `error:` line, exit 2 (not an abort)
+  }
+  if (help) {
     std::fputs(app.help().c_str(), stdout);
     std::exit(0);
   }
   return iters;
 }
 
-// A list option's value, "1,8,64" -> {1, 8, 64}; a UsageError naming `flag` for an item that is not a number.
+// A list option's value, "1,8,64" -> {1, 8, 64}; an item that is not a number: one `error:` line naming `flag`, exit 2.
 inline std::vector<int64_t> int_list(const std::string& text, const std::string& flag) {
   std::vector<int64_t> out;
   std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) out.push_back(tools_cli::parse_number<int64_t>(flag, item));
+  try {
+    for (std::string item; std::getline(in, item, ',');) out.push_back(tools_cli::parse_number<int64_t>(flag, item));
+  } catch (const tools_cli::UsageError& e) {
+    std::exit(tools_cli::usage_error_exit(0, e.what()));
+  }
   return out;
 }
 

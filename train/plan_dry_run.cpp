@@ -5,6 +5,7 @@
 #include "dtensor/core/error.h"
 #include "dtensor/cp/context_parallel.h"
 #include "dtensor/tp/loss_parallel.h"
+#include "llama/build.h"
 #include "llama/model.h"
 #include "llama/parallelize.h"
 #include "train/data.h"
@@ -44,7 +45,14 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
       },
       shape,
       [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
-        llama::parallelize_llama(model, models::ParallelDims::from_mesh(mesh, o.data_parallel, o.cp), config);
+        const models::ParallelDims dims = models::ParallelDims::from_mesh(mesh, o.data_parallel, o.cp);
+        if (!o.lora()) return llama::parallelize_llama(model, dims, config);
+        // As llama::build_model: the adapters between the model-parallel plan and data parallel (the base frozen: no
+        // gradients, no AdamW state; the adapters' gradients reduced where their placements ask).
+        llama::apply_model_parallel(model, dims, config);
+        // (--lora-adapter's values are not read: its config gave the shapes, and a meta model holds no values.)
+        llama::add_lora_adapters(model, {.config = *lora_config(o), .adapter_dir = "", .seed = o.seed}, config.gradient_sync);
+        llama::apply_data_parallel(model, dims, config);
       },
       [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
         // Token ids: where the forward reads DTensors (TP > 1), plain tensors beside them stay on the CPU

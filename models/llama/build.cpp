@@ -17,9 +17,8 @@
 namespace fs = std::filesystem;
 
 namespace llama {
-namespace {
 
-void add_adapters(LlamaForCausalLM& model, const LoraOptions& lora, bool gradient_sync) {
+void add_lora_adapters(LlamaForCausalLM& model, const LoraOptions& lora, bool gradient_sync) {
   dtensor::peft::inject_adapter(*model, lora.config, lora.seed);
   if (!lora.adapter_dir.empty()) dtensor::peft::load_adapter_weights(lora.adapter_dir, *model);
   dtensor::peft::mark_only_lora_as_trainable(*model);
@@ -28,8 +27,6 @@ void add_adapters(LlamaForCausalLM& model, const LoraOptions& lora, bool gradien
   dtensor::disable_gradient_sync(*model);
   if (gradient_sync) dtensor::enable_gradient_sync(*model);
 }
-
-}  // namespace
 
 LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDims& dims, const WeightSource& source,
                              const BuildOptions& options) {
@@ -55,7 +52,7 @@ LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDi
       break;
     }
   }
-  if (options.lora) add_adapters(model, *options.lora, options.parallelize.gradient_sync);
+  if (options.lora) add_lora_adapters(model, *options.lora, options.parallelize.gradient_sync);
   apply_data_parallel(model, dims, options.parallelize);  // DDP's buckets and FSDP's groups take the filled parameters
   return model;
 }

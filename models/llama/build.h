@@ -80,6 +80,11 @@ struct BuildOptions {
 LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDims& dims, const WeightSource& source,
                              const BuildOptions& options = {});
 
+// build_model's adapters step alone, on a model parallelized by apply_model_parallel and not yet by
+// apply_data_parallel (the dry run builds its meta model so): inject, load or initialize, freeze the base, and the
+// gradient sync over the adapters alone where `gradient_sync`.
+void add_lora_adapters(LlamaForCausalLM& model, const LoraOptions& lora, bool gradient_sync);
+
 // transformers' from_pretrained(dir, tp_plan=..., torch_dtype=...): config.json's model (any family of
 // llama/hf_config.h), parallelized with `plan` (tp_plan_from_string: "hf", HF's base_model_tp_plan; "torchtitan",
 // SP and loss parallel; "inference", generation's; "ep", a mixture of experts' experts split over the mesh, every rank

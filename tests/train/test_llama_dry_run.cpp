@@ -14,6 +14,7 @@
 #include "harness/multi_rank.h"
 #include "llama/parallelize.h"
 #include "models/llama_test_util.h"
+#include "train/loop.h"
 #include "train/plan_dry_run.h"
 
 namespace {
@@ -33,6 +34,21 @@ std::map<int, RealRank> real_step(const train::TrainOptions& options, int tp) {
     const dtensor::DeviceMesh mesh = train::parallel_dims(options, world).build_mesh();
     llama::LlamaForCausalLM model = train::make_model(options);
     const models::ParallelDims dims = train::parallelize(model, options, mesh);
+    const auto result = train::run(model, options, llama_test::test_corpus(), dims);
+    std::lock_guard<std::mutex> lock(mu);
+    out[rank] = {result.steps.at(0), result.param_bytes_per_rank};
+  });
+  return out;
+}
+
+// The same through llama_train's own build (train::build_model: LoRA's adapters between the plan and data parallel).
+std::map<int, RealRank> real_built_step(const train::TrainOptions& options, int tp) {
+  std::map<int, RealRank> out;
+  std::mutex mu;
+  dtensor::testing::run_ranks(static_cast<int>(options.dp) * tp, [&](int rank, int world) {
+    models::ParallelDims dims = train::parallel_dims(options, world);
+    dims.build_mesh();
+    llama::LlamaForCausalLM model = train::build_model(options, dims);
     const auto result = train::run(model, options, llama_test::test_corpus(), dims);
     std::lock_guard<std::mutex> lock(mu);
     out[rank] = {result.steps.at(0), result.param_bytes_per_rank};
@@ -182,6 +198,40 @@ TEST(LlamaDryRun, Float8EqualsARealRun) {
     plain.float8 = false;
     EXPECT_EQ(train::dry_run_llama(p).ranks.front().matmul_flops,
               train::dry_run_llama(plan_options_of(plain, 2)).ranks.front().matmul_flops);
+  }
+}
+
+// LoRA (llama_plan --lora-rank ...): the adapters counted as a real LoRA run has them. The same collectives (the
+// adapters' gradients reduced, the frozen base's not) and parameter bytes (base and adapters); gradients and AdamW's
+// two states for the adapters alone.
+TEST(LlamaDryRun, LoraCountsTheAdaptersAsARealRun) {
+  auto o = llama_test::small_options();
+  o.steps = 1;
+  o.max_norm = 0;
+  o.lora_rank = 4;
+  o.lora_targets = {"q_proj", "v_proj", "down_proj"};
+  train::resolve_options(o);
+  for (const int tp : {1, 2}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    const auto real = real_built_step(o, tp);
+    const dtensor::DryRunReport dry = train::dry_run_llama(plan_options_of(o, tp));
+    auto full = o;
+    full.lora_rank = 0;
+    const dtensor::RankReport base = train::dry_run_llama(plan_options_of(full, tp)).ranks.front();
+    for (const auto& rank : dry.ranks) {
+      SCOPED_TRACE("rank " + std::to_string(rank.rank));
+      const RealRank& r = real.at(rank.rank);
+      EXPECT_EQ(plus(rank.counts(StepPhase::FORWARD), rank.counts(StepPhase::BACKWARD)), r.step.fwd_bwd_counts);
+      EXPECT_EQ(plus(rank.bytes(StepPhase::FORWARD), rank.bytes(StepPhase::BACKWARD)), r.step.fwd_bwd_bytes);
+      EXPECT_EQ(rank.counts(StepPhase::OPTIMIZER), r.step.update_counts);
+      EXPECT_EQ(rank.param_bytes, r.param_bytes);
+      // The adapters: r x in + out x r per target per layer, fp32, the shards of this rank.
+      const int64_t adapters = rank.param_bytes - base.param_bytes;
+      EXPECT_GT(adapters, 0);
+      EXPECT_EQ(rank.grad_bytes, adapters);
+      EXPECT_EQ(rank.optimizer_state_bytes, 2 * adapters);
+      EXPECT_LT(rank.optimizer_state_bytes * 20, base.optimizer_state_bytes);
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "dtensor/core/error.h"
+#include "tools/common/lora_flags.h"
 #include "tools/common/parallelism_flags.h"
 
 namespace llama_plan {
@@ -64,6 +65,7 @@ void define(CLI::App& app, CliOptions& o, ModelFlags& m, tools_cli::ParallelismS
     app.add_option(name, *field, help)->check(tools_cli::positive())->default_str("")->group(model);
   }
   tools_cli::add_parallelism_flags(app, o.plan, parallelism);  // llama_train's, declared once
+  tools_cli::add_lora_flags(app, o.plan);                       // the adapters counted as a LoRA run has them
   app.add_flag_callback("--no-optimizer", [&] { o.plan.optimizer = false; }, "no AdamW step");
   app.add_flag_callback("--search", [&] { o.plan.plan_auto = true; },
                         "search the plan (as --plan auto): every composition of the TP pairs, SP, loss parallel, async "

@@ -1,5 +1,6 @@
 #include "tools/llama_train/options.h"
 #include "tools/common/dtype_option.h"
+#include "tools/common/lora_flags.h"
 #include "tools/common/parallelism_flags.h"
 
 #include <filesystem>
@@ -81,22 +82,7 @@ void define(CLI::App& app, train::TrainOptions& o, Seen& seen) {
                  "model.safetensors in the parameters' dtype, the tokenizer): AutoModelForCausalLM.from_pretrained(DIR) "
                  "loads it, serve --hf-dir DIR serves it")
       ->check(tools_cli::non_empty());
-  app.add_option("--lora-rank", o.lora_rank,
-                 "LoRA (PEFT's r): freeze the model's weights (--hf-dir's mapped in place, in their dtype) and train "
-                 "rank-R adapters in fp32 on --lora-targets; --save-hf then writes PEFT's adapter files")
-      ->check(tools_cli::positive());
-  app.add_option("--lora-alpha", o.lora_alpha, "LoRA's alpha: the adapters' branch is scaled by alpha / r")
-      ->check(tools_cli::positive())->default_str("8");
-  app.add_option("--lora-targets", o.lora_targets,
-                 "LoRA's target modules, comma-separated (PEFT's names: q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,"
-                 "down_proj; or all-linear)")
-      ->delimiter(',')->default_str("q_proj,v_proj");
-  app.add_option("--lora-dropout", o.lora_dropout, "dropout on the adapters' input (TP 1 only)")->default_str("0");
-  app.add_flag("--use-rslora", o.use_rslora, "rank-stabilized LoRA: the branch scaled by alpha / sqrt(r)");
-  app.add_option("--lora-adapter", o.lora_adapter,
-                 "start from this PEFT adapter directory (adapter_config.json gives r, alpha and targets; "
-                 "adapter_model.safetensors the values)")
-      ->check(CLI::ExistingDirectory);
+  tools_cli::add_lora_flags(app, o);  // shared with llama_plan, whose dry run counts the adapters
   app.add_flag("--merge-lora", o.merge_lora,
                "with LoRA and --save-hf: save the model with the adapters merged into its weights (PEFT's "
                "merge_and_unload), a plain HF checkpoint, instead of the adapter");

@@ -170,6 +170,11 @@ std::optional<dtensor::MixedPrecisionPolicy> mp_policy(const TrainOptions& o) {
   return dtensor::MixedPrecisionPolicy{.param_dtype = at::kBFloat16, .reduce_dtype = at::kFloat, .output_dtype = std::nullopt};
 }
 
+at::ScalarType compute_dtype(const TrainOptions& o) {
+  const auto policy = mp_policy(o);
+  return policy ? *policy->param_dtype : param_dtype(o);
+}
+
 void fit_to_corpus(TrainOptions& o, const Corpus& corpus) {
   const int64_t max_token = corpus.max_token();
   if (!o.data.empty() && o.data.ends_with(".bin") && o.hf_dir.empty() && o.tokenizer_dir.empty()) {

@@ -117,6 +117,8 @@ at::ScalarType param_dtype(const TrainOptions& options);
 // The policy --mixed-precision stands for: {param_dtype bf16, reduce_dtype fp32}; nullopt when off. fp16 is a
 // ConfigError (it needs loss scaling).
 std::optional<dtensor::MixedPrecisionPolicy> mp_policy(const TrainOptions& options);
+// The dtype the matmuls run in: mixed precision's, else the parameters'.
+at::ScalarType compute_dtype(const TrainOptions& options);
 
 // After the fields are set: checks that they fit together (async TP needs SP and the torchtitan plan, --ep divides
 // --dp and the experts, ...), turns SP and loss parallel off under the hf plan, takes --hf-dir's config.json as

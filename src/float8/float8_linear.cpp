@@ -31,10 +31,9 @@ struct OperandGroups {
   Groups dim0, dim1;
 };
 
-// x [M, K], w [N, K], grad_output g [M, N]; `mesh`: every mesh dim's group (whose ranks pick one matmul kind).
+// x [M, K], w [N, K], grad_output g [M, N].
 struct MatmulGroups {
   OperandGroups x, w, g;
-  Groups mesh;
 };
 
 Groups both(const OperandGroups& o) {
@@ -65,9 +64,6 @@ Scaled scale_operand(const at::Tensor& hp, at::ScalarType dtype, Float8Recipe re
   return {float8::cast(hp, scale, dtype), scale.reciprocal()};
 }
 
-// b of _scaled_mm must be column-major: the memory of its transpose contiguous.
-at::Tensor column_major(const at::Tensor& t) { return t.t().contiguous().t(); }
-
 void save_groups(AutogradContext* ctx, const MatmulGroups& g) {
   ctx->saved_data["x0"] = g.x.dim0, ctx->saved_data["x1"] = g.x.dim1;
   ctx->saved_data["w0"] = g.w.dim0, ctx->saved_data["w1"] = g.w.dim1;
@@ -86,13 +82,11 @@ struct Float8Matmul : torch::autograd::Function<Float8Matmul> {
                             int64_t matmul, const MatmulGroups& groups) {
     const auto r = static_cast<Float8Recipe>(recipe);
     const auto kind = static_cast<Float8MatmulKind>(matmul);
-    auto mm = [kind](const at::Tensor& a, const at::Tensor& b, const at::Tensor& inv_a, const at::Tensor& inv_b,
-                            at::ScalarType out) { return float8::matmul(kind, a, b, inv_a, inv_b, out); };
     const Scaled xs = scale_operand(x, at::kFloat8_e4m3fn, r, 1, groups.x);
     const Scaled ws = scale_operand(w, at::kFloat8_e4m3fn, r, 1, groups.w);
     // rowwise: x's scales [M, 1] are a's rows, w's [N, 1] are b's columns ([1, N]).
     const at::Tensor inv_b = r == Float8Recipe::rowwise ? ws.inv_scale.t() : ws.inv_scale;
-    at::Tensor y = mm(xs.data, ws.data.t(), xs.inv_scale, inv_b, x.scalar_type());
+    at::Tensor y = float8::matmul(kind, xs.data, ws.data.t(), xs.inv_scale, inv_b, x.scalar_type());
     ctx->saved_data["recipe"] = recipe;
     ctx->saved_data["matmul"] = matmul;
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
@@ -111,8 +105,6 @@ struct Float8Matmul : torch::autograd::Function<Float8Matmul> {
     const auto scope = detail::restore_comm_scope(ctx);
     const auto r = static_cast<Float8Recipe>(ctx->saved_data["recipe"].toInt());
     const auto kind = static_cast<Float8MatmulKind>(ctx->saved_data["matmul"].toInt());
-    auto mm = [kind](const at::Tensor& a, const at::Tensor& b, const at::Tensor& inv_a, const at::Tensor& inv_b,
-                            at::ScalarType out) { return float8::matmul(kind, a, b, inv_a, inv_b, out); };
     const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const auto w_dtype = static_cast<at::ScalarType>(ctx->saved_data["w_dtype"].toInt());
     const MatmulGroups groups = load_groups(ctx);
@@ -122,34 +114,34 @@ struct Float8Matmul : torch::autograd::Function<Float8Matmul> {
     if (r == Float8Recipe::tensorwise) {
       // The gradient in e5m2 (wider range, fewer mantissa bits), one scale for both products.
       const Scaled gs = scale_operand(g, at::kFloat8_e5m2, r, 1, groups.g);
-      gx = mm(gs.data, column_major(saved[2]), gs.inv_scale, saved[3], x_dtype);          // g @ w
-      gw = mm(gs.data.t(), column_major(saved[0]), gs.inv_scale, saved[1], w_dtype);      // g^T @ x
+      gx = float8::matmul(kind, gs.data, float8::column_major(saved[2]), gs.inv_scale, saved[3], x_dtype);      // g @ w
+      gw = float8::matmul(kind, gs.data.t(), float8::column_major(saved[0]), gs.inv_scale, saved[1], w_dtype);  // g^T @ x
     } else {
       const at::Tensor &x = saved[0], &w = saved[1];
       // grad_input = g @ w: reduced over N (g's dim 1, w's dim 0).
       const Scaled g_n = scale_operand(g, at::kFloat8_e4m3fn, r, 1, groups.g);
       const Scaled w_n = scale_operand(w, at::kFloat8_e4m3fn, r, 0, groups.w);
-      gx = mm(g_n.data, column_major(w_n.data), g_n.inv_scale, w_n.inv_scale, x_dtype);
+      gx = float8::matmul(kind, g_n.data, float8::column_major(w_n.data), g_n.inv_scale, w_n.inv_scale, x_dtype);
       // grad_weight = g^T @ x: reduced over M (dim 0 of both); g's column scales [1, N] are a's rows ([N, 1]).
       const Scaled g_m = scale_operand(g, at::kFloat8_e4m3fn, r, 0, groups.g);
       const Scaled x_m = scale_operand(x, at::kFloat8_e4m3fn, r, 0, groups.x);
-      gw = mm(g_m.data.t(), column_major(x_m.data), g_m.inv_scale.t(), x_m.inv_scale, w_dtype);
+      gw = float8::matmul(kind, g_m.data.t(), float8::column_major(x_m.data), g_m.inv_scale.t(), x_m.inv_scale,
+                          w_dtype);
     }
     return {gx, gw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
-// [..., K] x [N, K] on local tensors. `key`: the layer's shape class where the ranks of groups.mesh must agree (see
-// float8::resolve).
+// [..., K] x [N, K] on local tensors. `key`: the layer's shape class where the ranks of `agree` (every mesh dim's
+// group) must pick one matmul kind (see float8::resolve).
 at::Tensor local_float8_linear(const at::Tensor& x, const at::Tensor& w, const Float8LinearConfig& config,
-                               const MatmulGroups& groups, const std::string& key = {}) {
+                               const MatmulGroups& groups, const std::string& key = {},
+                               const std::vector<ProcessGroup*>& agree = {}) {
   DTENSOR_CHECK(x.size(-1) == w.size(1), "dtensor: float8 linear: input's last dim ", x.size(-1), " != weight's in_features ",
                 w.size(1));
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = w.size(0);
   const at::Tensor x2 = x.reshape({-1, x.size(-1)});
-  std::vector<ProcessGroup*> agree;
-  for (int64_t g : groups.mesh) agree.push_back(reinterpret_cast<ProcessGroup*>(g));
   const Float8MatmulKind kind = float8::resolve(config.matmul, x2.size(0), x2.size(1), w.size(0), x.options(), key, agree);
   const at::Tensor y = Float8Matmul::apply(x2, w, static_cast<int64_t>(config.recipe), static_cast<int64_t>(kind), groups);
   return y.reshape(out_shape);
@@ -170,9 +162,11 @@ at::Tensor dtensor_float8_linear(const at::Tensor& x, const at::Tensor& w, const
   const int64_t last = x.dim() - 1;
   Placements py, gx, gw;
   MatmulGroups groups;
+  std::vector<ProcessGroup*> agree;
   for (int64_t i = 0; i < mesh.ndim(); ++i) {
-    const int64_t group = static_cast<int64_t>(reinterpret_cast<intptr_t>(&mesh.get_group(i)));
-    groups.mesh.push_back(group);
+    ProcessGroup& pg = mesh.get_group(i);
+    agree.push_back(&pg);
+    const int64_t group = static_cast<int64_t>(reinterpret_cast<intptr_t>(&pg));
     const Placement &a = px[i], &b = pw[i];
     auto shard_dim = [&](const Placement& p) { return p.is_shard() ? (p.dim() < 0 ? p.dim() + x.dim() : p.dim()) : -1; };
     if (a.is_replicate() && b.is_shard() && b.dim() == 0) {
@@ -195,7 +189,7 @@ at::Tensor dtensor_float8_linear(const at::Tensor& x, const at::Tensor& w, const
   // The shape class every rank of the mesh names alike: the global shapes and the layout.
   const std::string key = std::to_string(x.numel() / std::max<int64_t>(1, x.size(-1))) + "x" + std::to_string(x.size(-1)) +
                           "x" + std::to_string(w.size(0)) + " " + to_string(px) + " " + to_string(pw);
-  const at::Tensor y = local_float8_linear(to_local(x, gx), to_local(w, gw), config, groups, key);
+  const at::Tensor y = local_float8_linear(to_local(x, gx), to_local(w, gw), config, groups, key, agree);
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = w.size(0);
   return DTensor::from_local(y, mesh, py, /*run_check=*/false, shape);

@@ -77,8 +77,9 @@ const Tables& tables() {
 // "contiguous" with stride(1) == N).
 at::Tensor unit_strides(const at::Tensor& s) { return s.dim() == 2 ? s.reshape({-1}).view(s.sizes()) : s; }
 
-
 }  // namespace
+
+at::Tensor column_major(const at::Tensor& t) { return t.t().contiguous().t(); }
 
 at::Tensor widen(const at::Tensor& f8, at::ScalarType dtype) {
   DTENSOR_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "dtensor: float8::widen: to fp32 or bf16, not ", dtype);
@@ -163,8 +164,7 @@ Float8MatmulTimings measure(int64_t m, int64_t k, int64_t n, const at::TensorOpt
   };
   const at::Tensor x = f8(m, k), w = f8(n, k), g = f8(m, n);
   const at::Tensor one = at::ones({}, o);
-  auto column_major = [](const at::Tensor& t) { return t.t().contiguous().t(); };
-  const at::Tensor w_col = column_major(w), x_col = column_major(x);
+  const at::Tensor w_col = float8::column_major(w), x_col = float8::column_major(x);
   auto step = [&](Float8MatmulKind kind) {
     const auto start = std::chrono::steady_clock::now();
     double sink = 0;

@@ -31,6 +31,9 @@ namespace float8 {
 // slower); strides kept where the tensor is dense (a column-major operand stays column-major).
 at::Tensor widen(const at::Tensor& f8, at::ScalarType dtype);
 
+// b of a float8 matmul must be column-major (_scaled_mm's rule): the memory of its transpose contiguous.
+at::Tensor column_major(const at::Tensor& t);
+
 // The matmul by `kind` (not auto).
 at::Tensor matmul(Float8MatmulKind kind, const at::Tensor& a, const at::Tensor& b, const at::Tensor& inv_a,
                   const at::Tensor& inv_b, at::ScalarType out_dtype);

@@ -24,9 +24,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    // The matmuls run in the compute dtype: mixed precision's, else the parameters'.
-    const auto policy = train::mp_policy(o.plan);
-    const at::ScalarType compute = policy ? *policy->param_dtype : train::param_dtype(o.plan);
+    const at::ScalarType compute = train::compute_dtype(o.plan);
     dtensor::CostModel cost = o.machine == "measured" ? train::measured_cost_model(compute, o.remeasure) : train::fixed_cost_model();
     if (!o.comm_table.empty()) dtensor::load_comm_table(cost, o.comm_table);
     if (o.mm_gflops > 0) cost.matmul_gflops = o.mm_gflops;

@@ -156,9 +156,7 @@ int main(int argc, char** argv) {
       const dtensor::Float8MatmulTimings t = dtensor::time_float8_matmuls(
           options.batch * options.seq_len / std::max<int64_t>(1, options.cp), options.model.hidden_size,
           options.model.intermediate_size / tp_mesh.size(),
-          at::TensorOptions(tp_mesh.device())
-              .dtype(options.mixed_precision == train::MixedPrecision::bf16 ? at::kBFloat16 : train::param_dtype(options)),
-          world->world_group().get());
+          at::TensorOptions(tp_mesh.device()).dtype(train::compute_dtype(options)), world->world_group().get());
       options.float8_matmul = t.fastest;
       float8_matmul = " float8_matmul=auto: " + t.to_string();
     } else if (options.float8) {

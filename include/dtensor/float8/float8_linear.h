@@ -44,8 +44,9 @@ Float8Recipe float8_recipe_from_string(const std::string& name);  // "tensorwise
 //   emulated_bf16  a bf16 GEMM of the float8 values (the products exact, summed in fp32, the sum rounded to bf16 once),
 //                  then the scales;
 //   auto           the fastest, timed on the layer's shapes once per process and shape class (on CUDA: scaled_mm);
-//                  emulated_bf16 only where the layer computes in bf16 (an fp32 layer keeps fp32 sums). Why: a CPU's _scaled_mm may be a scalar reference loop (oneDNN on Intel AMX machines:
-//                  100x a bf16 GEMM) where the emulation runs at its GEMM's speed. Ranks of a mesh pick alike.
+//                  emulated_bf16 only where the layer computes in bf16 (an fp32 layer keeps fp32 sums). Why: a CPU's
+//                  _scaled_mm may be a scalar reference loop (oneDNN on Intel AMX machines: 100x a bf16 GEMM) where
+//                  the emulation runs at its GEMM's speed. Ranks of a mesh pick alike.
 enum class Float8MatmulKind { auto_select, scaled_mm, emulated, emulated_bf16 };
 std::string to_string(Float8MatmulKind kind);                       // "auto", "scaled_mm", "emulated", "emulated_bf16"
 Float8MatmulKind float8_matmul_from_string(const std::string& name);  // else dtensor::Error naming the choices

@@ -28,12 +28,14 @@ TEST(FastKernels, Bf16LinearEqualsTheReferenceWithinOneRounding) {
   std::printf("bf16_linear kernel: %s, up to %ld rows (-1: any)\n", dtensor::bf16_linear_kernel(),
               dtensor::bf16_linear_max_rows() == dtensor::kAnyRows ? -1L : static_cast<long>(dtensor::bf16_linear_max_rows()));
   at::manual_seed(0);
-  // 4-row chunks and their tails, the AVX-512 kernel's limit, the AVX2 kernel's slices of 256 rows.
-  std::vector<int64_t> rows = {1, 2, 3, 4, 5, 8, 13, 33, 64, 300};
+  // 4-row chunks and their tails, the AVX-512 kernel's limit, the AMX kernel's 16-row tiles and 32-row passes, the AVX2
+  // kernel's slices of 256 rows.
+  std::vector<int64_t> rows = {1, 2, 3, 4, 5, 8, 13, 16, 17, 32, 33, 64, 300};
   std::erase_if(rows, [](int64_t m) { return m > dtensor::bf16_linear_max_rows(); });
   for (int64_t m : rows) {
     // N odd (the AVX2 kernel's last row alone), K with and without a tail of 16 and of 32, in one chunk of 512 and in
-    // several, one block and several, more than 64 pairs of rows of w in a block.
+    // several, one block and several, more than 64 pairs of rows of w in a block; for the AMX kernel no whole group
+    // of 32 rows of w (N = 7), one and a rest (33), blocks of 32 and a last block of rest alone (130 at K = 2048).
     for (auto [n, k] : {std::pair<int64_t, int64_t>{7, 32}, {33, 100}, {130, 2048}, {64, 4131}, {1001, 16}}) {
       const at::Tensor x = at::randn({m, k}).to(at::kBFloat16), w = at::randn({n, k}).to(at::kBFloat16);
       const at::Tensor exact = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());

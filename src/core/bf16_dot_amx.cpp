@@ -1,0 +1,158 @@
+// The AMX-BF16 inner loop of dtensor::bf16_linear (fast_kernels.h): compiled with -mamx-tile -mamx-bf16 alone in its
+// file, entered only after fast_kernels.cpp checked the CPU and the kernel granted this process the tile state. Raw
+// pointers, no LibTorch.
+//
+// y = x w^T with w [N, K] as it lies in memory, no packing of the weights: the roles are swapped, C^T = w x^T. A tile
+// of 16 rows of w (32 bf16 each, K * 2 bytes apart) is exactly AMX's A operand; x, the small side, is packed once per
+// call into B tiles (VNNI: pairs of k interleaved across 16 columns of x's rows). Each TDPBF16PS then adds 16 rows of w
+// times 32 of k times up to 16 rows of x into a 16 x 16 fp32 tile of C^T, and w streams through the tiles once.
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#ifndef PREFETCH_HINT
+#define PREFETCH_HINT _MM_HINT_T1
+#endif
+
+namespace dtensor::detail {
+namespace {
+
+constexpr int64_t kChunk = 32;              // k per tile row of A (64 bytes of bf16)
+constexpr int64_t kPackedTile = 16 * 32;    // bf16 per packed B tile: 16 pairs of k x 16 rows of x x 2
+
+// Palette 1, tiles 0-7 all 16 rows x 64 bytes: A (0, 1: 16 rows of w each), B (2, 3: 16 rows of x each), C (4-7:
+// rows 16 a.. of the group of w times x's block b in tile 4 + a + 2 b).
+struct alignas(64) TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// GCC's tile intrinsics are asm statements that name no memory: without this the compiler may drop the stores into a
+// buffer that only a tile load reads, or read a buffer before the tile store into it.
+inline void memory_barrier() { asm volatile("" ::: "memory"); }
+
+void configure_tiles() {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) {
+    cfg.colsb[t] = 64;
+    cfg.rows[t] = 16;
+  }
+  memory_barrier();
+  _tile_loadconfig(&cfg);
+}
+
+// C^T for 32 rows of w (A tiles 0, 1 from rows n and n + 16) against one or two packed 16-row blocks of x (B tiles
+// 2, 3): tiles 4, 5 (rows n.., n+16.. x block 0) and 6, 7 (x block 1), stored to c [4][16][16].
+template <bool TwoBlocks>
+void group32(const uint16_t* xb0, const uint16_t* xb1, const uint16_t* w, int64_t K, int64_t n, float* c) {
+  const int64_t full = K / kChunk, stride = K * 2;
+  const uint16_t* r0 = w + n * K;
+  const uint16_t* r1 = w + (n + 16) * K;
+  _tile_zero(4);
+  _tile_zero(5);
+  if constexpr (TwoBlocks) {
+    _tile_zero(6);
+    _tile_zero(7);
+  }
+  // While this group's tiles compute, the next 32 rows of w (contiguous, 64 K bytes) stream into L2 in order, a
+  // share per step: a tile load reads 16 rows at once, 32 streams that the hardware prefetcher does not follow.
+  const char* next = reinterpret_cast<const char*>(w + (n + 32) * K);
+  const int64_t share = (32 * stride / std::max<int64_t>(full, 1) + 63) & ~int64_t{63};
+  for (int64_t k = 0; k < full; ++k) {
+    for (int64_t b = 0; b < share; b += 64) _mm_prefetch(next + k * share + b, PREFETCH_HINT);
+    _tile_loadd(0, r0 + k * kChunk, stride);
+    _tile_loadd(1, r1 + k * kChunk, stride);
+    _tile_loadd(2, xb0 + k * kPackedTile, 64);
+    _tile_dpbf16ps(4, 0, 2);
+    _tile_dpbf16ps(5, 1, 2);
+    if constexpr (TwoBlocks) {
+      _tile_loadd(3, xb1 + k * kPackedTile, 64);
+      _tile_dpbf16ps(6, 0, 3);
+      _tile_dpbf16ps(7, 1, 3);
+    }
+  }
+  if (K % kChunk) {
+    // The last k < 32 of each row, zero-padded (a tile load past a row's end would read the next row, or past w).
+    alignas(64) uint16_t tail[32][kChunk] = {};
+    for (int r = 0; r < 32; ++r) std::memcpy(tail[r], w + (n + r) * K + full * kChunk, (K % kChunk) * 2);
+    memory_barrier();
+    _tile_loadd(0, tail[0], 64);
+    _tile_loadd(1, tail[16], 64);
+    _tile_loadd(2, xb0 + full * kPackedTile, 64);
+    _tile_dpbf16ps(4, 0, 2);
+    _tile_dpbf16ps(5, 1, 2);
+    if constexpr (TwoBlocks) {
+      _tile_loadd(3, xb1 + full * kPackedTile, 64);
+      _tile_dpbf16ps(6, 0, 3);
+      _tile_dpbf16ps(7, 1, 3);
+    }
+  }
+  _tile_stored(4, c, 64);
+  _tile_stored(5, c + 256, 64);
+  if constexpr (TwoBlocks) {
+    _tile_stored(6, c + 512, 64);
+    _tile_stored(7, c + 768, 64);
+  }
+  memory_barrier();
+}
+
+}  // namespace
+
+// Asks Linux for the AMX tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), once per process; a
+// process that has it may use the tiles on every thread. False: the kernel refused (or is too old), no AMX.
+bool amx_request_tiles() {
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+}
+
+int64_t amx_packed_x_elements(int64_t M, int64_t K) { return (M + 15) / 16 * ((K + kChunk - 1) / kChunk) * kPackedTile; }
+
+// out[((b * chunks + c) * 16 + p) * 32 + m * 2 + j] = x[(16 b + m) * K + 32 c + 2 p + j], zero past M and K: the B tile
+// of rows 16 b.. of x and k 32 c.. at out + (b * chunks + c) * kPackedTile.
+void amx_pack_x(const uint16_t* x, int64_t M, int64_t K, uint16_t* out) {
+  const int64_t chunks = (K + kChunk - 1) / kChunk;
+  std::memset(out, 0, amx_packed_x_elements(M, K) * 2);
+  for (int64_t m = 0; m < M; ++m) {
+    const int64_t b = m / 16, col = m % 16;
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t c = k / kChunk, p = (k % kChunk) / 2, j = k % 2;
+      out[((b * chunks + c) * 16 + p) * 32 + col * 2 + j] = x[m * K + k];
+    }
+  }
+}
+
+// y[m * ldy + n] = sum_k x[m][k] w[n][k] for the rows [m0, m0 + rows) of x (rows <= 32, m0 a multiple of 16; xb packed
+// by amx_pack_x) and n in [n0, n1), (n1 - n0) a multiple of 32. Configures the tiles for this thread and releases them.
+void bf16_dot_rows_amx(const uint16_t* xb, int64_t m0, int64_t rows, const uint16_t* w, int64_t K, int64_t n0,
+                       int64_t n1, float* y, int64_t ldy) {
+  const int64_t chunks = (K + kChunk - 1) / kChunk;
+  const uint16_t* xb0 = xb + (m0 / 16) * chunks * kPackedTile;
+  const uint16_t* xb1 = xb0 + chunks * kPackedTile;
+  alignas(64) float c[4][16][16];
+  configure_tiles();
+  for (int64_t n = n0; n < n1; n += 32) {
+    if (rows > 16) {
+      group32<true>(xb0, xb1, w, K, n, c[0][0]);
+    } else {
+      group32<false>(xb0, xb1, w, K, n, c[0][0]);
+    }
+    // c[2 b + a][r][col]: row n + 16 a + r of w times row m0 + 16 b + col of x.
+    for (int64_t m = 0; m < rows; ++m) {
+      const int64_t b = m / 16, col = m % 16;
+      float* yrow = y + (m0 + m) * ldy + n;
+      for (int a = 0; a < 2; ++a) {
+        for (int r = 0; r < 16; ++r) yrow[16 * a + r] = c[2 * b + a][r][col];
+      }
+    }
+  }
+  _tile_release();
+}
+
+}  // namespace dtensor::detail

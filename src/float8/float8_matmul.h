@@ -27,8 +27,10 @@ class ProcessGroup;
 
 namespace float8 {
 
-// A float8 tensor widened to fp32 or bf16 through a 256-entry table (PyTorch's conversion runs per element, ~10x
-// slower); strides kept where the tensor is dense (a column-major operand stays column-major).
+// A float8 tensor widened to fp32 or bf16 exactly: 16 bytes a step through fp16's conversion (AVX2 + F16C: the bytes
+// are fp16 bits shifted, widen_avx2.cpp), the rest, and every byte on other CPUs or with DTENSOR_FAST_KERNELS=0,
+// through a 256-entry table (PyTorch's conversion runs per element, ~10x slower than the table); strides kept where
+// the tensor is dense (a column-major operand stays column-major).
 at::Tensor widen(const at::Tensor& f8, at::ScalarType dtype);
 
 // b of a float8 matmul must be column-major (_scaled_mm's rule): the memory of its transpose contiguous.

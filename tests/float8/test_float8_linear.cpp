@@ -12,6 +12,7 @@
 
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/error.h"
+#include "dtensor/core/fast_kernels.h"
 #include "dtensor/float8/float8_linear.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/mesh/functional_collectives.h"
@@ -180,6 +181,21 @@ TEST(Float8Matmul, WidenGivesEveryFloat8ValueExactly) {
     const at::Tensor got16 = float8::widen(f8, at::kBFloat16);
     EXPECT_EQ(got16.scalar_type(), at::kBFloat16);
     EXPECT_TRUE(at::equal(at::nan_to_num(got16.to(at::kFloat)), at::nan_to_num(want))) << type;  // exact in bf16 too
+  }
+  // Every byte in every position of a 16-byte step, and a tail of 5 (the vector kernel's steps, then the table), by
+  // both routes.
+  const at::Tensor many = at::cat({bytes, bytes.roll(5), bytes.roll(11), bytes.slice(0, 0, 5)});
+  for (const bool fast : {true, false}) {
+    FastKernelsGuard kernels(fast);
+    for (const auto type : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+      const at::Tensor f8 = many.view(type), want = f8.to(at::kFloat);
+      for (const auto dtype : {at::kFloat, at::kBFloat16}) {
+        const at::Tensor got = float8::widen(f8, dtype).to(at::kFloat);
+        EXPECT_TRUE(at::equal(got.isnan(), want.isnan())) << type << " " << dtype << " fast " << fast;
+        EXPECT_TRUE(at::equal(at::nan_to_num(got), at::nan_to_num(want))) << type << " " << dtype << " fast " << fast;
+        EXPECT_TRUE(at::equal(got.signbit(), want.signbit())) << type << " " << dtype << " fast " << fast;  // -0, -NaN
+      }
+    }
   }
   const at::Tensor col = seeded_randn(10, {24, 40}).to(at::kFloat8_e4m3fn).t();  // [40, 24], column-major
   const at::Tensor wide = float8::widen(col, at::kBFloat16);

@@ -210,6 +210,30 @@ def run_both(bin_dir, nproc, our_args, worker_args, timeout):
     return ours.stdout, ref.stdout
 
 
+def run_ours(bin_dir, nproc, our_args, timeout):
+    """Our llama_train alone under tprun (SMALL and our_args): its stdout."""
+    ours = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(nproc), "--master-port", "0",
+                           "llama_train", *SMALL, *our_args], env=dict(os.environ, OMP_NUM_THREADS="1"),
+                          capture_output=True, text=True, timeout=timeout)
+    if ours.returncode != 0:
+        sys.exit(f"llama_train failed:\n{ours.stdout}\n{ours.stderr}")
+    return ours.stdout
+
+
+def scaled_mm_is_the_emulation():
+    """Whether this CPU's torch._scaled_mm equals PyTorch's dequantizing fallback bit for bit (float8 widened to fp32
+    and multiplied by the inverse scales, an fp32 mm): the fallback itself, not oneDNN's float8 matmul."""
+    import torch
+    # Sums long enough, and scales odd enough, that fp32 rounds them (at K = 128 and scales 1/2, 1/4 the sums are
+    # exact in any order, and oneDNN's equal the fallback's).
+    g = torch.Generator().manual_seed(0)
+    a = (3 * torch.randn(32, 1024, generator=g)).to(torch.float8_e4m3fn)
+    b = (3 * torch.randn(32, 1024, generator=g)).to(torch.float8_e4m3fn).t()
+    inv_a, inv_b = torch.tensor(0.37), torch.tensor(0.0113)
+    got = torch._scaled_mm(a, b, inv_a, inv_b, out_dtype=torch.float32)
+    return torch.equal(got, torch.mm(a.float() * inv_a, b.float() * inv_b))
+
+
 def check_losses(a, b, header):
     """Prints both curves; exits unless both have 20 steps equal to 1e-5 relative."""
     print(header)
@@ -340,14 +364,24 @@ def main_float8(bin_dir):
     our tensorwise all-gathers carry a quarter of torchao's fp32 bytes for the blocks' activations (4 per layer) and
     the same for the embedding's and lm_head's (2)."""
     worst = {}
+    # torchao's matmul is this CPU's torch._scaled_mm. Where that is PyTorch's dequantizing fallback, our `emulated`
+    # sums exactly as it does and auto (the default) runs; where it is oneDNN's float8 matmul (Intel AMX machines:
+    # other sums' order), only our `scaled_mm` computes torchao's numbers, so it runs, and auto's choice is checked
+    # in a run of its own.
+    exact = scaled_mm_is_the_emulation()
+    kind = "PyTorch's dequantizing fallback" if exact else "not the fallback (oneDNN's)"
+    print(f"this CPU's torch._scaled_mm is {kind}: ours with --float8-matmul {'auto' if exact else 'scaled_mm'}")
     for recipe in ("tensorwise", "rowwise"):
-        ours, theirs = run_both(bin_dir, 2, [*FP32, "--float8", "--float8-recipe", recipe], ["1", "off", recipe], 900)
-        # --float8-matmul auto (the default): the kinds timed at start, the fastest named in the first line; in
-        # fp32 compute only the fp32-exact ones (scaled_mm, emulated) are candidates, so the bound is unchanged.
-        chosen = re.search(r"float8_matmul=auto: (\S+) \(scaled_mm [0-9.]+ ms, emulated [0-9.]+ ms, emulated_bf16 inf ms\)",
-                           ours)
+        args = [*FP32, "--float8", "--float8-recipe", recipe]
+        ours, theirs = run_both(bin_dir, 2, args + ([] if exact else ["--float8-matmul", "scaled_mm"]),
+                                ["1", "off", recipe], 900)
+        # --float8-matmul auto: the kinds timed at start, the fastest named in the first line ("~": estimated from a
+        # probe); in fp32 compute only the fp32-exact ones (scaled_mm, emulated) are candidates.
+        first = ours if exact else run_ours(bin_dir, 2, [*args, "--steps", "1"], 900)
+        chosen = re.search(r"float8_matmul=auto: (\S+) \(scaled_mm ~?[0-9.]+ ms, emulated ~?[0-9.]+ ms, emulated_bf16 inf ms\)",
+                           first)
         if not chosen or chosen.group(1) not in ("scaled_mm", "emulated"):
-            sys.exit(f"{recipe}: the first line does not name an fp32-exact float8 matmul:\n{ours[:600]}")
+            sys.exit(f"{recipe}: the first line does not name an fp32-exact float8 matmul:\n{first[:600]}")
         print(f"{recipe}: float8 matmul chosen: {chosen.group(0)}")
         a, ca, _ = parse_theirs(theirs)
         b, cb, _ = parse_ours(ours)

@@ -3,9 +3,10 @@
 // bf16_linear: y = x w^T for bf16 x [M, K] with few rows (decode's batch, a short prefill) and a contiguous bf16 weight
 // w [N, K], the product of each row pair accumulated in fp32 over w's rows as they lie in memory, threads splitting
 // the rows of w: the weights are streamed once, at the memory's read bandwidth (PyTorch's bf16 path copies the
-// transposed weight into a buffer first). Two kernels, the CPU's chosen once: AVX-512 BF16 dot products (vdpbf16ps,
-// M <= 8), or AVX2 + FMA on fp32 (bf16 widened by a shift; M <= 64, w in L2-sized blocks that every 4-row chunk of x
-// runs over). Each row limit is where the kernel stopped beating PyTorch's GEMM when measured on that CPU kind. The
+// transposed weight into a buffer first). Three kernels, the CPU's chosen once: AMX-BF16 tiles (M 2..32, 16 rows of w
+// as they lie are a tile; x packed into tiles per call; one row by AVX-512 BF16), AVX-512 BF16 dot products
+// (vdpbf16ps, M <= 8), or AVX2 + FMA on fp32 (bf16 widened by a shift; any M, w in L2-sized blocks that every 4-row
+// chunk of x runs over). Each row limit is where the kernel stopped beating PyTorch's GEMM when measured on that CPU kind. The
 // result is rounded to bf16 once, as PyTorch's (which also accumulates in fp32), but the sums' order differs: equal to
 // at::linear within one bf16 rounding.
 // Used by dtensor::nn::Linear on plain tensors and by the DTensor kernel for the local aten::mm of a sharded linear.
@@ -18,10 +19,11 @@
 
 namespace dtensor {
 
-// Whether the fast paths run (default: yes, where the CPU has AVX-512 BF16 or AVX2 + FMA; DTENSOR_FAST_KERNELS=0 turns
-// them off).
+// Whether the fast paths run (default: yes, where the CPU has AMX-BF16, AVX-512 BF16 or AVX2 + FMA;
+// DTENSOR_FAST_KERNELS=0 turns them off).
 bool fast_kernels_enabled();
-// bf16_linear's kernel on this CPU: "avx512_bf16", "avx2_fma", "none" (PyTorch's op runs), or "off" (switched off).
+// bf16_linear's kernel on this CPU: "amx_bf16", "avx512_bf16", "avx2_fma", "none" (PyTorch's op runs), or "off"
+// (switched off).
 const char* bf16_linear_kernel();
 // The most rows of x it takes here (0: none; kAnyRows: any number).
 inline constexpr int64_t kAnyRows = INT64_MAX;

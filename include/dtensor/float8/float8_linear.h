@@ -59,14 +59,16 @@ struct Float8LinearConfig {
 class ProcessGroup;
 
 // The measurement `auto` makes: each kind's milliseconds for a layer's three matmuls of a training step (forward
-// x [m, k] @ w^T [k, n], grad_input [m, n] @ [n, k], grad_weight [n, m] @ [m, k]; m capped at 256 and k, n at 2048, a
-// kind that is already 4x slower than the best timed once), on `options`' device, and the fastest; emulated_bf16 is
+// x [m, k] @ w^T [k, n], grad_input [m, n] @ [n, k], grad_weight [n, m] @ [m, k]; m capped at 256 and k, n at 2048; a
+// kind after the first timed on a probe shape (32 x 256 x 256 at most) first, and one whose probe, scaled by the FLOPs,
+// is already 4x the best keeps that estimate, written "~"), on `options`' device, and the fastest; emulated_bf16 is
 // timed only if `options`' dtype (the layer's compute dtype) is bf16, else its time is infinite. With `agree`, the
 // timings are summed over its ranks first (every rank of it calls this at once), so that all pick the same kind.
 struct Float8MatmulTimings {
   double scaled_mm_ms = 0, emulated_ms = 0, emulated_bf16_ms = 0;
+  bool scaled_mm_estimated = false, emulated_estimated = false;  // from the probe (emulated_bf16, timed first: never)
   Float8MatmulKind fastest = Float8MatmulKind::scaled_mm;
-  std::string to_string() const;  // "emulated_bf16 (scaled_mm 57.3 ms, emulated 47.6 ms, emulated_bf16 13.2 ms)"
+  std::string to_string() const;  // "emulated_bf16 (scaled_mm ~5730.1 ms, emulated 47.6 ms, emulated_bf16 13.2 ms)"
 };
 Float8MatmulTimings time_float8_matmuls(int64_t m, int64_t k, int64_t n, const at::TensorOptions& options,
                                         ProcessGroup* agree = nullptr);

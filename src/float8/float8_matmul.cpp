@@ -141,8 +141,17 @@ at::Tensor matmul(Float8MatmulKind kind, const at::Tensor& a, const at::Tensor& 
     case Float8MatmulKind::emulated_bf16: {
       // The float8 values exact in bf16, their products exact and summed in fp32 by the bf16 GEMM, the sum rounded to
       // bf16 once; the scales after it (tensorwise one product; rowwise powers of two: exact).
-      at::Tensor y = at::mm(widen(a, at::kBFloat16), widen(b, at::kBFloat16)).to(at::kFloat);
-      if (inv_a.numel() == 1 && inv_b.numel() == 1) {
+      at::Tensor y = at::mm(widen(a, at::kBFloat16), widen(b, at::kBFloat16));
+      const bool one_scale = inv_a.numel() == 1 && inv_b.numel() == 1;
+      if (out_dtype == at::kBFloat16 && y.device().is_cpu()) {
+        // In place in bf16, the same numbers as through fp32 (PyTorch's bf16 mul computes in fp32 and rounds once):
+        // the product of the scales as an fp32 scalar (a 0-dim tensor would be rounded to bf16 first); rowwise
+        // scales are powers of two (exact).
+        if (one_scale) return y.mul_((inv_a.reshape({}) * inv_b.reshape({})).item<float>());
+        return y.mul_(inv_a).mul_(inv_b);
+      }
+      y = y.to(at::kFloat);
+      if (one_scale) {
         y.mul_(inv_a.reshape({}) * inv_b.reshape({}));
       } else {
         y.mul_(inv_a).mul_(inv_b);

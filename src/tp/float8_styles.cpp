@@ -12,6 +12,7 @@
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/nn/module_hooks.h"
 #include "mesh/autograd_comm_scope.h"
+#include "float8/float8_matmul.h"
 #include "nn/forward_override.h"
 #include "tp/style_support.h"
 
@@ -28,7 +29,8 @@ at::Tensor gather_in_float8(const at::Tensor& local, int64_t d, int64_t global, 
   const at::Tensor scale = float8::amax_to_scale(amax, fp8, /*power_of_two=*/false);
   const at::Tensor bytes = float8::cast(local, scale, fp8).contiguous().view(at::kByte);
   const at::Tensor gathered = all_gather(bytes, d, mesh, 0, chunk_sizes(global, mesh.size())).view(fp8);
-  return (gathered.to(at::kFloat) / scale).to(local.scalar_type());
+  // Widened through float8::widen (PyTorch's .to() from float8 converts value by value), then the same division.
+  return float8::widen(gathered, at::kFloat).div_(scale).to(local.scalar_type());
 }
 
 int64_t shard_dim(const at::Tensor& dt, const char* what) {

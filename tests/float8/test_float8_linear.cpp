@@ -171,6 +171,42 @@ TEST(Float8Linear, ConverterFiltersAndRefusesWhatItCannotRun) {
 
 // The emulation's widening: every byte of e4m3fn and e5m2 to exactly PyTorch's fp32 value (NaNs as NaNs) and to the
 // bf16 of it; a column-major operand stays column-major (its GEMM then reads it transposed, uncopied).
+// The fused cast (one scale, dense fp32 / bf16 on the CPU) against the reference's ATen ops, bit for bit: values
+// across both formats' whole ranges (subnormals, the smallest normals, rounding ties at each exponent, past the
+// clamp), zeros of both signs, infinities, NaNs inside a step and in the tail, a transposed input (strides kept).
+TEST(Float8Cast, OnePassEqualsTheReferenceBitForBit) {
+  std::vector<float> special = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 448.0f, 464.0f, 480.0f, 57344.0f, 61440.0f,
+                                0x1p-6f, 0x1p-7f, 0x1p-9f, 0x1.8p-10f, 0x1p-10f, 0x1p-14f, 0x1p-16f, 0x1.8p-17f, 1e-30f,
+                                1.0625f, 1.1875f, 1.125f, 0x1.14p0f, 1.3125f, -2.5625f, 3.0e-45f};
+  at::Tensor values = at::cat({at::tensor(special), at::randn({3000}) * at::exp2(at::randint(-20, 20, {3000}).to(at::kFloat)),
+                               at::tensor(special).neg()});
+  // Every rounding tie of e4m3 and e5m2 near 1: k/16 and k/8 halfway points, and their neighbours.
+  for (int k = 0; k < 64; ++k) {
+    const float tie = 1.0f + (2 * k + 1) / 128.0f;
+    values = at::cat({values, at::tensor({tie, std::nextafter(tie, 0.0f), std::nextafter(tie, 4.0f)})});
+  }
+  for (const auto hp_type : {at::kFloat, at::kBFloat16}) {
+    for (const auto f8 : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+      for (const float s : {1.0f, 0.37f, 1e-3f, 3.0e4f}) {
+        const at::Tensor hp = values.to(hp_type), scale = at::tensor(s);
+        at::Tensor want;
+        {
+          FastKernelsGuard reference(false);
+          want = float8::cast(hp, scale, f8);
+        }
+        const at::Tensor got = float8::cast(hp, scale, f8);
+        ASSERT_EQ(got.scalar_type(), f8);
+        EXPECT_TRUE(at::equal(got.view(at::kByte), want.view(at::kByte))) << hp_type << " -> " << f8 << " scale " << s;
+        const at::Tensor t = hp.slice(0, 0, 3000).view({60, 50}).t();  // [50, 60], column-major
+        const at::Tensor got_t = float8::cast(t, scale, f8);
+        EXPECT_EQ(got_t.strides(), t.strides());
+        FastKernelsGuard reference(false);
+        EXPECT_TRUE(at::equal(got_t.view(at::kByte), float8::cast(t, scale, f8).view(at::kByte))) << "transposed";
+      }
+    }
+  }
+}
+
 TEST(Float8Matmul, WidenGivesEveryFloat8ValueExactly) {
   const at::Tensor bytes = at::arange(256, at::kInt).to(at::kByte);
   for (const auto type : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {

@@ -94,7 +94,9 @@ bool is_float8_linear(const torch::nn::Module& module);
 at::Tensor float8_linear(const at::Tensor& input, const at::Tensor& weight, const Float8LinearConfig& config = {});
 
 namespace float8 {
-// The float8 cast of `hp` with `scale` (broadcast against it): clamp(hp * scale, +-max) in `dtype`.
+// The float8 cast of `hp` with `scale` (broadcast against it): clamp(hp * scale, +-max) in `dtype` (fp32 product,
+// round to nearest even), strides kept where hp is dense. One scale on a dense fp32 / bf16 CPU tensor: one pass of
+// an AVX2 kernel where the CPU has it (bit for bit the reference's ATen ops, which DTENSOR_FAST_KERNELS=0 runs).
 at::Tensor cast(const at::Tensor& hp, const at::Tensor& scale, at::ScalarType dtype);
 // max |hp| over all of it, or along `dim` (kept as a size-1 dim), in hp's dtype.
 at::Tensor abs_max(const at::Tensor& hp, std::optional<int64_t> dim = std::nullopt);

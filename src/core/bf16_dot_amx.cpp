@@ -14,10 +14,6 @@
 #include <cstdint>
 #include <cstring>
 
-#ifndef PREFETCH_HINT
-#define PREFETCH_HINT _MM_HINT_T1
-#endif
-
 namespace dtensor::detail {
 namespace {
 
@@ -61,14 +57,10 @@ void group32(const uint16_t* xb0, const uint16_t* xb1, const uint16_t* w, int64_
     _tile_zero(6);
     _tile_zero(7);
   }
-  // While this group's tiles compute, the next 32 rows of w (contiguous, 64 K bytes) stream into L2 in order, a
-  // share per step: a tile load reads 16 rows at once, 32 streams that the hardware prefetcher does not follow.
-  const char* next = reinterpret_cast<const char*>(w + (n + 32) * K);
-  const int64_t share = (32 * stride / std::max<int64_t>(full, 1) + 63) & ~int64_t{63};
-  for (int64_t k = 0; k < full; ++k) {
-    for (int64_t b = 0; b < share; b += 64) _mm_prefetch(next + k * share + b, PREFETCH_HINT);
-    _tile_loadd(0, r0 + k * kChunk, stride);
-    _tile_loadd(1, r1 + k * kChunk, stride);
+  // A tiles from a0 and a1 (16 rows of w each, a_stride bytes apart) times x's B tile(s) of k's chunk `k`.
+  auto accumulate = [&](const uint16_t* a0, const uint16_t* a1, int64_t a_stride, int64_t k) {
+    _tile_loadd(0, a0, a_stride);
+    _tile_loadd(1, a1, a_stride);
     _tile_loadd(2, xb0 + k * kPackedTile, 64);
     _tile_dpbf16ps(4, 0, 2);
     _tile_dpbf16ps(5, 1, 2);
@@ -77,22 +69,21 @@ void group32(const uint16_t* xb0, const uint16_t* xb1, const uint16_t* w, int64_
       _tile_dpbf16ps(6, 0, 3);
       _tile_dpbf16ps(7, 1, 3);
     }
+  };
+  // While this group's tiles compute, the next 32 rows of w (contiguous, 64 K bytes) stream into L2 in order, a
+  // share per step: a tile load reads 16 rows at once, 32 streams that the hardware prefetcher does not follow.
+  const char* next = reinterpret_cast<const char*>(w + (n + 32) * K);
+  const int64_t share = (32 * stride / std::max<int64_t>(full, 1) + 63) & ~int64_t{63};
+  for (int64_t k = 0; k < full; ++k) {
+    for (int64_t b = 0; b < share; b += 64) _mm_prefetch(next + k * share + b, _MM_HINT_T1);
+    accumulate(r0 + k * kChunk, r1 + k * kChunk, stride, k);
   }
   if (K % kChunk) {
     // The last k < 32 of each row, zero-padded (a tile load past a row's end would read the next row, or past w).
     alignas(64) uint16_t tail[32][kChunk] = {};
     for (int r = 0; r < 32; ++r) std::memcpy(tail[r], w + (n + r) * K + full * kChunk, (K % kChunk) * 2);
     memory_barrier();
-    _tile_loadd(0, tail[0], 64);
-    _tile_loadd(1, tail[16], 64);
-    _tile_loadd(2, xb0 + full * kPackedTile, 64);
-    _tile_dpbf16ps(4, 0, 2);
-    _tile_dpbf16ps(5, 1, 2);
-    if constexpr (TwoBlocks) {
-      _tile_loadd(3, xb1 + full * kPackedTile, 64);
-      _tile_dpbf16ps(6, 0, 3);
-      _tile_dpbf16ps(7, 1, 3);
-    }
+    accumulate(tail[0], tail[16], 64, full);
   }
   _tile_stored(4, c, 64);
   _tile_stored(5, c + 256, 64);

@@ -1,5 +1,6 @@
-// float8::cast's inner loop for one scale (src/float8/float8_matmul.h) with AVX2: compiled alone in its file with
-// those flags, entered only after float8_linear.cpp checked the CPU. Raw pointers, no LibTorch.
+// float8::cast's inner loop for one scale (include/dtensor/float8/float8_linear.h) with AVX2: compiled alone in its
+// file with those flags, entered only after float8_linear.cpp checked the CPU (float8::has_vector_casts). Raw
+// pointers, no LibTorch.
 //
 // The same arithmetic as the reference (fp32 x * scale, clamped to +-max, then c10's round-to-nearest-even
 // conversion), 8 values a step in one pass instead of four (widen, scale, clamp, convert, each a buffer):

@@ -232,10 +232,9 @@ uint8_t cast_one(float v, float scale, float max) {
 }
 
 // One scale, a dense fp32 or bf16 tensor on the CPU: one pass (cast_avx2.cpp), the reference for what it leaves.
-at::Tensor cast_fused(const at::Tensor& hp, float scale, at::ScalarType dtype) {
+at::Tensor cast_fused(const at::Tensor& hp, float scale, float max, at::ScalarType dtype) {
   at::Tensor out = at::empty_strided(hp.sizes(), hp.strides(), hp.options().dtype(dtype));
   const bool bf16 = hp.scalar_type() == at::kBFloat16, e4m3 = dtype == at::kFloat8_e4m3fn;
-  const float max = e4m3 ? 448.0f : 57344.0f;
   const auto* in = static_cast<const char*>(hp.data_ptr());
   auto* o = static_cast<uint8_t*>(out.data_ptr());
   const int64_t elem = bf16 ? 2 : 4;
@@ -257,10 +256,9 @@ at::Tensor cast_fused(const at::Tensor& hp, float scale, at::ScalarType dtype) {
 
 at::Tensor cast(const at::Tensor& hp, const at::Tensor& scale, at::ScalarType dtype) {
   const double max = dtype == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && fast_kernels_enabled() && hp.device().is_cpu() && scale.numel() == 1 &&
+  if (has_vector_casts() && fast_kernels_enabled() && hp.device().is_cpu() && scale.numel() == 1 &&
       (hp.scalar_type() == at::kFloat || hp.scalar_type() == at::kBFloat16) && hp.is_non_overlapping_and_dense()) {
-    return cast_fused(hp, scale.item<float>(), dtype);
+    return cast_fused(hp, scale.item<float>(), static_cast<float>(max), dtype);
   }
   // One fp32 buffer scaled and clamped in place, then the float8 one: fresh buffers cost page faults on a CPU (a
   // product, a clamp and a cast each allocating made the cast 5x slower than its arithmetic).

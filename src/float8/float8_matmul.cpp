@@ -57,11 +57,6 @@ int64_t widen_avx2(const uint8_t* in, int64_t n, bool e4m3, float nan_pos, float
 }  // namespace detail
 namespace {
 
-bool has_avx2_f16c() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return yes;
-}
-
 // Every float8 value as fp32 and as bf16 bits, by its byte: [0] e4m3fn, [1] e5m2.
 struct Tables {
   float f32[2][256];
@@ -91,6 +86,11 @@ at::Tensor unit_strides(const at::Tensor& s) { return s.dim() == 2 ? s.reshape({
 
 }  // namespace
 
+bool has_vector_casts() {
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return yes;
+}
+
 at::Tensor column_major(const at::Tensor& t) { return t.t().contiguous().t(); }
 
 at::Tensor widen(const at::Tensor& f8, at::ScalarType dtype) {
@@ -106,7 +106,7 @@ at::Tensor widen(const at::Tensor& f8, at::ScalarType dtype) {
   const int which = type == at::kFloat8_e4m3fn ? 0 : 1;
   const Tables& t = tables();
   // The vector kernel where the CPU has it and fast kernels are on; the table (the reference) for the rest.
-  const bool vector = has_avx2_f16c() && fast_kernels_enabled();
+  const bool vector = has_vector_casts() && fast_kernels_enabled();
   const float nan_pos = t.f32[which][0x7F], nan_neg = t.f32[which][0xFF];  // e4m3fn's NaNs (e5m2's: fp16's own)
   if (dtype == at::kFloat) {
     const float* table = t.f32[which];

@@ -33,6 +33,10 @@ namespace float8 {
 // the tensor is dense (a column-major operand stays column-major).
 at::Tensor widen(const at::Tensor& f8, at::ScalarType dtype);
 
+// Whether the CPU has the vector casts' instructions (AVX2 + F16C: widen_avx2.cpp, cast_avx2.cpp); with fast kernels
+// on, widen and cast take them.
+bool has_vector_casts();
+
 // b of a float8 matmul must be column-major (_scaled_mm's rule): the memory of its transpose contiguous.
 at::Tensor column_major(const at::Tensor& t);
 

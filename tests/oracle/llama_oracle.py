@@ -195,11 +195,7 @@ def run_both(bin_dir, nproc, our_args, worker_args, timeout):
     with tempfile.TemporaryDirectory() as tmp:
         dump = os.path.join(tmp, "llama")
         write_dump(bin_dir, dump, [*SMALL, *our_args])
-        ours = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(nproc), "--master-port", "0",
-                               "llama_train", *SMALL, *our_args, "--log-every", "1", "--comm-detail"],
-                              env=env, capture_output=True, text=True, timeout=timeout)
-        if ours.returncode != 0:
-            sys.exit(f"llama_train failed:\n{ours.stdout}\n{ours.stderr}")
+        ours = run_ours(bin_dir, nproc, [*our_args, "--log-every", "1", "--comm-detail"], timeout)
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
         # TMPDIR: torchrun's torchelastic_* folders go with this temporary directory
         ref = subprocess.run([torchrun, "--standalone", "--nproc-per-node", str(nproc), os.path.abspath(__file__),
@@ -207,7 +203,7 @@ def run_both(bin_dir, nproc, our_args, worker_args, timeout):
                              timeout=timeout)
         if ref.returncode != 0:
             sys.exit(f"PyTorch run failed:\n{ref.stdout}\n{ref.stderr}")
-    return ours.stdout, ref.stdout
+    return ours, ref.stdout
 
 
 def run_ours(bin_dir, nproc, our_args, timeout):

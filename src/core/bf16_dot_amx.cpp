@@ -94,6 +94,33 @@ void group32(const uint16_t* xb0, const uint16_t* xb1, const uint16_t* w, int64_
   memory_barrier();
 }
 
+// out[c * ld + r] = t[r][c] for the first `valid` columns c of a 16 x 16 fp32 tile t (rows 64 bytes apart): the AVX-512
+// transpose (unpack pairs, shuffle quads, then 128-bit lanes) instead of 256 scalar gathers a tile, which cost as much
+// as the tile's products at K = 2048.
+void store_transposed(const float* t, int64_t valid, float* out, int64_t ld) {
+  __m512 r[16], s[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_ps(t + 16 * i);
+  for (int i = 0; i < 8; ++i) {  // lane j of s[2i]: r[2i][4j], r[2i+1][4j], r[2i][4j+1], r[2i+1][4j+1]
+    s[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    s[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // lane j of r[4i + q]: column 4j + q of rows 4i .. 4i + 3
+    r[4 * i] = _mm512_shuffle_ps(s[4 * i], s[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(s[4 * i], s[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(s[4 * i + 1], s[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(s[4 * i + 1], s[4 * i + 3], 0xEE);
+  }
+  for (int q = 0; q < 4; ++q) {  // column 4j + q: lane j of r[q], r[4 + q], r[8 + q], r[12 + q]
+    const __m512 x0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x44), x1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xEE);
+    const __m512 y0 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x44), y1 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xEE);
+    const __m512 col[4] = {_mm512_shuffle_f32x4(x0, y0, 0x88), _mm512_shuffle_f32x4(x0, y0, 0xDD),
+                           _mm512_shuffle_f32x4(x1, y1, 0x88), _mm512_shuffle_f32x4(x1, y1, 0xDD)};
+    for (int j = 0; j < 4; ++j) {
+      if (4 * j + q < valid) _mm512_storeu_ps(out + (4 * j + q) * ld, col[j]);
+    }
+  }
+}
+
 }  // namespace
 
 // Asks Linux for the AMX tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA), once per process; a
@@ -108,13 +135,17 @@ int64_t amx_packed_x_elements(int64_t M, int64_t K) { return (M + 15) / 16 * ((K
 // out[((b * chunks + c) * 16 + p) * 32 + m * 2 + j] = x[(16 b + m) * K + 32 c + 2 p + j], zero past M and K: the B tile
 // of rows 16 b.. of x and k 32 c.. at out + (b * chunks + c) * kPackedTile.
 void amx_pack_x(const uint16_t* x, int64_t M, int64_t K, uint16_t* out) {
-  const int64_t chunks = (K + kChunk - 1) / kChunk;
+  const uint64_t chunks = (K + kChunk - 1) / kChunk, pairs = K / 2;
   std::memset(out, 0, amx_packed_x_elements(M, K) * 2);
+  // A pair of k (j = 0, 1) stays together: in 32-bit words, word ((b * chunks + c) * 16 + p) * 16 + m % 16 holds the
+  // pair q = 16 c + p of row m: a transpose of words, no division per element.
   for (int64_t m = 0; m < M; ++m) {
-    const int64_t b = m / 16, col = m % 16;
-    for (int64_t k = 0; k < K; ++k) {
-      const int64_t c = k / kChunk, p = (k % kChunk) / 2, j = k % 2;
-      out[((b * chunks + c) * 16 + p) * 32 + col * 2 + j] = x[m * K + k];
+    const uint16_t* row = x + m * K;
+    uint16_t* base = out + (m / 16) * chunks * kPackedTile + (m % 16) * 2;
+    for (uint64_t q = 0; q < pairs; ++q) std::memcpy(base + ((q / 16) * 256 + (q % 16) * 16) * 2, row + 2 * q, 4);
+    if (K % 2) {
+      const uint64_t q = pairs;  // the last k alone, its pair's second half zero
+      base[((q / 16) * 256 + (q % 16) * 16) * 2] = row[K - 1];
     }
   }
 }
@@ -134,13 +165,10 @@ void bf16_dot_rows_amx(const uint16_t* xb, int64_t m0, int64_t rows, const uint1
     } else {
       group32<false>(xb0, xb1, w, K, n, c[0][0]);
     }
-    // c[2 b + a][r][col]: row n + 16 a + r of w times row m0 + 16 b + col of x.
-    for (int64_t m = 0; m < rows; ++m) {
-      const int64_t b = m / 16, col = m % 16;
-      float* yrow = y + (m0 + m) * ldy + n;
-      for (int a = 0; a < 2; ++a) {
-        for (int r = 0; r < 16; ++r) yrow[16 * a + r] = c[2 * b + a][r][col];
-      }
+    // c[2 b + a][r][col]: row n + 16 a + r of w times row m0 + 16 b + col of x, i.e. y's block transposed.
+    for (int64_t b = 0; b < 2 && 16 * b < rows; ++b) {
+      const int64_t valid = std::min<int64_t>(16, rows - 16 * b);
+      for (int a = 0; a < 2; ++a) store_transposed(c[2 * b + a][0], valid, y + (m0 + 16 * b) * ldy + n + 16 * a, ldy);
     }
   }
   _tile_release();

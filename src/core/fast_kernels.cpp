@@ -64,7 +64,7 @@ Kernel cpu_kernel() {
 // (itself AMX there) from 2 to 32 rows, level at 64, behind from 128 (each 32-row pass reads the packed x again).
 int64_t max_rows(Kernel k) {
   switch (k) {
-    case Kernel::amx_bf16: return 32;
+    case Kernel::amx_bf16: return 64;
     case Kernel::avx512_bf16: return 8;
     case Kernel::avx2_fma: return kAnyRows;
     case Kernel::none: return 0;

@@ -30,7 +30,7 @@ TEST(FastKernels, Bf16LinearEqualsTheReferenceWithinOneRounding) {
   at::manual_seed(0);
   // 4-row chunks and their tails, the AVX-512 kernel's limit, the AMX kernel's 16-row tiles and 32-row passes, the AVX2
   // kernel's slices of 256 rows.
-  std::vector<int64_t> rows = {1, 2, 3, 4, 5, 8, 13, 16, 17, 32, 33, 64, 300};
+  std::vector<int64_t> rows = {1, 2, 3, 4, 5, 8, 13, 16, 17, 32, 33, 48, 49, 64, 300};
   std::erase_if(rows, [](int64_t m) { return m > dtensor::bf16_linear_max_rows(); });
   for (int64_t m : rows) {
     // N odd (the AVX2 kernel's last row alone), K with and without a tail of 16 and of 32, in one chunk of 512 and in

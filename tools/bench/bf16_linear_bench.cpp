@@ -3,13 +3,15 @@
 // cycled so that no call finds its weight in cache), ms per call, for each (K, N) of a Llama-3.2-1B layer and each row
 // count. Prints the CPU's kernel and row limit first, a table, and a `summary` line per row. Asserts nothing.
 //
-//   OMP_NUM_THREADS=2 bf16_linear_bench [--iters N] [--rows 1,4,8,16,32,64]
+//   OMP_NUM_THREADS=2 bf16_linear_bench [--iters N] [--rows 1,4,8,16,32,64] [--shapes 2048x8192,...] [--pool-mb 256]
+// (--pool-mb 0: one copy of each weight, which stays in cache where it fits: the kernels' compute bound).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
 #include <chrono>
 #include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -30,17 +32,31 @@ double ms_per_call(const std::vector<at::Tensor>& ws, const at::Tensor& x, int i
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string rows_text = "1,4,8,16,32,64";
+  std::string rows_text = "1,4,8,16,32,64", shapes_text = "2048x8192,8192x2048,2048x2048";
+  int64_t pool_mb = 256;
   const int iters = dtensor::bench::parse_iters(argc, argv, 20, "bf16_linear_bench", [&](CLI::App& app) {
     app.add_option("--rows", rows_text, "row counts of x (comma-separated)");
+    app.add_option("--shapes", shapes_text, "KxN of w (comma-separated)");
+    app.add_option("--pool-mb", pool_mb, "MB of weight copies cycled (0: one copy)")->check(CLI::NonNegativeNumber);
   });
   const std::vector<int64_t> rows = dtensor::bench::int_list(rows_text, "--rows");
   c10::NoGradGuard no_grad;
   std::printf("bf16_linear kernel: %s, up to %ld rows (-1: any); %d threads\n", dtensor::bf16_linear_kernel(),
               dtensor::bf16_linear_max_rows() == dtensor::kAnyRows ? -1L : static_cast<long>(dtensor::bf16_linear_max_rows()), at::get_num_threads());
   std::printf("| K x N | rows | ours ms | GFLOP/s | PyTorch ms | GFLOP/s | ours / PyTorch |\n|---|---:|---:|---:|---:|---:|---:|\n");
-  for (auto [K, N] : {std::pair<int64_t, int64_t>{2048, 8192}, {8192, 2048}, {2048, 2048}}) {
-    const int64_t copies = std::max<int64_t>(1, (int64_t{256} << 20) / (N * K * 2));
+  // "2048x8192,8192x2048" -> K, N pairs: the K's and the N's as two number lists (a bad one: `error:`, exit 2).
+  std::string ks, ns;
+  std::stringstream in(shapes_text);
+  for (std::string kn; std::getline(in, kn, ',');) {
+    const auto x = kn.find('x');
+    ks += (ks.empty() ? "" : ",") + kn.substr(0, x);
+    ns += (ns.empty() ? "" : ",") + (x == std::string::npos ? std::string("?") : kn.substr(x + 1));
+  }
+  const std::vector<int64_t> k_list = dtensor::bench::int_list(ks, "--shapes"), n_list = dtensor::bench::int_list(ns, "--shapes");
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  for (size_t i = 0; i < k_list.size(); ++i) shapes.emplace_back(k_list[i], n_list[i]);
+  for (auto [K, N] : shapes) {
+    const int64_t copies = std::max<int64_t>(1, (pool_mb << 20) / (N * K * 2));
     std::vector<at::Tensor> ws;
     for (int64_t c = 0; c < copies; ++c) ws.push_back(at::randn({N, K}).to(at::kBFloat16));
     for (int64_t m : rows) {

@@ -60,8 +60,9 @@ Kernel cpu_kernel() {
 // BF16 (2026-11-27; PyTorch's oneDNN kernel with its own bf16 dot products is close beyond); AVX2 + FMA at any row
 // count on AMD EPYC Zen 3 (2026-11-29), where PyTorch's bf16 GEMM runs at ~21 GFLOP/s whatever the rows and this
 // kernel at 112-118 from 8 rows on and 131-139 from 64 (0.15-0.19x PyTorch's time from 8 rows on).
-// AMX-BF16 to 32 rows on the Intel Xeon with AMX (model 207, 2026-12-01): 0.76-1.10x the time of PyTorch's oneDNN GEMM
-// (itself AMX there) from 2 to 32 rows, level at 64, behind from 128 (each 32-row pass reads the packed x again).
+// AMX-BF16 to 64 rows on the Intel Xeon with AMX (model 207, 2026-12-01): 0.56-1.08x the time of PyTorch's oneDNN GEMM
+// (itself AMX there) from 2 to 64 rows once its output tiles were transposed by shuffles, 0.58-1.20x at 128 (each
+// 32-row pass over a block of w finds it in L2, but the packed x is read again): no gain to count on past 64.
 int64_t max_rows(Kernel k) {
   switch (k) {
     case Kernel::amx_bf16: return 64;

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
 #include <limits>
 #include <string>
@@ -42,8 +43,24 @@ at::Tensor Sampler::filtered_logits(const at::Tensor& logits) const {
   return scores;
 }
 
+namespace {
+
+// Greedy tokens: argmax over the vocabulary, the rows split over the threads. ATen's argmax reduces a block of rows on
+// one thread (at batch 64 x 128256 logits, 4.7% of a decode step on 2 cores); each thread here runs that same argmax
+// on its rows, so the tokens are argmax's own (the first of equal maxima, a NaN taken as the max).
+at::Tensor greedy_tokens(const at::Tensor& logits) {
+  if (!logits.device().is_cpu() || logits.dim() != 2 || logits.size(0) < 2) return logits.argmax(-1);
+  at::Tensor tokens = at::empty({logits.size(0)}, logits.options().dtype(at::kLong));
+  at::parallel_for(0, logits.size(0), /*grain_size=*/1, [&](int64_t begin, int64_t end) {
+    tokens.narrow(0, begin, end - begin).copy_(logits.narrow(0, begin, end - begin).argmax(-1));
+  });
+  return tokens;
+}
+
+}  // namespace
+
 at::Tensor Sampler::sample(const at::Tensor& logits) {
-  if (options_.greedy()) return logits.argmax(-1);
+  if (options_.greedy()) return greedy_tokens(logits);
   at::Tensor probs = filtered_logits(logits).softmax(-1);
   return at::multinomial(probs, 1, /*replacement=*/false, generator_).squeeze(-1);
 }

@@ -8,6 +8,7 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -206,6 +207,24 @@ TEST(LlamaSampling, TopKAndTopPKeepTheExpectedTokens) {
   EXPECT_EQ(kept({.temperature = 1.0}), (std::vector<int64_t>{0, 1, 2, 3}));
   EXPECT_NE(error_of([] { inference::Sampler({.temperature = 1.0, .top_p = 0.0}); }).find("top_p"), std::string::npos);
   EXPECT_NE(error_of([] { inference::Sampler({.top_k = -1}); }).find("top_k"), std::string::npos);
+}
+
+// Greedy over a batch splits the rows over threads: the tokens are argmax's own, ties (the first maximum), NaN (taken
+// as the max), -inf rows and bf16 included, at 1, 3 and 64 rows.
+TEST(LlamaSampling, GreedyIsArgmaxOnEveryRow) {
+  at::Tensor logits = at::randint(0, 4, {64, 1000}, at::TensorOptions().dtype(at::kFloat));  // many ties
+  logits[3][700] = std::numeric_limits<float>::quiet_NaN();
+  logits[3][7] = std::numeric_limits<float>::quiet_NaN();
+  logits[5].fill_(-std::numeric_limits<float>::infinity());
+  logits[6][9] = std::numeric_limits<float>::infinity();
+  inference::Sampler greedy({});
+  for (const at::Tensor& l : {logits, logits.to(at::kBFloat16), logits.narrow(0, 0, 3), logits.narrow(0, 5, 1)}) {
+    const at::Tensor tokens = greedy.sample(l);
+    ASSERT_EQ(tokens.sizes(), l.argmax(-1).sizes());
+    EXPECT_TRUE(tokens.equal(l.argmax(-1)));
+  }
+  EXPECT_EQ(greedy.sample(logits)[3].item<int64_t>(), 7);
+  EXPECT_EQ(greedy.sample(logits)[5].item<int64_t>(), 0);
 }
 
 TEST(LlamaGenerate, BadPromptsRaiseOneClearError) {

@@ -139,14 +139,12 @@ void amx_pack_x(const uint16_t* x, int64_t M, int64_t K, uint16_t* out) {
   std::memset(out, 0, amx_packed_x_elements(M, K) * 2);
   // A pair of k (j = 0, 1) stays together: in 32-bit words, word ((b * chunks + c) * 16 + p) * 16 + m % 16 holds the
   // pair q = 16 c + p of row m: a transpose of words, no division per element.
+  auto pair_at = [](uint64_t q) { return ((q / 16) * 256 + (q % 16) * 16) * 2; };  // pair q's bf16 offset in a row's tiles
   for (int64_t m = 0; m < M; ++m) {
     const uint16_t* row = x + m * K;
     uint16_t* base = out + (m / 16) * chunks * kPackedTile + (m % 16) * 2;
-    for (uint64_t q = 0; q < pairs; ++q) std::memcpy(base + ((q / 16) * 256 + (q % 16) * 16) * 2, row + 2 * q, 4);
-    if (K % 2) {
-      const uint64_t q = pairs;  // the last k alone, its pair's second half zero
-      base[((q / 16) * 256 + (q % 16) * 16) * 2] = row[K - 1];
-    }
+    for (uint64_t q = 0; q < pairs; ++q) std::memcpy(base + pair_at(q), row + 2 * q, 4);
+    if (K % 2) base[pair_at(pairs)] = row[K - 1];  // the last k alone, its pair's second half zero
   }
 }
 

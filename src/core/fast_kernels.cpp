@@ -61,8 +61,9 @@ Kernel cpu_kernel() {
 // count on AMD EPYC Zen 3 (2026-11-29), where PyTorch's bf16 GEMM runs at ~21 GFLOP/s whatever the rows and this
 // kernel at 112-118 from 8 rows on and 131-139 from 64 (0.15-0.19x PyTorch's time from 8 rows on).
 // AMX-BF16 to 64 rows on the Intel Xeon with AMX (model 207, 2026-12-01): 0.56-1.08x the time of PyTorch's oneDNN GEMM
-// (itself AMX there) from 2 to 64 rows once its output tiles were transposed by shuffles, 0.58-1.20x at 128 (each
-// 32-row pass over a block of w finds it in L2, but the packed x is read again): no gain to count on past 64.
+// (itself AMX there) from 2 to 64 rows once its output tiles were transposed by shuffles, but for one shape (2048 x
+// 3072 at 48 rows: 1.3-2.3x, not understood); 0.58-1.20x at 128 (each 32-row pass over a block of w finds it in L2,
+// but the packed x is read again): no gain to count on past 64.
 int64_t max_rows(Kernel k) {
   switch (k) {
     case Kernel::amx_bf16: return 64;

@@ -40,21 +40,25 @@ int main(int argc, char** argv) {
     app.add_option("--pool-mb", pool_mb, "MB of weight copies cycled (0: one copy)")->check(CLI::NonNegativeNumber);
   });
   const std::vector<int64_t> rows = dtensor::bench::int_list(rows_text, "--rows");
+  // "2048x8192,8192x2048" -> (K, N) pairs; a bad one: one `error:` line, exit 2.
+  std::vector<std::pair<int64_t, int64_t>> shapes;
+  std::stringstream in(shapes_text);
+  try {
+    for (std::string kn; std::getline(in, kn, ',');) {
+      const auto x = kn.find('x');
+      if (x == std::string::npos) throw tools_cli::UsageError("--shapes: expected KxN, got '" + kn + "'");
+      const auto K = tools_cli::parse_number<int64_t>("--shapes", kn.substr(0, x));
+      const auto N = tools_cli::parse_number<int64_t>("--shapes", kn.substr(x + 1));
+      if (K <= 0 || N <= 0) throw tools_cli::UsageError("--shapes: K and N must be positive, got '" + kn + "'");
+      shapes.emplace_back(K, N);
+    }
+  } catch (const tools_cli::UsageError& e) {
+    return tools_cli::usage_error_exit(0, e.what());
+  }
   c10::NoGradGuard no_grad;
   std::printf("bf16_linear kernel: %s, up to %ld rows (-1: any); %d threads\n", dtensor::bf16_linear_kernel(),
               dtensor::bf16_linear_max_rows() == dtensor::kAnyRows ? -1L : static_cast<long>(dtensor::bf16_linear_max_rows()), at::get_num_threads());
   std::printf("| K x N | rows | ours ms | GFLOP/s | PyTorch ms | GFLOP/s | ours / PyTorch |\n|---|---:|---:|---:|---:|---:|---:|\n");
-  // "2048x8192,8192x2048" -> K, N pairs: the K's and the N's as two number lists (a bad one: `error:`, exit 2).
-  std::string ks, ns;
-  std::stringstream in(shapes_text);
-  for (std::string kn; std::getline(in, kn, ',');) {
-    const auto x = kn.find('x');
-    ks += (ks.empty() ? "" : ",") + kn.substr(0, x);
-    ns += (ns.empty() ? "" : ",") + (x == std::string::npos ? std::string("?") : kn.substr(x + 1));
-  }
-  const std::vector<int64_t> k_list = dtensor::bench::int_list(ks, "--shapes"), n_list = dtensor::bench::int_list(ns, "--shapes");
-  std::vector<std::pair<int64_t, int64_t>> shapes;
-  for (size_t i = 0; i < k_list.size(); ++i) shapes.emplace_back(k_list[i], n_list[i]);
   for (auto [K, N] : shapes) {
     const int64_t copies = std::max<int64_t>(1, (pool_mb << 20) / (N * K * 2));
     std::vector<at::Tensor> ws;

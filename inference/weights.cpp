@@ -108,6 +108,10 @@ llama::LlamaConfig model_config(const ModelSource& options, int64_t tp) {
     config.validate();
     models::check_computable(model_dtype(options), options.device == "cuda" ? c10::Device(at::kCUDA) : c10::Device(at::kCPU));
     if (tp > 1) llama::inference_plan(config, tp);  // its size checks, before any communication
+    if (llama::quantization_from_string(options.quantize) != llama::Quantization::none && !options.lora_adapter.empty()) {
+      throw SourceError("--quantize " + options.quantize + " with --lora-adapter: adapters on a quantized base (QLoRA) "
+                        "are not supported");
+    }
     if (!options.lora_adapter.empty()) {  // the adapter's config read and its targets found, before any communication
       dtensor::peft::find_targets(*llama::meta_model(config), dtensor::peft::load_adapter_config(options.lora_adapter));
     }
@@ -127,6 +131,7 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
   llama::BuildOptions build;
   build.parallelize.plan = options.ep > 1 ? llama::TPPlan::ep : llama::TPPlan::inference;
   build.dtype = model_dtype(options);
+  build.quantize = llama::quantization_from_string(options.quantize);
   // On a GPU the caching allocator's out-of-memory error names the sizes; the host check is for host memory.
   if (tp_mesh.device().is_cpu()) {
     build.before_allocation = [&](llama::LlamaForCausalLM& meta) {

@@ -25,6 +25,9 @@ struct ModelSource {
   // A PEFT adapter directory (adapter_config.json + adapter_model.safetensors) on top of the weights, as
   // PeftModel.from_pretrained(model, dir): its adapters sharded like their layers (dtensor/peft/lora.h). "": none.
   std::string lora_adapter;
+  // --quantize: how the Linear weights are stored once loaded (llama::quantization_from_string: "none", "int8":
+  // torchao's Int8WeightOnlyConfig, per row, sharded with the plan).
+  std::string quantize = "none";
 };
 
 // A source that cannot be read or does not fit the model or the TP degree: the tools print it as one `error:` line

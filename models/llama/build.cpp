@@ -11,6 +11,7 @@
 #include "dtensor/nn/materialize.h"
 #include "dtensor/dp/gradient_sync.h"
 #include "dtensor/peft/adapter.h"
+#include "dtensor/quant/int8_weight_only.h"
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
 
@@ -26,6 +27,12 @@ void add_lora_adapters(LlamaForCausalLM& model, const LoraOptions& lora, bool gr
   // Replicate A under a Colwise base gets a Partial gradient, reduced once per backward).
   dtensor::disable_gradient_sync(*model);
   if (gradient_sync) dtensor::enable_gradient_sync(*model);
+}
+
+Quantization quantization_from_string(const std::string& name) {
+  if (name == "none") return Quantization::none;
+  if (name == "int8") return Quantization::int8_weight_only;
+  throw DTENSOR_ERROR("dtensor: quantization '", name, "' is not supported: none or int8 (int8 weight-only per row)");
 }
 
 LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDims& dims, const WeightSource& source,
@@ -51,6 +58,12 @@ LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDi
                                 {.allow_unused_names = {"state.*", "train.*"}, .map_in_place = source.map_in_place});
       break;
     }
+  }
+  DTENSOR_CHECK(options.quantize == Quantization::none || !options.lora,
+                "dtensor: LoRA adapters on a quantized base (QLoRA) are not supported: leave out the quantization or "
+                "the adapter");
+  if (options.quantize == Quantization::int8_weight_only) {
+    dtensor::quant::quantize_(*model, dtensor::quant::Int8WeightOnlyConfig{});
   }
   if (options.lora) add_lora_adapters(model, *options.lora, options.parallelize.gradient_sync);
   apply_data_parallel(model, dims, options.parallelize);  // DDP's buckets and FSDP's groups take the filled parameters

@@ -8,6 +8,8 @@
 //   -> to_empty(device, dtype)     each rank allocates its shards and replicas only
 //   -> fill from the source        a seeded init (each rank its part of the same values at every degree), an HF
 //                                  directory or a checkpoint of ours (each rank reads only its slices)
+//   -> quantization                when asked: the Linear weights to int8 with per-row scales, in place of the
+//                                  loaded ones (dtensor/quant/int8_weight_only.h: torchao's numbers, under the plan)
 //   -> adapters (LoRA)             when asked: A and B on the targets, the base frozen
 //   -> data parallel               DDP's buckets, FSDP's groups and mixed precision take the filled parameters
 //
@@ -66,9 +68,19 @@ struct LoraOptions {
   uint64_t seed = 0;
 };
 
+// How the Linear weights are stored once loaded (torchao's quantize_ configs; llama_generate / serve --quantize).
+enum class Quantization {
+  none,
+  int8_weight_only,  // Int8WeightOnlyConfig: int8 per row, the activations in the model's dtype (W8A16)
+};
+// "none" | "int8" (the flag's values); anything else throws dtensor::Error naming the values there are.
+Quantization quantization_from_string(const std::string& name);
+
 struct BuildOptions {
   ParallelizeConfig parallelize;      // the plan and what runs over each dim (parallelize.h)
   at::ScalarType dtype = at::kFloat;  // the parameters'
+  // Applied after the weights are in, to every Linear (lm_head included, torchao's default); with LoRA: refused.
+  Quantization quantize = Quantization::none;
   std::optional<LoraOptions> lora;
   // Runs on the meta model after the model-parallel plan, before anything is allocated.
   std::function<void(LlamaForCausalLM&)> before_allocation;

@@ -32,6 +32,8 @@ int64_t amx_packed_x_elements(int64_t M, int64_t K);
 void amx_pack_x(const uint16_t* x, int64_t M, int64_t K, uint16_t* out);
 void bf16_dot_rows_amx(const uint16_t* xb, int64_t m0, int64_t rows, const uint16_t* w, int64_t K, int64_t n0,
                        int64_t n1, float* y, int64_t ldy);
+// src/core/int8_widen_avx2.cpp: n int8 values to bf16 (exact).
+void int8_to_bf16(const int8_t* q, int64_t n, uint16_t* out);
 }  // namespace detail
 
 namespace {
@@ -110,102 +112,158 @@ namespace {
 
 constexpr int64_t kSliceRows = 256;
 
-// y [M, N] fp32 = x [M, K] bf16 times w [N, K] bf16 transposed, by the AVX2 kernel (bf16_dot_avx2.cpp).
-void avx2_linear(const uint16_t* xp, int64_t M, int64_t K, const uint16_t* wp, int64_t N, float* yp) {
-  const int64_t ldx = K + 16;  // rows 64 bytes apart from a multiple of 4 KB: other L1 sets (bf16_dot_avx2.cpp)
-  // Once: x in fp32, in the kernel's order, 64-byte aligned (LibTorch's allocator) so that no 32-byte load of it
-  // straddles two cache lines.
-  const at::Tensor xf = at::empty({M, ldx}, at::TensorOptions().dtype(at::kFloat));
-  detail::bf16_rows_to_paired_fp32(xp, M, K, xf.data_ptr<float>(), ldx);
-  const float* xfp = xf.data_ptr<float>();
-  const int64_t rows = block_rows(K), blocks = (N + rows - 1) / rows;
-  // Threads split the blocks of w's rows; every 4-row chunk of x runs over a block while it is in cache.
-  at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
-      // While the passes over this block compute, the next block of this thread's range (its rows [n1, next_end))
-      // streams into L2, a share of it per pass.
-      const int64_t next_end = b + 1 < b1 ? std::min(N, n1 + rows) : n1, passes = (M + 3) / 4;
-      const int64_t next_rows = next_end - n1;
-      for (int64_t m0 = 0, p = 0; m0 < M; m0 += 4, ++p) {
-        const int64_t r0 = n1 + next_rows * p / passes, r1 = n1 + next_rows * (p + 1) / passes;
-        detail::bf16_dot_rows_avx2(xfp + m0 * ldx, ldx, std::min<int64_t>(4, M - m0), wp, K, n0, n1, yp + m0 * N, N,
-                                   wp + r0 * K, (r1 - r0) * K * 2);
-      }
-    }
-  });
-}
-
-// y [M, N] fp32 = x [M, K] bf16 times w [N, K] bf16 transposed, by the AVX-512 BF16 kernel (bf16_dot_avx512.cpp):
-// threads split w into blocks of block_rows(K) rows, and every 4-row chunk of x runs over a block while it is in cache,
-// so w streams from memory once whatever the number of rows (a pass of each chunk over the whole of w read it M / 4
-// times).
-void avx512_linear(const uint16_t* xp, int64_t M, int64_t K, const uint16_t* wp, int64_t N, float* yp) {
-  const int64_t rows = block_rows(K), blocks = (N + rows - 1) / rows;
-  at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; ++b) {
-      const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
-      for (int64_t m0 = 0; m0 < M; m0 += 4) {
-        detail::bf16_dot_rows_avx512(xp + m0 * K, std::min<int64_t>(4, M - m0), wp, K, n0, n1, yp + m0 * N, N);
-      }
-    }
-  });
-}
-
 // Rows of x from which the AMX kernel runs (below: the AVX-512 BF16 kernel, whose dot products waste nothing on a
 // single row).
 constexpr int64_t kAmxMinRows = 2;
 
-// y [M, N] fp32 = x [M, K] bf16 times w [N, K] bf16 transposed, by the AMX kernel (bf16_dot_amx.cpp): x packed into B
-// tiles once; threads split w into blocks of whole 32-row tile groups, every 32-row chunk of x runs over a block while
-// it is in cache; the last rows of w that fill no 32-row group go through the AVX-512 kernel.
-void amx_linear(const uint16_t* xp, int64_t M, int64_t K, const uint16_t* wp, int64_t N, float* yp) {
-  const at::Tensor xb = at::empty({detail::amx_packed_x_elements(M, K)}, at::TensorOptions().dtype(at::kBFloat16));
-  auto* xbp = reinterpret_cast<uint16_t*>(xb.data_ptr<at::BFloat16>());
-  detail::amx_pack_x(xp, M, K, xbp);
-  const int64_t rows = std::max<int64_t>(32, block_rows(K) & ~int64_t{31}), blocks = (N + rows - 1) / rows;
+// x [M, K] bf16 made ready for one kernel once per call: AVX2 reads it in fp32 in its paired order
+// (bf16_rows_to_paired_fp32), AMX in packed B tiles (amx_pack_x), AVX-512 as it is.
+struct PreparedX {
+  Kernel kernel = Kernel::none;
+  const uint16_t* x = nullptr;
+  int64_t M = 0, K = 0;
+  at::Tensor buffer;
+  const float* xf = nullptr;  // avx2_fma
+  int64_t ldx = 0;
+  const uint16_t* xb = nullptr;  // amx_bf16
+};
+
+PreparedX prepare_x(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K) {
+  if (kernel == Kernel::amx_bf16 && M < kAmxMinRows) kernel = Kernel::avx512_bf16;
+  PreparedX p;
+  p.kernel = kernel, p.x = xp, p.M = M, p.K = K;
+  if (kernel == Kernel::avx2_fma) {
+    p.ldx = K + 16;  // rows 64 bytes apart from a multiple of 4 KB: other L1 sets (bf16_dot_avx2.cpp)
+    // 64-byte aligned (LibTorch's allocator) so that no 32-byte load of it straddles two cache lines.
+    p.buffer = at::empty({M, p.ldx}, at::TensorOptions().dtype(at::kFloat));
+    detail::bf16_rows_to_paired_fp32(xp, M, K, p.buffer.data_ptr<float>(), p.ldx);
+    p.xf = p.buffer.data_ptr<float>();
+  } else if (kernel == Kernel::amx_bf16) {
+    p.buffer = at::empty({detail::amx_packed_x_elements(M, K)}, at::TensorOptions().dtype(at::kBFloat16));
+    auto* xb = reinterpret_cast<uint16_t*>(p.buffer.data_ptr<at::BFloat16>());
+    detail::amx_pack_x(xp, M, K, xb);
+    p.xb = xb;
+  }
+  return p;
+}
+
+// Rows of w per block: a block (~128 KB, L2's share) is read from memory once and every chunk of x (4 rows; AMX: 32)
+// runs over it while it is in cache, so w streams once whatever the number of rows. AMX: whole 32-row tile groups.
+int64_t rows_per_block(Kernel kernel, int64_t K) {
+  return kernel == Kernel::amx_bf16 ? std::max<int64_t>(32, block_rows(K) & ~int64_t{31}) : block_rows(K);
+}
+
+// y[m * ldy + n] (fp32) = x's row m . w's row n for every row of x and the `rows` rows of one block w [rows, K]. AVX2:
+// while the passes over this block compute, [prefetch, prefetch + prefetch_bytes) (the next block) streams into L2, a
+// share per pass. AMX: the last rows that fill no 32-row group through the AVX-512 kernel.
+void run_block(const PreparedX& p, const uint16_t* w, int64_t rows, float* y, int64_t ldy, const uint16_t* prefetch,
+               int64_t prefetch_bytes) {
+  const int64_t M = p.M, K = p.K;
+  switch (p.kernel) {
+    case Kernel::avx2_fma: {
+      const int64_t passes = (M + 3) / 4;
+      for (int64_t m0 = 0, i = 0; m0 < M; m0 += 4, ++i) {
+        const int64_t b0 = prefetch_bytes * i / passes / 64 * 64, b1 = prefetch_bytes * (i + 1) / passes / 64 * 64;
+        detail::bf16_dot_rows_avx2(p.xf + m0 * p.ldx, p.ldx, std::min<int64_t>(4, M - m0), w, K, 0, rows, y + m0 * ldy,
+                                   ldy, prefetch + b0 / 2, b1 - b0);
+      }
+      return;
+    }
+    case Kernel::amx_bf16: {
+      const int64_t tiled = rows / 32 * 32;
+      for (int64_t m0 = 0; m0 < M && tiled > 0; m0 += 32) {
+        detail::bf16_dot_rows_amx(p.xb, m0, std::min<int64_t>(32, M - m0), w, K, 0, tiled, y, ldy);
+      }
+      for (int64_t m0 = 0; m0 < M && tiled < rows; m0 += 4) {
+        detail::bf16_dot_rows_avx512(p.x + m0 * K, std::min<int64_t>(4, M - m0), w, K, tiled, rows, y + m0 * ldy, ldy);
+      }
+      return;
+    }
+    case Kernel::avx512_bf16:
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        detail::bf16_dot_rows_avx512(p.x + m0 * K, std::min<int64_t>(4, M - m0), w, K, 0, rows, y + m0 * ldy, ldy);
+      }
+      return;
+    case Kernel::none:
+      return;
+  }
+}
+
+// y [M, N] fp32 = x [M, K] bf16 times w [N, K] bf16 transposed: threads split w into blocks (rows_per_block), every
+// chunk of x runs over a block while it is in cache (a pass of each chunk over the whole of w read it M / 4 times).
+void blocked_linear(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K, const uint16_t* wp, int64_t N, float* yp) {
+  const PreparedX p = prepare_x(kernel, xp, M, K);
+  const int64_t rows = rows_per_block(p.kernel, K), blocks = (N + rows - 1) / rows;
   at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows), tiled = n0 + (n1 - n0) / 32 * 32;
-      for (int64_t m0 = 0; m0 < M && tiled > n0; m0 += 32) {
-        detail::bf16_dot_rows_amx(xbp, m0, std::min<int64_t>(32, M - m0), wp, K, n0, tiled, yp, N);
-      }
-      for (int64_t m0 = 0; m0 < M && tiled < n1; m0 += 4) {
-        detail::bf16_dot_rows_avx512(xp + m0 * K, std::min<int64_t>(4, M - m0), wp, K, tiled, n1, yp + m0 * N, N);
-      }
+      const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
+      const int64_t next_end = b + 1 < b1 ? std::min(N, n1 + rows) : n1;  // this thread's next block
+      run_block(p, wp + n0 * K, n1 - n0, yp + n0, N, wp + n1 * K, (next_end - n1) * K * 2);
     }
   });
+}
+
+// The same with int8 weights: each thread widens its block of q to bf16 (exact: |q| <= 128 has 8 significant bits)
+// into a buffer that stays in L2, then runs the block's kernel on it; q streams from memory once, at a byte a weight.
+void blocked_int8_linear(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K, const int8_t* qp, int64_t N, float* yp) {
+  const PreparedX p = prepare_x(kernel, xp, M, K);
+  const int64_t rows = rows_per_block(p.kernel, K), blocks = (N + rows - 1) / rows;
+  at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
+    const at::Tensor block = at::empty({rows * K}, at::TensorOptions().dtype(at::kBFloat16));
+    auto* wb = reinterpret_cast<uint16_t*>(block.data_ptr<at::BFloat16>());
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
+      detail::int8_to_bf16(qp + n0 * K, (n1 - n0) * K, wb);
+      run_block(p, wb, n1 - n0, yp + n0, N, nullptr, 0);
+    }
+  });
+}
+
+// The checks both linears share: bf16 x [M, K] (contiguous rows) on the CPU, a weight [N, K] contiguous, no autograd.
+bool takes(const at::Tensor& x, const at::Tensor& w, at::ScalarType w_dtype) {
+  if (!fast_kernels_enabled() || cpu_kernel() == Kernel::none) return false;
+  if (x.dim() != 2 || w.dim() != 2 || x.scalar_type() != at::kBFloat16 || w.scalar_type() != w_dtype) return false;
+  if (!x.device().is_cpu() || !w.device().is_cpu() || x.size(0) == 0) return false;
+  if (x.size(1) != w.size(1) || x.size(1) == 0 || !w.is_contiguous() || x.stride(1) != 1) return false;
+  return !((x.requires_grad() || w.requires_grad()) && c10::GradMode::is_enabled());
 }
 
 }  // namespace
 
 std::optional<at::Tensor> bf16_linear(const at::Tensor& x, const at::Tensor& w, bool fp32_out) {
   const Kernel kernel = cpu_kernel();
-  if (!fast_kernels_enabled() || kernel == Kernel::none) return std::nullopt;
-  if (x.dim() != 2 || w.dim() != 2 || x.scalar_type() != at::kBFloat16 || w.scalar_type() != at::kBFloat16) return std::nullopt;
-  if (!x.device().is_cpu() || !w.device().is_cpu() || x.size(0) > max_rows(kernel) || x.size(0) == 0) return std::nullopt;
-  if (x.size(1) != w.size(1) || x.size(1) == 0 || !w.is_contiguous() || x.stride(1) != 1) return std::nullopt;
-  if ((x.requires_grad() || w.requires_grad()) && c10::GradMode::is_enabled()) return std::nullopt;
+  if (!takes(x, w, at::kBFloat16) || x.size(0) > max_rows(kernel)) return std::nullopt;
   const at::Tensor xc = x.contiguous();
   const int64_t M = xc.size(0), K = xc.size(1), N = w.size(0);
   at::Tensor y = at::empty({M, N}, xc.options().dtype(at::kFloat));
   const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
   float* yp = y.data_ptr<float>();
-  if (kernel == Kernel::avx2_fma) {
-    // At most kSliceRows rows of x per pass over w: x's fp32 copy stays small (a long prefill's rows would need
-    // M * K * 4 bytes at once), and with 256 rows every byte of w already feeds 256 FMAs.
-    for (int64_t s0 = 0; s0 < M; s0 += kSliceRows) {
-      avx2_linear(xp + s0 * K, std::min(kSliceRows, M - s0), K, wp, N, yp + s0 * N);
-    }
-    return fp32_out ? y : y.to(at::kBFloat16);
-  }
-  if (kernel == Kernel::amx_bf16 && M >= kAmxMinRows) {
-    amx_linear(xp, M, K, wp, N, yp);
-  } else {
-    avx512_linear(xp, M, K, wp, N, yp);
+  // At most kSliceRows rows of x per pass over w: x's prepared copy stays small (a long prefill's rows would need
+  // M * K * 4 bytes at once), and with 256 rows every byte of w already feeds 256 FMAs.
+  for (int64_t s0 = 0; s0 < M; s0 += kSliceRows) {
+    blocked_linear(kernel, xp + s0 * K, std::min(kSliceRows, M - s0), K, wp, N, yp + s0 * N);
   }
   return fp32_out ? y : y.to(at::kBFloat16);
+}
+
+std::optional<at::Tensor> int8_weight_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
+  if (!takes(x, q, at::kChar) || scale.dim() != 1 || scale.size(0) != q.size(0) || !scale.device().is_cpu()) {
+    return std::nullopt;
+  }
+  const at::Tensor xc = x.contiguous();
+  const int64_t M = xc.size(0), K = xc.size(1), N = q.size(0);
+  at::Tensor y = at::empty({M, N}, xc.options().dtype(at::kFloat));
+  const auto* xp = reinterpret_cast<const uint16_t*>(xc.data_ptr<at::BFloat16>());
+  const int8_t* qp = q.data_ptr<int8_t>();
+  float* yp = y.data_ptr<float>();
+  // Every row count: the alternative is not PyTorch's bf16 GEMM (bf16_linear's row limits) but widening the whole of
+  // q first. Slices of kSliceRows rows as above (each slice widens q again: at 256 rows that is noise).
+  for (int64_t s0 = 0; s0 < M; s0 += kSliceRows) {
+    blocked_int8_linear(cpu_kernel(), xp + s0 * K, std::min(kSliceRows, M - s0), K, qp, N, yp + s0 * N);
+  }
+  // One rounding, after the scale: bf16(scale[n] * sum_k x[m][k] q[n][k]).
+  return y.mul_(scale.to(at::kFloat)).to(at::kBFloat16);
 }
 
 }  // namespace dtensor

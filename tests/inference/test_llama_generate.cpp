@@ -251,6 +251,7 @@ TEST(LlamaGenerateCli, BadValuesExitTwoWithOneErrorLine) {
       {"--random-init", "--prompt", "a", "--prompt", "b", "--batch", "4"},
       {"--checkpoint", "/tmp", "--prompt", "a"},              // not wired yet
       {"--random-init", "--prompt", "a", "--dtype", "float64"},  // not a dtype we compute in
+      {"--random-init", "--prompt", "a", "--quantize", "int4"},  // not a quantization we have
       {"--random-init", "--prompt", "a", "--bogus"}};
   for (const auto& args : bad) {
     std::vector<std::string> argv = {bin_path("llama_generate")};
@@ -303,6 +304,15 @@ TEST(LlamaGenerateCli, RunsUnderTprunAndEndsWithTheSummary) {
                           {{"OMP_NUM_THREADS", "1"}}, 120);
   ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
   EXPECT_NE(bf16.output.find("summary prompt_tokens=5 new_tokens=6"), std::string::npos) << bf16.output;
+  // --quantize int8: the same run with int8 weights (torchao's numbers: tests/models/test_llama_quantized.cpp).
+  auto int8 = run_process({bin_path("tprun"), "--nproc-per-node", "2", "--master-port", "0", bin_path("llama_generate"),
+                           "--random-init", "--dtype", "bfloat16", "--quantize", "int8", "--seed", "2", "--dim", "64",
+                           "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn-dim", "128", "--prompt", "Hello",
+                           "--max-new-tokens", "6"},
+                          {{"OMP_NUM_THREADS", "1"}}, 120);
+  ASSERT_EQ(int8.exit_code, 0) << int8.output;
+  EXPECT_NE(int8.output.find("summary prompt_tokens=5 new_tokens=6"), std::string::npos) << int8.output;
+  EXPECT_NE(int8.output.find(" quantize=int8"), std::string::npos) << int8.output;
   ASSERT_EQ(tp2.exit_code, 0) << tp2.output;
   ASSERT_EQ(tp1.exit_code, 0) << tp1.output;
   EXPECT_NE(tp2.output.find("summary prompt_tokens=5 new_tokens=6 prefill_ms="), std::string::npos) << tp2.output;

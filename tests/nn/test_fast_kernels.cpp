@@ -53,6 +53,40 @@ TEST(FastKernels, Bf16LinearEqualsTheReferenceWithinOneRounding) {
   }
 }
 
+// Weight-only int8: the int8 rows widened block by block and run through the same kernels, for any row count (the
+// AMX kernel's 32-row passes, the slices of 256 rows): bf16(scale * fp32 sums), one rounding of the exact scaled sum
+// (plus the fp32 sums' error); the reference it stands beside (mm of the widened weight, then the scale: torchao's
+// formula) within two roundings.
+TEST(FastKernels, Int8WeightLinearEqualsTheExactSumWithinOneRounding) {
+  if (!has_fast_path()) GTEST_SKIP() << "this CPU has neither AVX-512 BF16 nor AVX2 + FMA (or DTENSOR_FAST_KERNELS=0)";
+  at::manual_seed(2);
+  for (int64_t m : {1, 2, 5, 16, 33, 64, 70, 300}) {
+    for (auto [n, k] : {std::pair<int64_t, int64_t>{7, 32}, {33, 100}, {130, 2048}, {64, 4131}, {1001, 16}}) {
+      const at::Tensor x = at::randn({m, k}).to(at::kBFloat16);
+      // Scales that are bf16 values, as quantize_per_row's (computed in the weight's dtype).
+      const at::Tensor q = at::randint(-128, 128, {n, k}, at::kChar), s = (at::rand({n}) * 0.01 + 1e-4).to(at::kBFloat16).to(at::kFloat);
+      const at::Tensor exact = at::matmul(x.to(at::kDouble), q.to(at::kDouble).t()) * s.to(at::kDouble);
+      const std::optional<at::Tensor> got = dtensor::int8_weight_linear(x, q, s);
+      ASSERT_TRUE(got.has_value()) << m << "x" << k << " @ " << n;
+      ASSERT_EQ(got->scalar_type(), at::kBFloat16);
+      const at::Tensor g = got->to(at::kDouble);
+      const double slack = 1e-5 * exact.abs().max().item<double>();
+      EXPECT_TRUE(((g - exact).abs() <= exact.abs() * (1.0 / 256) + slack).all().item<bool>()) << m << "x" << k << " @ " << n;
+      const at::Tensor ref = (at::mm(x, q.to(at::kBFloat16).t()) * s.to(at::kBFloat16)).to(at::kDouble);
+      EXPECT_TRUE(((g - ref).abs() <= ref.abs() * (3.0 / 256) + 2 * slack).all().item<bool>()) << m << "x" << k << " @ " << n;
+    }
+  }
+  // Not its inputs: a bf16 weight, fp32 x, scales of another length, autograd.
+  const at::Tensor x = at::ones({2, 32}, at::kBFloat16), q = at::ones({4, 32}, at::kChar), s = at::ones({4});
+  EXPECT_FALSE(dtensor::int8_weight_linear(x, q.to(at::kBFloat16), s));
+  EXPECT_FALSE(dtensor::int8_weight_linear(x.to(at::kFloat), q, s));
+  EXPECT_FALSE(dtensor::int8_weight_linear(x, q, at::ones({3})));
+  {
+    dtensor::FastKernelsGuard off(false);
+    EXPECT_FALSE(dtensor::int8_weight_linear(x, q, s));
+  }
+}
+
 TEST(FastKernels, OnlyWhereItApplies) {
   const at::Tensor w = at::ones({4, 32}, at::kBFloat16);
   if (dtensor::bf16_linear_max_rows() != dtensor::kAnyRows) {

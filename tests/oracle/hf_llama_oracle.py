@@ -4,6 +4,10 @@
         A tiny random LlamaForCausalLM (GQA: 4 query heads, 2 key/value heads; 2 layers), saved with
         save_pretrained into DIR (sharded with an index when --max-shard-size is given), plus REF (a safetensors
         file): a fixed batch of tokens and HF's fp32 logits for it (the saved files loaded back in fp32).
+        --quantize int8: the files in --dtype, loaded back in it and quantized by torchao's
+        quantize_(model, Int8WeightOnlyConfig()); REF's logits are that model's (as fp32), and REF holds every
+        Linear's int8 values and scales as "q.<name>", "s.<name>" (torchao's Int8Tensor qdata, scale), and the
+        unquantized model's logits in --dtype ("unquantized_logits").
     python hf_llama_oracle.py check DIR REF
         Loads DIR with LlamaForCausalLM.from_pretrained and checks its logits on REF's tokens against REF's
         logits (<= 1e-5 relative to the largest |logit|). Prints `hf_check max_rel=...`; exit 1 if off.
@@ -30,6 +34,7 @@ def main():
     p.add_argument("--tied", action="store_true")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--max-shard-size", default=None)
+    p.add_argument("--quantize", choices=["int8"], default=None)
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -51,6 +56,19 @@ def main():
         kwargs = {"max_shard_size": a.max_shard_size} if a.max_shard_size else {}
         model.save_pretrained(a.dir, **kwargs)
         tokens = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1))
+        if a.quantize:
+            from torchao.quantization import Int8WeightOnlyConfig, quantize_
+            loaded = LlamaForCausalLM.from_pretrained(a.dir, dtype=dtype, attn_implementation="eager").eval()
+            # Also the unquantized model's logits in the same dtype: how far that dtype's own rounding moves them.
+            out = {"tokens": tokens, "unquantized_logits": logits_of(loaded, tokens).contiguous()}
+            quantize_(loaded, Int8WeightOnlyConfig())
+            out["logits"] = logits_of(loaded, tokens).contiguous()
+            for name, module in loaded.named_modules():
+                if isinstance(module, torch.nn.Linear):
+                    out["q." + name] = module.weight.qdata.contiguous()
+                    out["s." + name] = module.weight.scale.reshape(-1).float().contiguous()
+            save_file(out, a.ref)
+            return 0
         # HF's logits as a user gets them: the saved files loaded back in fp32 (model.to(bf16).float() would
         # also round HF's rotary inv_freq buffer, which the files do not hold).
         loaded = LlamaForCausalLM.from_pretrained(a.dir, dtype=torch.float32, attn_implementation="eager").eval()

@@ -21,6 +21,14 @@ inline CLI::Option* add_dtype(CLI::App& app, std::string& dtype, bool random_ini
       ->check(CLI::IsMember(models::dtype_names()));
 }
 
+// --quantize (llama_generate, serve): how the Linear weights are stored once loaded (llama/build.h's Quantization).
+inline CLI::Option* add_quantize(CLI::App& app, std::string& quantize) {
+  return app.add_option("--quantize", quantize,
+                        "the Linear weights once loaded: none, or int8 (torchao's int8 weight-only, one scale per row, "
+                        "the activations in --dtype; lm_head included)")
+      ->check(CLI::IsMember({"none", "int8"}));
+}
+
 // --device (llama_generate, serve, llama_train): cpu, or cuda (cuda:LOCAL_RANK, as torchrun's one process per GPU).
 inline CLI::Option* add_device(CLI::App& app, std::string& device) {
   return app.add_option("--device", device,

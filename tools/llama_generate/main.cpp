@@ -132,11 +132,11 @@ int main(int argc, char** argv) {
                                       ? static_cast<double>(result.new_tokens.size() * (result.steps - 1)) / (result.decode_ms / 1000.0)
                                       : 0.0;
       std::printf("summary prompt_tokens=%lld new_tokens=%lld prefill_ms=%.3f ms_per_token=%.3f tokens_per_s=%.1f "
-                  "comm_bytes=%lld all_to_all_bytes=%lld load_ms=%.1f dtype=%s collectives=%lld comm_ms=%.3f\n",
+                  "comm_bytes=%lld all_to_all_bytes=%lld load_ms=%.1f dtype=%s collectives=%lld comm_ms=%.3f quantize=%s\n",
                   static_cast<long long>(result.prompt_tokens), static_cast<long long>(new_tokens), result.prefill_ms,
                   ms_per_token, tokens_per_s, static_cast<long long>(comm_bytes), static_cast<long long>(all_to_all_bytes),
                   load_ms, c10::toString(inference::model_dtype(options)), static_cast<long long>(comm.get_total_counts()),
-                  comm_ms);
+                  comm_ms, options.quantize.c_str());
     }
     return 0;
   } catch (const std::exception& e) {

@@ -44,7 +44,7 @@ void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
       "  tprun --nproc-per-node 2 llama_generate --random-init --prompt 'Hello' [options]");
   app.footer(
       "Rank 0 streams the tokens and ends with: summary prompt_tokens=.. new_tokens=.. prefill_ms=.. ms_per_token=.. "
-      "tokens_per_s=.. comm_bytes=.. all_to_all_bytes=.. load_ms=.. dtype=.. collectives=.. comm_ms=..\n"
+      "tokens_per_s=.. comm_bytes=.. all_to_all_bytes=.. load_ms=.. dtype=.. collectives=.. comm_ms=.. quantize=..\n"
       "(comm_bytes, all_to_all_bytes, collectives: rank 0's collectives over prefill and decode; comm_ms: the time it "
       "spent in them, issuing and waiting)");
   const std::string weights = "weights (exactly one)", prompts = "prompts (one or more; several make a batch, left-padded)",
@@ -59,6 +59,7 @@ void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
                  "--save-hf writes one)")
       ->check(CLI::ExistingDirectory)->group(weights);
   tools_cli::add_dtype(app, o.dtype)->group(weights);
+  tools_cli::add_quantize(app, o.quantize)->group(weights);
   tools_cli::add_device(app, o.device)->group(weights);
   tools_cli::each(app.add_option_function<std::string>(
                       "--prompt",

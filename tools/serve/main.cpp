@@ -54,6 +54,7 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
   s.weights.hf_dir = o.hf_dir;
   s.weights.checkpoint = o.checkpoint;
   s.weights.dtype = o.dtype;
+  s.weights.quantize = o.quantize;
   s.weights.device = o.device;
   s.weights.ep = o.ep;
   if (o.ep > 1 && o.ep != world_size) {

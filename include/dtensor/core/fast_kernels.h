@@ -45,4 +45,11 @@ struct FastKernelsGuard {
 // runs PyTorch's op.
 std::optional<at::Tensor> bf16_linear(const at::Tensor& x, const at::Tensor& w, bool fp32_out = false);
 
+// int8_weight_linear: y = (x q^T) * scale, weight-only int8 (dtensor/quant/int8_weight_only.h), for bf16 x [M, K] (any
+// M), a contiguous int8 q [N, K] and fp32 scale [N], on the CPU, no autograd: each block of q's rows is widened to
+// bf16 (exact) into a buffer that stays in L2 and bf16_linear's kernel runs over it, so q streams from memory once at
+// a byte a weight; bf16(scale[n] * fp32 sums), one rounding. nullopt where it does not apply (as bf16_linear, but for
+// the row count): the caller runs the reference, mm(x, q^T in x's dtype) * scale.
+std::optional<at::Tensor> int8_weight_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale);
+
 }  // namespace dtensor

@@ -34,6 +34,12 @@ void bf16_dot_rows_amx(const uint16_t* xb, int64_t m0, int64_t rows, const uint1
                        int64_t n1, float* y, int64_t ldy);
 // src/core/int8_widen_avx2.cpp: n int8 values to bf16 (exact).
 void int8_to_bf16(const int8_t* q, int64_t n, uint16_t* out);
+// src/core/int8_dot_avx2.cpp: rows (<= 4) of x in fp32 against int8 rows [n0, n1) of q, fp32 sums into y.
+void int8_dot_rows_avx2(const float* xf, int64_t rows, const int8_t* q, int64_t K, int64_t n0, int64_t n1, float* y,
+                        int64_t ldy);
+// src/core/int8_dot_avx512.cpp: the same, 16 weights a vector.
+void int8_dot_rows_avx512(const float* xf, int64_t rows, const int8_t* q, int64_t K, int64_t n0, int64_t n1, float* y,
+                          int64_t ldy);
 }  // namespace detail
 
 namespace {
@@ -219,6 +225,39 @@ void blocked_int8_linear(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K
   });
 }
 
+// Rows of x up to which int8 weights stream through the fused kernel (int8_dot_avx*.cpp) rather than being widened
+// into a buffer for the bf16 kernels: measured on the Intel Xeon with AMX (model 207, 2026-12-02; bf16_linear_bench,
+// docs/benchmarks.md "Weight-only int8"): at 4 rows the fused AVX-512 loop took 1.5 / 1.8 / 0.30 ms on the 1B's
+// three shapes against the widened AMX path's 2.7 / 2.6 / 0.68; at 8 rows they were even (2.6 / 4.3 / 0.48 against
+// 2.3 / 2.8 / 0.60). Not measured on the other CPU kinds.
+constexpr int64_t kInt8FusedMaxRows = 4;
+
+// y [M <= kInt8FusedMaxRows, N] fp32 = x times q^T by the fused kernel (AVX-512 where the CPU has it, else AVX2): x in fp32 once, threads split q into blocks
+// of ~128 KB, every 4-row chunk of x runs over a block while it is in cache.
+void fused_int8_linear(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K, const int8_t* qp, int64_t N, float* yp) {
+  const bool avx512 = kernel == Kernel::amx_bf16 || kernel == Kernel::avx512_bf16;  // both imply AVX-512F
+  const at::Tensor xf = at::empty({M, K}, at::TensorOptions().dtype(at::kFloat));
+  float* xfp = xf.data_ptr<float>();
+  for (int64_t i = 0; i < M * K; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(xp[i]) << 16;
+    std::memcpy(xfp + i, &bits, 4);
+  }
+  const int64_t rows = std::max<int64_t>(1, (int64_t{128} << 10) / K), blocks = (N + rows - 1) / rows;
+  at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        const int64_t r = std::min<int64_t>(4, M - m0);
+        if (avx512) {
+          detail::int8_dot_rows_avx512(xfp + m0 * K, r, qp, K, n0, n1, yp + m0 * N, N);
+        } else {
+          detail::int8_dot_rows_avx2(xfp + m0 * K, r, qp, K, n0, n1, yp + m0 * N, N);
+        }
+      }
+    }
+  });
+}
+
 // The checks both linears share: bf16 x [M, K] (contiguous rows) on the CPU, a weight [N, K] contiguous, no autograd.
 bool takes(const at::Tensor& x, const at::Tensor& w, at::ScalarType w_dtype) {
   if (!fast_kernels_enabled() || cpu_kernel() == Kernel::none) return false;
@@ -258,9 +297,14 @@ std::optional<at::Tensor> int8_weight_linear(const at::Tensor& x, const at::Tens
   const int8_t* qp = q.data_ptr<int8_t>();
   float* yp = y.data_ptr<float>();
   // Every row count: the alternative is not PyTorch's bf16 GEMM (bf16_linear's row limits) but widening the whole of
-  // q first. Slices of kSliceRows rows as above (each slice widens q again: at 256 rows that is noise).
-  for (int64_t s0 = 0; s0 < M; s0 += kSliceRows) {
-    blocked_int8_linear(cpu_kernel(), xp + s0 * K, std::min(kSliceRows, M - s0), K, qp, N, yp + s0 * N);
+  // q first. A few rows: the fused kernel; more: q widened block by block for the bf16 kernels, in slices of
+  // kSliceRows rows as above (each slice widens q again: at 256 rows that is noise).
+  if (M <= kInt8FusedMaxRows) {
+    fused_int8_linear(cpu_kernel(), xp, M, K, qp, N, yp);
+  } else {
+    for (int64_t s0 = 0; s0 < M; s0 += kSliceRows) {
+      blocked_int8_linear(cpu_kernel(), xp + s0 * K, std::min(kSliceRows, M - s0), K, qp, N, yp + s0 * N);
+    }
   }
   // One rounding, after the scale: bf16(scale[n] * sum_k x[m][k] q[n][k]).
   return y.mul_(scale.to(at::kFloat)).to(at::kBFloat16);

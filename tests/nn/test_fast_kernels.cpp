@@ -60,7 +60,7 @@ TEST(FastKernels, Bf16LinearEqualsTheReferenceWithinOneRounding) {
 TEST(FastKernels, Int8WeightLinearEqualsTheExactSumWithinOneRounding) {
   if (!has_fast_path()) GTEST_SKIP() << "this CPU has neither AVX-512 BF16 nor AVX2 + FMA (or DTENSOR_FAST_KERNELS=0)";
   at::manual_seed(2);
-  for (int64_t m : {1, 2, 5, 16, 33, 64, 70, 300}) {
+  for (int64_t m : {1, 2, 3, 4, 5, 16, 33, 64, 70, 300}) {  // the fused kernel to 4 rows, then widened blocks
     for (auto [n, k] : {std::pair<int64_t, int64_t>{7, 32}, {33, 100}, {130, 2048}, {64, 4131}, {1001, 16}}) {
       const at::Tensor x = at::randn({m, k}).to(at::kBFloat16);
       // Scales that are bf16 values, as quantize_per_row's (computed in the weight's dtype).

@@ -1,7 +1,9 @@
 // bf16_linear_bench: the decode matmul (dtensor::bf16_linear, dtensor/core/fast_kernels.h) beside PyTorch's bf16
 // at::linear (its reference, DTENSOR_FAST_KERNELS off), on one process, the weights streamed from memory (a 256 MB set
 // cycled so that no call finds its weight in cache), ms per call, for each (K, N) of a Llama-3.2-1B layer and each row
-// count. Prints the CPU's kernel and row limit first, a table, and a `summary` line per row. Asserts nothing.
+// count; beside them the weight-only int8 matmul (dtensor::int8_weight_linear: the same weights in int8, one byte a
+// weight, its own 256 MB set) and the rate it reads them at. Prints the CPU's kernel and row limit first, a table, and
+// a `summary` line per row. Asserts nothing.
 //
 //   OMP_NUM_THREADS=2 bf16_linear_bench [--iters N] [--rows 1,4,8,16,32,64] [--shapes 2048x8192,...] [--pool-mb 256]
 // (--pool-mb 0: one copy of each weight, which stays in cache where it fits: the kernels' compute bound).
@@ -26,6 +28,14 @@ double ms_per_call(const std::vector<at::Tensor>& ws, const at::Tensor& x, int i
   call(ws[0]);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) call(ws[i % ws.size()]);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+double int8_ms_per_call(const std::vector<at::Tensor>& qs, const at::Tensor& scale, const at::Tensor& x, int iters) {
+  auto call = [&](const at::Tensor& q) { return *dtensor::int8_weight_linear(x, q, scale); };
+  call(qs[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) call(qs[i % qs.size()]);
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
 }
 
@@ -58,22 +68,31 @@ int main(int argc, char** argv) {
   c10::NoGradGuard no_grad;
   std::printf("bf16_linear kernel: %s, up to %ld rows (-1: any); %d threads\n", dtensor::bf16_linear_kernel(),
               dtensor::bf16_linear_max_rows() == dtensor::kAnyRows ? -1L : static_cast<long>(dtensor::bf16_linear_max_rows()), at::get_num_threads());
-  std::printf("| K x N | rows | ours ms | GFLOP/s | PyTorch ms | GFLOP/s | ours / PyTorch |\n|---|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| K x N | rows | ours ms | GFLOP/s | PyTorch ms | GFLOP/s | ours / PyTorch | int8 ms | int8 GB/s |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (auto [K, N] : shapes) {
     const int64_t copies = std::max<int64_t>(1, (pool_mb << 20) / (N * K * 2));
     std::vector<at::Tensor> ws;
     for (int64_t c = 0; c < copies; ++c) ws.push_back(at::randn({N, K}).to(at::kBFloat16));
+    std::vector<at::Tensor> qs;
+    for (int64_t c = 0; c < std::max<int64_t>(1, (pool_mb << 20) / (N * K)); ++c) {
+      qs.push_back(at::randint(-128, 128, {N, K}, at::kChar));
+    }
+    const at::Tensor scale = at::rand({N}) * 0.01;
     for (int64_t m : rows) {
       const at::Tensor x = at::randn({m, K}).to(at::kBFloat16);
       const bool applies = dtensor::bf16_linear(x, ws[0]).has_value();
       const double theirs = ms_per_call(ws, x, iters, false);
       const double ours = applies ? ms_per_call(ws, x, iters, true) : theirs;
+      const bool int8_applies = dtensor::int8_weight_linear(x, qs[0], scale).has_value();
+      const double int8 = int8_applies ? int8_ms_per_call(qs, scale, x, iters) : 0.0;
       const double gflop = 2.0 * m * N * K / 1e9;
-      std::printf("| %ld x %ld | %ld | %.3f%s | %.1f | %.3f | %.1f | %.2f |\n", static_cast<long>(K), static_cast<long>(N),
-                  static_cast<long>(m), ours, applies ? "" : " (PyTorch's)", gflop / ours * 1e3, theirs,
-                  gflop / theirs * 1e3, ours / theirs);
-      std::printf("summary k=%ld n=%ld rows=%ld ours_ms=%.3f pytorch_ms=%.3f kernel=%s\n", static_cast<long>(K),
-                  static_cast<long>(N), static_cast<long>(m), ours, theirs, applies ? dtensor::bf16_linear_kernel() : "pytorch");
+      std::printf("| %ld x %ld | %ld | %.3f%s | %.1f | %.3f | %.1f | %.2f | %.3f | %.1f |\n", static_cast<long>(K),
+                  static_cast<long>(N), static_cast<long>(m), ours, applies ? "" : " (PyTorch's)", gflop / ours * 1e3,
+                  theirs, gflop / theirs * 1e3, ours / theirs, int8, int8 > 0 ? N * K / int8 / 1e6 : 0.0);
+      std::printf("summary k=%ld n=%ld rows=%ld ours_ms=%.3f pytorch_ms=%.3f kernel=%s int8_ms=%.3f\n", static_cast<long>(K),
+                  static_cast<long>(N), static_cast<long>(m), ours, theirs, applies ? dtensor::bf16_linear_kernel() : "pytorch",
+                  int8);
     }
   }
   return 0;

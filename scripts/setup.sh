@@ -47,8 +47,8 @@ if ! .venv/bin/python -c "import safetensors, transformers, sentencepiece, googl
   .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check safetensors transformers sentencepiece protobuf openai jsonschema \
     2> >(grep -v '^WARNING: Location' >&2)
 fi
-# The float8 oracle's other side: torchao's Float8Linear and float8 TP styles (without dependencies: it runs on the
-# torch above, CPU included).
+# The float8 and int8 oracles' other side: torchao's Float8Linear, float8 TP styles and Int8WeightOnlyConfig
+# (without dependencies: it runs on the torch above, CPU included).
 if ! .venv/bin/python -c "import torchao" 2>/dev/null; then
   log "installing torchao into .venv (once)"
   .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check --no-deps "torchao==0.18.0" \

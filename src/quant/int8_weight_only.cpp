@@ -53,8 +53,15 @@ std::pair<at::Tensor, at::Tensor> quantize_per_row(const at::Tensor& weight, con
   // scale = max_val_pos / ((127 - (-128)) / 2) in the weight's dtype, clamped to fp32's eps (torchao passes it for
   // every dtype), stored in fp32.
   const at::Tensor scale = m.div(127.5).clamp_min(std::numeric_limits<float>::epsilon()).to(at::kFloat);
-  // quantize_affine: round(w * (1 / scale)) + zero_point (0), clamped to [-128, 127], in fp32 (w promoted).
-  const at::Tensor q = at::round(weight.to(at::kFloat) * scale.reciprocal().unsqueeze(1)).clamp_(-128, 127).to(at::kChar);
+  // quantize_affine: round(w * (1 / scale)) + zero_point (0), clamped to [-128, 127], in fp32 (w promoted). In slices
+  // of rows: the fp32 temporaries of a whole lm_head (128256 x 2048) were 3 GB at once, more than the model's bf16.
+  const at::Tensor inverse = scale.reciprocal().unsqueeze(1);
+  at::Tensor q = at::empty(weight.sizes(), weight.options().dtype(at::kChar));
+  const int64_t rows = std::max<int64_t>(1, (int64_t{16} << 20) / std::max<int64_t>(1, weight.size(1)));
+  for (int64_t r0 = 0; r0 < weight.size(0); r0 += rows) {
+    const int64_t r1 = std::min(weight.size(0), r0 + rows);
+    q.slice(0, r0, r1).copy_(at::round(weight.slice(0, r0, r1).to(at::kFloat) * inverse.slice(0, r0, r1)).clamp_(-128, 127));
+  }
   return {q, scale};
 }
 

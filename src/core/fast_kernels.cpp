@@ -232,16 +232,11 @@ void blocked_int8_linear(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K
 // 2.3 / 2.8 / 0.60). Not measured on the other CPU kinds.
 constexpr int64_t kInt8FusedMaxRows = 4;
 
-// y [M <= kInt8FusedMaxRows, N] fp32 = x times q^T by the fused kernel (AVX-512 where the CPU has it, else AVX2): x in fp32 once, threads split q into blocks
-// of ~128 KB, every 4-row chunk of x runs over a block while it is in cache.
-void fused_int8_linear(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K, const int8_t* qp, int64_t N, float* yp) {
+// y [M <= kInt8FusedMaxRows, N] fp32 = x (in fp32, contiguous) times q^T by the fused kernel (AVX-512 where the CPU
+// has it, else AVX2): threads split q into blocks of ~128 KB, every 4-row chunk of x runs over a block while it is in
+// cache.
+void fused_int8_linear(Kernel kernel, const float* xfp, int64_t M, int64_t K, const int8_t* qp, int64_t N, float* yp) {
   const bool avx512 = kernel == Kernel::amx_bf16 || kernel == Kernel::avx512_bf16;  // both imply AVX-512F
-  const at::Tensor xf = at::empty({M, K}, at::TensorOptions().dtype(at::kFloat));
-  float* xfp = xf.data_ptr<float>();
-  for (int64_t i = 0; i < M * K; ++i) {
-    const uint32_t bits = static_cast<uint32_t>(xp[i]) << 16;
-    std::memcpy(xfp + i, &bits, 4);
-  }
   const int64_t rows = std::max<int64_t>(1, (int64_t{128} << 10) / K), blocks = (N + rows - 1) / rows;
   at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
@@ -300,7 +295,8 @@ std::optional<at::Tensor> int8_weight_linear(const at::Tensor& x, const at::Tens
   // q first. A few rows: the fused kernel; more: q widened block by block for the bf16 kernels, in slices of
   // kSliceRows rows as above (each slice widens q again: at 256 rows that is noise).
   if (M <= kInt8FusedMaxRows) {
-    fused_int8_linear(cpu_kernel(), xp, M, K, qp, N, yp);
+    const at::Tensor xf = xc.to(at::kFloat);  // exact
+    fused_int8_linear(cpu_kernel(), xf.data_ptr<float>(), M, K, qp, N, yp);
   } else {
     for (int64_t s0 = 0; s0 < M; s0 += kSliceRows) {
       blocked_int8_linear(cpu_kernel(), xp + s0 * K, std::min(kSliceRows, M - s0), K, qp, N, yp + s0 * N);

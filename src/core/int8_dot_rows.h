@@ -8,7 +8,8 @@
 // of widening into a buffer first and reading it again: at a decode step's few rows the int8 bytes stream at the
 // memory's rate.
 //
-// V: kWidth (fp32 lanes), type, zero(), widen(const int8_t*), load(const float*), fma(a, b, acc), sum(v).
+// V: kWidth (fp32 lanes), type, zero(), widen(const int8_t*), load(const float*), fma(a, b, acc), add(a, b),
+// sum(v).
 #pragma once
 
 #include <immintrin.h>

@@ -75,13 +75,12 @@ at::Tensor int8_weight_only_linear(const at::Tensor& x, const at::Tensor& q, con
   const int64_t last = x.dim() - 1;
   Placements py;
   for (int64_t i = 0; i < mesh.ndim(); ++i) {
-    const Placement &a = px[i], &b = pq[i];
-    const int64_t xdim = a.is_shard() ? (a.dim() < 0 ? a.dim() + x.dim() : a.dim()) : -1;
+    const Placement a = px[i].normalized(x.dim()), &b = pq[i];
     if (a.is_replicate() && b.is_shard(0) && !b.is_strided_shard()) {
       py.push_back(Shard(last));  // Colwise: this rank's output columns, with its rows' scales
-    } else if (xdim == last && shards_k(b)) {
+    } else if (a.is_shard(last) && shards_k(b)) {
       py.push_back(Partial());  // Rowwise: s[n] times this rank's part of the sum over k
-    } else if (b.is_replicate() && (a.is_replicate() || (xdim >= 0 && xdim < last))) {
+    } else if (b.is_replicate() && (a.is_replicate() || (a.is_shard() && a.dim() < last))) {
       py.push_back(a);  // replicated weight: x's placement passes through
     } else {
       throw DTENSOR_ERROR("dtensor: int8 weight-only linear: input ", to_string(px), " with weight ", to_string(pq),
@@ -130,8 +129,8 @@ std::vector<std::string> quantize_(torch::nn::Module& model, const Int8WeightOnl
       Placements ps;
       for (int64_t i = 0; i < mesh.ndim(); ++i) {
         const Placement& p = pw[i];
-        DTENSOR_CHECK(p.is_replicate() || (p.is_shard() && !p.is_strided_shard() && (p.dim() == 0 || p.dim() == 1)), "dtensor: quantize_ (int8 ",
-                      "weight-only): '", name, "' has its weight laid out ", to_string(pw),
+        DTENSOR_CHECK(p.is_replicate() || (p.is_shard() && !p.is_strided_shard() && (p.dim() == 0 || p.dim() == 1)),
+                      "dtensor: quantize_ (int8 weight-only): '", name, "' has its weight laid out ", to_string(pw),
                       ": only Shard(0), Shard(1) and Replicate are supported");
         // A row's maximum is the max of its columns' shards: exact whatever the order.
         if (shards_k(p)) mesh.get_group(i).all_reduce_(amax, ReduceOp::MAX);

@@ -8,7 +8,8 @@
 // groups, DeviceMesh, collectives), tensor/ (placements, the DTensor type), redistribute/, api/ (distribute_tensor,
 // from_local, ...), ops/ (dispatch controls, custom sharding rules), checkpoint/, nn/ (module hooks, layers),
 // float8/ (float8 Linear), quant/ (weight-only int8 Linear), dp/ (DDP, FSDP, clipping), tp/ (styles, parallelize_module, async TP, loss parallel), cp/
-// (context parallelism: ring attention), debug/ (CommDebugMode), plan/ (the dry run, the plan search's cost model).
+// (context parallelism: ring attention), debug/ (CommDebugMode), pp/ (pipeline
+// parallelism: schedules as action lists, PipelineStage), plan/ (the dry run, the plan search's cost model).
 // Every public header is here (scripts/check_layers.sh checks it).
 #pragma once
 
@@ -71,6 +72,8 @@
 #include "dtensor/peft/adapter.h"
 #include "dtensor/peft/lora.h"
 #include "dtensor/debug/comm_debug_mode.h"
+#include "dtensor/pp/schedule.h"
+#include "dtensor/pp/stage.h"
 #include "dtensor/plan/auto_plan.h"
 #include "dtensor/plan/cost_model.h"
 #include "dtensor/plan/dry_run.h"

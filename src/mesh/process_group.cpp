@@ -329,6 +329,32 @@ Work ProcessGroup::broadcast(at::Tensor& tensor, int src_group_rank, bool async_
   return start("broadcast", bytes, async_op, [&] { return backend_for(tensor).broadcast(tensors, opts); });
 }
 
+namespace {
+// The backend that carries point-to-point for `b`: shared memory's Gloo fallback, else b itself.
+c10d::Backend& p2p_backend(c10d::Backend& b) {
+  if (b.getBackendName() == detail::shm::kBackendName) return static_cast<detail::shm::ShmBackend&>(b).fallback();
+  return b;
+}
+}  // namespace
+
+Work ProcessGroup::send_async(at::Tensor& tensor, int dst_group_rank, int tag) {
+  check_contiguous(tensor, "send");
+  DTENSOR_CHECK(dst_group_rank >= 0 && dst_group_rank < size() && dst_group_rank != rank_, "dtensor: send to rank ",
+                dst_group_rank, " of ", describe(), ": not another member");
+  std::vector<at::Tensor> tensors{tensor};
+  return start("send", nbytes(tensor), true,
+               [&] { return p2p_backend(backend_for(tensor)).send(tensors, dst_group_rank, tag); });
+}
+
+Work ProcessGroup::recv_async(at::Tensor& tensor, int src_group_rank, int tag) {
+  check_contiguous(tensor, "recv");
+  DTENSOR_CHECK(src_group_rank >= 0 && src_group_rank < size() && src_group_rank != rank_, "dtensor: recv from rank ",
+                src_group_rank, " of ", describe(), ": not another member");
+  std::vector<at::Tensor> tensors{tensor};
+  return start("recv", 0, true,
+               [&] { return p2p_backend(backend_for(tensor)).recv(tensors, src_group_rank, tag); });
+}
+
 void ProcessGroup::barrier() {
   c10d::BarrierOptions opts;
   opts.timeout = timeout_;

@@ -97,6 +97,14 @@ class ProcessGroup {
   void broadcast_(at::Tensor& tensor, int src_group_rank) { broadcast(tensor, src_group_rank, false).wait(); }
   void barrier();
 
+  // Point-to-point (c10d's send / recv: pipeline parallelism's activations and gradients). `tensor` goes to, or
+  // arrives from, group rank `peer`; a send and a recv match by (pair of ranks, tag), so messages between one pair may
+  // be posted in any order as long as their tags differ. Sizes are not agreed: the receiver's buffer must have the
+  // sender's byte count (a mismatch fails the recv naming both). CPU tensors go through Gloo (the same-host backend's
+  // Gloo too: shared memory carries collectives only); wait() is bounded by the group's timeout like a collective's.
+  Work send_async(at::Tensor& tensor, int dst_group_rank, int tag);
+  Work recv_async(at::Tensor& tensor, int src_group_rank, int tag);
+
   // Uneven all-gathers. Every member's row count (dim 0) of `rows`, before an all-gather of rows whose
   // counts may differ by rank: one small all-gather, which the comm hooks see as the exchange of one int64
   // per rank. Where sizes are agreed out of band (Gloo: mesh/size_agreement.h) each rank's size descriptor

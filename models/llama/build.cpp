@@ -40,6 +40,7 @@ LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDi
   // Reading weights, ranks go at their own pace (a slow disk, a cold page cache): the watchdog allows for it.
   const dtensor::watchdog::Phase phase("loading weights", std::chrono::minutes(30));
   LlamaForCausalLM model = meta_model(config);
+  if (options.pipeline_stage) keep_stage(model, *options.pipeline_stage);
   apply_model_parallel(model, dims, options.parallelize);  // the plan cuts the meta parameters: nothing is sent
   if (options.before_allocation) options.before_allocation(model);
   const c10::Device device = dims.has_mesh() ? dims.world_mesh().device() : c10::Device(at::kCPU);

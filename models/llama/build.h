@@ -2,7 +2,7 @@
 // from_pretrained): training (train::build_model), the dry run's and plan search's real runs, generation and
 // serving (inference::load_model), from_pretrained below.
 //
-//   meta model                     shapes and dtypes only (meta_model)
+//   meta model                     shapes and dtypes only (meta_model); a pipeline stage keeps its layers alone
 //   -> model parallel              the TP / EP plan cuts the meta parameters (apply_model_parallel): nothing is sent
 //   -> before_allocation(model)    a check on the meta model (inference: does it fit in this host's memory)
 //   -> to_empty(device, dtype)     each rank allocates its shards and replicas only
@@ -32,6 +32,7 @@
 #include "llama/config.h"
 #include "llama/model.h"
 #include "llama/parallelize.h"
+#include "llama/parallelize_pipeline.h"
 
 namespace llama {
 
@@ -82,6 +83,9 @@ struct BuildOptions {
   // Applied after the weights are in, to every Linear (lm_head included, torchao's default); with LoRA: refused.
   Quantization quantize = Quantization::none;
   std::optional<LoraOptions> lora;
+  // A pipeline stage (parallelize_pipeline.h): the meta model keeps this stage's layers (and the embeddings or the
+  // head where it has them) before the plan; nothing else is ever allocated or read. nullopt: the whole model.
+  std::optional<StageLayers> pipeline_stage;
   // Runs on the meta model after the model-parallel plan, before anything is allocated.
   std::function<void(LlamaForCausalLM&)> before_allocation;
 };

@@ -159,12 +159,25 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model, bool map_in_
   check_config(dir, config_from_hf_json((fs::path(dir) / "config.json").string()), model->config);
   // Parameters only: HF files hold no buffers of ours. A tied lm_head.weight is embed_tokens' tensor, listed
   // once (module_state_dict) under model.embed_tokens.weight; a file may still store lm_head.weight.
-  const std::vector<Packed> packed = packed_weights(model->config);
-  const std::vector<Assembled> assembled = assembled_weights(model->config);
+  std::vector<Packed> packed = packed_weights(model->config);
+  std::vector<Assembled> assembled = assembled_weights(model->config);
+  // A pipeline stage (parallelize_pipeline.h) reads the tensors of what it holds: the file's others stay unread.
+  std::vector<std::string> absent;
+  for (int64_t i = 0; i < model->config.num_hidden_layers; ++i) {
+    if (!model->model->layers->contains(std::to_string(i))) absent.push_back("model.layers." + std::to_string(i) + ".*");
+  }
+  if (!model->model->embed_tokens) absent.push_back("model.embed_tokens.*");
+  if (!model->model->norm) absent.push_back("model.norm.*");
+  if (!model->lm_head) absent.push_back("lm_head.*");
+  {
+    const auto held = model->named_parameters();
+    std::erase_if(packed, [&](const Packed& p) { return !held.contains(p.parts[0]); });
+    std::erase_if(assembled, [&](const Assembled& a) { return !held.contains(a.param); });
+  }
   dtensor::checkpoint::StateDict state = hf_state(model, packed, assembled);
   // First every weight the model holds as it is (each rank reads its slices). Every other tensor of the file must be
   // a packed weight, an expert's piece, or (tied embeddings) lm_head.weight: exactly those may stay unread here.
-  std::vector<std::string> later;
+  std::vector<std::string> later = absent;
   if (model->config.tie_word_embeddings) later.push_back("lm_head.weight");
   for (const auto& p : packed) later.push_back(p.name);
   for (const auto& a : assembled) {

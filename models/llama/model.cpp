@@ -13,6 +13,7 @@
 
 #include "dtensor/core/error.h"
 #include "dtensor/nn/attention.h"
+#include "dtensor/nn/default_device.h"
 #include "dtensor/nn/materialize.h"
 #include "dtensor/nn/parameter_replacement.h"
 
@@ -82,9 +83,9 @@ at::Tensor DecoderLayerImpl::forward(const at::Tensor& x, const at::Tensor& cos,
 LlamaModelImpl::LlamaModelImpl(const LlamaConfig& c)
     : config(c),
       embed_tokens(register_module("embed_tokens", dtensor::nn::Embedding(c.vocab_size, c.hidden_size))),
-      layers(register_module("layers", torch::nn::ModuleList())),
+      layers(register_module("layers", torch::nn::ModuleDict())),
       norm(register_module("norm", norm_of(c, c.hidden_size))) {
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->push_back(DecoderLayer(c, i));
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) layers->update({{std::to_string(i), DecoderLayer(c, i).ptr()}});
 }
 
 const models::ForwardContext* LlamaModelImpl::checked_context() const {
@@ -93,8 +94,8 @@ const models::ForwardContext* LlamaModelImpl::checked_context() const {
     DTENSOR_CHECK(!ctx || !ctx->paged_step, "llama: the forward's context has a PagedStep but no paged KV caches");
     return nullptr;
   }
-  DTENSOR_CHECK(ctx->kv_caches.size() == layers->size(), "llama: the forward's context has ", ctx->kv_caches.size(),
-                " KV caches for ", layers->size(), " layers");
+  DTENSOR_CHECK(static_cast<int64_t>(ctx->kv_caches.size()) == config.num_hidden_layers, "llama: the forward's context has ",
+                ctx->kv_caches.size(), " KV caches for ", config.num_hidden_layers, " layers");
   for (const auto& cache : ctx->kv_caches) {
     DTENSOR_CHECK(cache && cache->paged() == (ctx->paged_step != nullptr), "llama: the forward's context ",
                   ctx->paged_step ? "has a PagedStep beside dense (or missing) KV caches"
@@ -118,13 +119,15 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
   if (position_ids.defined()) {
     DTENSOR_CHECK(!ctx && !attention_mask.defined(), "llama: position_ids are taken without a cache or an "
                   "attention mask");
-    DTENSOR_CHECK(position_ids.dim() == 1 && position_ids.size(0) == s, "llama: position_ids must be [", s, "], got ",
-                  position_ids.sizes());
+    // A later pipeline stage under sequence parallel is given its rows of the hidden states: the positions are the
+    // whole sequence's, which its attention gathers.
+    DTENSOR_CHECK(position_ids.dim() == 1 && (position_ids.size(0) == s || (!embed_tokens && position_ids.size(0) % s == 0)),
+                  "llama: position_ids must be [", s, "], got ", position_ids.sizes());
     DTENSOR_CHECK(!rope_depends_on_length(config), "llama: rope_type '", config.rotary.rope_scaling.rope_type,
                   "' follows the sequence's length: position_ids do not say it");
     // The table up to the largest position (a dry run's meta positions have no values: the model's whole range).
     const int64_t len = position_ids.is_meta() ? config.max_position_embeddings : position_ids.max().item<int64_t>() + 1;
-    rotary_at(config, position_ids.to(tokens.device()), len, {s}, in);
+    rotary_at(config, position_ids.to(tokens.device()), len, {position_ids.size(0)}, in);
     return run(tokens, in, past);
   }
   // Without a cache or padding no mask is built: attention is causal, a sliding layer's within its window.
@@ -140,15 +143,16 @@ at::Tensor LlamaModelImpl::forward(const at::Tensor& tokens, const at::Tensor& a
 }
 
 at::Tensor LlamaModelImpl::run(const at::Tensor& tokens, const AttentionInputs& inputs, int64_t past) {
-  at::Tensor h = embed_tokens(tokens);  // the parameters' dtype: what every activation is in
+  // The parameters' dtype: what every activation is in. A later pipeline stage is given hidden states.
+  at::Tensor h = embed_tokens ? embed_tokens(tokens) : tokens;
   const AttentionInputs in = inputs.to(h.scalar_type(), config.rotary.fp32_tables);
-  if (config.scaling.embedding_scale_sqrt_hidden) {
+  if (embed_tokens && config.scaling.embedding_scale_sqrt_hidden) {
     // Gemma: times sqrt(hidden) as a tensor of the activations' dtype (so rounded to it first).
     h = h * at::scalar_tensor(std::sqrt(static_cast<double>(config.hidden_size)), h.options().device(at::kCPU)).item<double>();
   }
-  if (config.scaling.embedding_multiplier != 1.0) h = h * config.scaling.embedding_multiplier;  // Granite
+  if (embed_tokens && config.scaling.embedding_multiplier != 1.0) h = h * config.scaling.embedding_multiplier;  // Granite
   // Through the layer's hooks (module_hooks.h rule 2): fully_shard gathers a layer's parameters there.
-  for (const auto& layer : *layers) {
+  for (const auto& layer : layers->values()) {
     auto& l = *layer->as<DecoderLayerImpl>();
     at::Tensor mask = l.sliding ? in.sliding_mask : in.mask;
     // A sliding layer's cache keeps the last window - 1 positions: its keys are columns [first, past + s).
@@ -161,7 +165,7 @@ at::Tensor LlamaModelImpl::run(const at::Tensor& tokens, const AttentionInputs& 
     const at::Tensor sin = !rotary ? at::Tensor() : local ? in.local_sin : in.sin;
     h = dtensor::nn::forward_with_hooks(l, h, cos, sin, mask);
   }
-  return norm(h);
+  return norm ? norm(h) : h;
 }
 
 LlamaForCausalLMImpl::LlamaForCausalLMImpl(const LlamaConfig& c)
@@ -176,7 +180,10 @@ at::Tensor LlamaForCausalLMImpl::forward(const at::Tensor& tokens, const at::Ten
                                          const at::Tensor& position_ids) {
   // Through the model's own hooks (module_hooks.h rule 2): fully_shard(model) gathers the root's parameters.
   return dtensor::nn::call_with_hooks(*this, {tokens, attention_mask, position_ids},
-                                      [this](const dtensor::nn::Tensors& in) { return logits(model(in[0], in[1], in[2])); });
+                                      [this](const dtensor::nn::Tensors& in) {
+    at::Tensor h = model(in[0], in[1], in[2]);
+    return lm_head ? logits(h) : h;
+  });
 }
 
 at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& hidden) {
@@ -190,7 +197,7 @@ at::Tensor LlamaForCausalLMImpl::logits(const at::Tensor& hidden) {
 
 at::Tensor LlamaForCausalLMImpl::aux_loss(const at::Tensor& attention_mask, const SumOverRanks& sum_over_ranks) {
   std::vector<at::Tensor> logits;
-  for (const auto& layer : *model->layers) {
+  for (const auto& layer : model->layers->values()) {
     const auto& moe = layer->as<DecoderLayerImpl>()->moe;
     if (moe) logits.push_back(moe->router_logits);
   }
@@ -201,11 +208,19 @@ at::Tensor LlamaForCausalLMImpl::aux_loss(const at::Tensor& attention_mask, cons
 void LlamaForCausalLMImpl::init_weights(uint64_t seed) {
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   at::NoGradGuard no_grad;
-  for (auto& item : named_parameters()) {
-    const std::string& name = item.key();
-    at::Tensor& p = item.value();
+  // The draws follow the whole model's parameters in order, whatever this model holds: a pipeline stage (which keeps
+  // some layers) draws the others' values too and drops them, so every stage takes the whole model's values.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> whole;
+  {
+    dtensor::nn::DefaultDeviceGuard meta(at::kMeta);
+    LlamaForCausalLMImpl all(config);
+    for (const auto& item : all.named_parameters()) whole.emplace_back(item.key(), item.value().sizes().vec());
+  }
+  auto mine = named_parameters();
+  for (const auto& [name, shape] : whole) {
+    at::Tensor* p = mine.find(name);
     if (ends_with(name, "norm.weight") || ends_with(name, "norm.bias")) {
-      p.fill_(ends_with(name, "weight") && config.norm.kind != NormKind::rms_one_plus ? 1.0 : 0.0);  // the identity
+      if (p) p->fill_(ends_with(name, "weight") && config.norm.kind != NormKind::rms_one_plus ? 1.0 : 0.0);  // the identity
       continue;
     }
     double std = 0.02;
@@ -221,7 +236,8 @@ void LlamaForCausalLMImpl::init_weights(uint64_t seed) {
     }
     // The whole tensor's values from the one generator, then this rank's part of them (a DTensor's shard): the same
     // weights at every TP degree, and on a model parallelized before its parameters were filled (materialize.h).
-    dtensor::nn::copy_from_full_(p, at::normal(0.0, std, p.sizes(), gen));
+    const at::Tensor values = at::normal(0.0, std, shape, gen);
+    if (p) dtensor::nn::copy_from_full_(*p, values);
   }
 }
 

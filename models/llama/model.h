@@ -29,7 +29,7 @@
 #pragma once
 
 #include <torch/nn/module.h>
-#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/container/moduledict.h>
 
 #include <cstdint>
 #include <memory>
@@ -113,6 +113,9 @@ struct DecoderLayerImpl : torch::nn::Module {
 TORCH_MODULE(DecoderLayer);
 
 // HF's LlamaModel: embeddings, layers, final norm. tokens [b, s] -> hidden states [b, s, hidden];
+// `layers` is keyed by each layer's index in the whole model (torchtitan's ModuleDict), so that a pipeline stage
+// (llama/parallelize_pipeline.h) that keeps some layers keeps their names (model.layers.5...). A stage without
+// embed_tokens takes hidden states [b, s, hidden] for `tokens`; one without norm returns its last layer's output.
 // attention_mask [b, past + s] or undefined (all tokens); position_ids [s] (HF's position_ids, the same for every
 // row): the tokens' positions for the rotary embedding, undefined: 0..s-1. Context parallelism gives its shard's
 // positions (dtensor/cp/context_parallel.h), which need neither a cache nor a mask.
@@ -123,9 +126,9 @@ struct LlamaModelImpl : torch::nn::Module {
   explicit LlamaModelImpl(const LlamaConfig& config);
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {}, const at::Tensor& position_ids = {});
   LlamaConfig config;
-  dtensor::nn::Embedding embed_tokens;
-  torch::nn::ModuleList layers;
-  Norm norm;
+  dtensor::nn::Embedding embed_tokens;  // null on a pipeline stage after the first
+  torch::nn::ModuleDict layers;         // "0", "1", ...: the layers this model (or stage) holds, in order
+  Norm norm;                            // null on a pipeline stage before the last
 
  private:
   // Embeddings, the layers (each with its mask and rotary tables from `in`), the final norm. past > 0: dense caches
@@ -136,7 +139,8 @@ struct LlamaModelImpl : torch::nn::Module {
 };
 TORCH_MODULE(LlamaModel);
 
-// tokens [b, s] -> logits [b, s, vocab] (attention_mask as LlamaModel's).
+// tokens [b, s] -> logits [b, s, vocab] (attention_mask as LlamaModel's). A pipeline stage without lm_head returns
+// its hidden states.
 struct LlamaForCausalLMImpl : torch::nn::Module {
   explicit LlamaForCausalLMImpl(const LlamaConfig& config);
   at::Tensor forward(const at::Tensor& tokens, const at::Tensor& attention_mask = {}, const at::Tensor& position_ids = {});
@@ -152,7 +156,7 @@ struct LlamaForCausalLMImpl : torch::nn::Module {
   at::Tensor aux_loss(const at::Tensor& attention_mask = {}, const SumOverRanks& sum_over_ranks = nullptr);
   LlamaConfig config;
   LlamaModel model;
-  dtensor::nn::Linear lm_head;
+  dtensor::nn::Linear lm_head;  // null on a pipeline stage before the last
 };
 TORCH_MODULE(LlamaForCausalLM);
 

@@ -2,6 +2,8 @@
 // models/llama3/infra/parallelize.py (apply_tp, apply_fsdp, ...).
 #include "llama/parallelize.h"
 
+#include <set>
+
 #include "dtensor/core/error.h"
 #include "dtensor/dp/gradient_sync.h"
 #include "dtensor/dp/replicate.h"
@@ -20,7 +22,7 @@ using namespace dtensor;
 // A tied lm_head.weight is embed_tokens.weight: the plans shard both Shard(0) (vocab), and after the plan
 // lm_head takes embed_tokens' DTensor again, so there is one parameter and both uses' gradients reach it.
 void tie_embeddings(LlamaForCausalLM& model) {
-  if (!model->config.tie_word_embeddings) return;
+  if (!model->config.tie_word_embeddings || !model->lm_head || !model->model->embed_tokens) return;
   nn::replace_parameter(*model->lm_head, "weight", model->model->embed_tokens->weight);
 }
 
@@ -47,8 +49,20 @@ void replicate_with_experts(LlamaForCausalLM& model, const models::ParallelDims&
                                  .gradient_divide_factor = static_cast<double>(dims.dp)});
 }
 
+// A pipeline stage (parallelize_pipeline.h) holds some of the modules the plan names: the plan's entries for the
+// others (embed_tokens before the first stage's, norm and lm_head after the last's) are left out. Patterns (layers.*)
+// match the layers the stage holds.
+ParallelizePlan present_only(ParallelizePlan plan, LlamaForCausalLM& model) {
+  std::set<std::string> names;
+  for (const auto& item : model->named_modules()) names.insert(item.key());
+  std::erase_if(plan, [&](const auto& entry) {
+    return entry.first.find('*') == std::string::npos && !names.contains(entry.first);
+  });
+  return plan;
+}
+
 void apply_plan(LlamaForCausalLM& model, const DeviceMesh& tp_mesh, const ParallelizePlan& plan) {
-  parallelize_module(*model, tp_mesh, plan);
+  parallelize_module(*model, tp_mesh, present_only(plan, model));
   tie_embeddings(model);
 }
 
@@ -82,12 +96,12 @@ void apply_inference_ep(LlamaForCausalLM& model, const DeviceMesh& ep_mesh) {
 }
 
 void apply_fsdp(LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const dtensor::FullyShardOptions& options) {
-  for (const auto& layer : *model->model->layers) dtensor::fully_shard(*layer, mesh, options);
+  for (const auto& layer : model->model->layers->values()) dtensor::fully_shard(*layer, mesh, options);
   dtensor::fully_shard(*model, mesh, options);
 }
 
 void apply_mixed_precision(LlamaForCausalLM& model, const dtensor::MixedPrecisionPolicy& policy) {
-  for (const auto& layer : *model->model->layers) dtensor::mixed_precision(*layer, policy);
+  for (const auto& layer : model->model->layers->values()) dtensor::mixed_precision(*layer, policy);
   dtensor::mixed_precision(*model, policy);
 }
 
@@ -112,7 +126,7 @@ int64_t apply_ac(LlamaForCausalLM& model, const ActivationCheckpointConfig& conf
   DTENSOR_CHECK(config.mode != ACMode::selective || config.selective_every >= 1,
                 "dtensor: selective activation checkpointing every ", config.selective_every, " blocks: must be >= 1");
   int64_t wrapped = 0, index = 0;
-  for (const auto& layer : *model->model->layers) {
+  for (const auto& layer : model->model->layers->values()) {
     const bool take = config.mode == ACMode::full ||
                       (config.mode == ACMode::selective && (index + 1) % config.selective_every == 0);
     if (take) dtensor::nn::checkpoint_wrapper(*layer), ++wrapped;

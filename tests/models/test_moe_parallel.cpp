@@ -49,7 +49,7 @@ TEST(Moe, RouterAuxLossAndLossEqualTransformers) {
     at::NoGradGuard no_grad;
     model(tokens, mask);  // keeps each sparse layer's router logits
     std::vector<at::Tensor> router;
-    for (const auto& layer : *model->model->layers) {
+    for (const auto& layer : model->model->layers->values()) {
       const auto& moe = layer->as<llama::DecoderLayerImpl>()->moe;
       if (moe) router.push_back(moe->router_logits);
     }
@@ -73,7 +73,7 @@ TEST(Moe, RouterAuxLossAndLossEqualTransformers) {
     EXPECT_NEAR(aux.item<double>(), get("aux_loss").item<double>(), 1e-6) << name;
     EXPECT_NEAR(loss, get("loss").item<double>(), 1e-5) << name;
     // The grouped experts against the naive loop, on every sparse layer.
-    for (const auto& layer : *model->model->layers) {
+    for (const auto& layer : model->model->layers->values()) {
       auto& moe = layer->as<llama::DecoderLayerImpl>()->moe;
       if (!moe) continue;
       const at::Tensor x = at::randn({13, model->config.hidden_size});
@@ -93,7 +93,7 @@ TEST(Moe, ExpertsAreSplitByFeaturesUnderTp) {
   dtensor::testing::run_ranks(2, [&](int, int world) {
     auto mesh = dtensor::init_device_mesh("cpu", {world});
     llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/mixtral", &mesh, "hf");
-    const auto& moe = model->model->layers[0]->as<llama::DecoderLayerImpl>()->moe;
+    const auto& moe = model->model->layers["0"]->as<llama::DecoderLayerImpl>()->moe;
     const at::Tensor gate_up = moe->experts->named_parameters(false)["gate_up_proj"];
     const at::Tensor down = moe->experts->named_parameters(false)["down_proj"];
     EXPECT_EQ(dtensor::placements(gate_up)[0], dtensor::_StridedShard(1, 2));
@@ -120,7 +120,7 @@ TEST(Moe, ExpertParallelSplitsWholeExpertsAndMatchesThePlainBlock) {
     llama::LlamaForCausalLM plain = llama::from_pretrained(root() + "/mixtral");
     llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/mixtral");
     llama::apply_ep(model, mesh);
-    auto block_of = [](llama::LlamaForCausalLM& m) { return m->model->layers[0]->as<llama::DecoderLayerImpl>()->moe; };
+    auto block_of = [](llama::LlamaForCausalLM& m) { return m->model->layers["0"]->as<llama::DecoderLayerImpl>()->moe; };
     llama::SparseMoeBlock ep_block = block_of(model), ref_block = block_of(plain);
     const at::Tensor gate_up = ep_block->experts->named_parameters(false)["gate_up_proj"];
     EXPECT_EQ(dtensor::placements(gate_up)[0], dtensor::Shard(0));
@@ -188,8 +188,8 @@ TEST(Moe, ExpertParallelOnReplicatedTokensCostsOneAllReducePerBlock) {
     auto mesh = dtensor::init_device_mesh("cpu", {world}, {"ep"});
     llama::LlamaForCausalLM plain = llama::from_pretrained(root() + "/qwen2_moe");
     llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/qwen2_moe", &mesh, "ep");
-    llama::SparseMoeBlock block = model->model->layers[0]->as<llama::DecoderLayerImpl>()->moe;
-    llama::SparseMoeBlock ref = plain->model->layers[0]->as<llama::DecoderLayerImpl>()->moe;
+    llama::SparseMoeBlock block = model->model->layers["0"]->as<llama::DecoderLayerImpl>()->moe;
+    llama::SparseMoeBlock ref = plain->model->layers["0"]->as<llama::DecoderLayerImpl>()->moe;
     at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(7);  // the same tokens on both ranks
     const at::Tensor x = at::randn({2, 3, 64}, gen);
     at::NoGradGuard no_grad;
@@ -275,7 +275,7 @@ TEST(Moe, ExpertParallelErrorsNameTheCause) {
     llama::LlamaForCausalLM model = llama::from_pretrained(root() + "/mixtral");
     const std::string err = dtensor::testing::error_of([&] { llama::apply_ep(model, mesh); });
     EXPECT_NE(err.find("4 experts do not divide over 3 expert-parallel ranks"), std::string::npos) << err;
-    EXPECT_FALSE(dtensor::is_dtensor(model->model->layers[0]->as<llama::DecoderLayerImpl>()->moe->experts->gate_up_proj));
+    EXPECT_FALSE(dtensor::is_dtensor(model->model->layers["0"]->as<llama::DecoderLayerImpl>()->moe->experts->gate_up_proj));
     llama::LlamaForCausalLM dense = llama::from_pretrained(root() + "/llama");
     const std::string dense_err = dtensor::testing::error_of([&] { llama::apply_ep(dense, mesh); });
     EXPECT_NE(dense_err.find("needs a mixture of experts"), std::string::npos) << dense_err;

@@ -15,6 +15,7 @@
 #include "dtensor/nn/parameter_replacement.h"
 #include "train/checkpointing.h"
 #include "train/eval.h"
+#include "train/pipeline.h"
 
 namespace train {
 namespace {
@@ -49,7 +50,10 @@ llama::LlamaForCausalLM build_model(const TrainOptions& o, const models::Paralle
   const auto source = o.hf_dir.empty() ? llama::WeightSource::random(o.seed) : llama::WeightSource::hf(o.hf_dir, /*map_in_place=*/o.lora());
   std::optional<llama::LoraOptions> lora;
   if (o.lora()) lora = llama::LoraOptions{.config = *lora_config(o), .adapter_dir = o.lora_adapter, .seed = o.seed};
-  return llama::build_model(o.model, dims, source, {.parallelize = parallelize_config(o), .dtype = param_dtype(o), .lora = lora, .before_allocation = {}});
+  std::optional<llama::StageLayers> stage;
+  if (dims.pp_enabled()) stage = pipeline_stage_layers(o, dims.pp_rank());  // this rank's layers alone
+  return llama::build_model(o.model, dims, source, {.parallelize = parallelize_config(o), .dtype = param_dtype(o),
+                                                    .lora = lora, .pipeline_stage = stage, .before_allocation = {}});
 }
 
 models::ParallelDims parallelize(llama::LlamaForCausalLM& model, const TrainOptions& o, const dtensor::DeviceMesh& mesh) {
@@ -89,6 +93,11 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
       return dtensor::all_reduce(at::full({1}, loss, at::kDouble), dtensor::ReduceOp::AVG, data_mesh, 0).item<double>();
     };
     context.sum_over_data_ranks = sum_over_data_ranks(dims);
+  }
+  std::optional<Pipeline> pipeline;
+  if (dims.pp_enabled()) {
+    pipeline.emplace(model, o, dims, [](const at::Tensor& logits, const at::Tensor& labels) { return next_token_loss(logits, labels); });
+    context.pipeline = &*pipeline;
   }
   const std::vector<Batch> eval = eval_corpus ? eval_batches(*eval_corpus, o.batch, o.seq_len, o.eval_batches)
                                               : std::vector<Batch>{};

@@ -3,6 +3,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include "dtensor/cp/context_parallel.h"
+#include "train/pipeline.h"
 #include "dtensor/peft/adapter.h"
 
 #include <ATen/ATen.h>
@@ -211,13 +212,16 @@ void fit_eval_corpus(const TrainOptions& o, const Corpus& eval) {
   }
 }
 
-int64_t tp_degree(const TrainOptions& o, int64_t world) { return o.tp ? o.tp : std::max<int64_t>(1, world / (o.dp * o.cp)); }
+int64_t tp_degree(const TrainOptions& o, int64_t world) {
+  return o.tp ? o.tp : std::max<int64_t>(1, world / (o.pp * o.dp * o.cp));
+}
 
 models::ParallelDims parallel_dims(const TrainOptions& o, int64_t world) {
   models::ParallelDims dims;
   dims.dp = o.dp;
   dims.ep = o.ep;
   dims.cp = o.cp;
+  dims.pp = o.pp;
   dims.tp = tp_degree(o, world);
   dims.data_parallel = o.data_parallel;
   dims.device = o.device;
@@ -243,13 +247,52 @@ std::optional<dtensor::peft::LoraConfig> lora_config(const TrainOptions& o) {
 
 int64_t gradient_accumulation_steps(const TrainOptions& o) { return o.global_batch > 0 ? o.global_batch / o.batch : 1; }
 
+namespace {
+
+// --pp beside the rest: what the pipeline carries today, and the refusals of what it does not.
+void check_pipeline_options(const TrainOptions& o, int64_t tp) {
+  dtensor::pp::ScheduleSpec spec;
+  try {
+    spec = pipeline_spec(o);
+    pipeline_stage_layers(o, 0);  // the split fits the model's layers
+  } catch (const std::exception& e) {
+    throw ConfigError(std::string("--pp ") + std::to_string(o.pp) + ": " + e.what());
+  }
+  const int64_t rows = o.batch / o.dp * gradient_accumulation_steps(o);
+  if (rows % spec.microbatches != 0) {
+    throw ConfigError("--pp-microbatches " + std::to_string(spec.microbatches) + " does not divide a dp rank's " +
+                      std::to_string(rows) + " rows per step (--batch / --dp x the gradient accumulation steps)");
+  }
+  auto refuse = [&](bool when, const std::string& what) {
+    if (when) throw ConfigError("--pp " + std::to_string(o.pp) + " with " + what + " is not supported yet");
+  };
+  refuse(spec.kind == dtensor::pp::ScheduleKind::Interleaved1F1B,
+         "--pp-schedule Interleaved1F1B (llama_train runs one stage per rank: GPipe, 1F1B or ZBH1)");
+  refuse(o.cp > 1, "--cp (a stage's positions under context parallelism)");
+  refuse(o.model.moe.num_experts > 0, "a mixture of experts (the routers' auxiliary loss spans the stages)");
+  refuse(!o.eval_data.empty(), "--eval-data (a forward-only pipeline step)");
+  refuse(!o.checkpoint_dir.empty(), "--checkpoint-dir (each stage saving its part)");
+  refuse(!o.save_hf.empty(), "--save-hf (each stage saving its part)");
+  refuse(o.async_tp, "--async-tp");
+  refuse(o.plan_auto, "--plan auto (the plan search knows no pipeline yet)");
+  if (o.model.tie_word_embeddings) {
+    throw ConfigError("--pp " + std::to_string(o.pp) + ": this model ties lm_head to embed_tokens (tie_word_embeddings), "
+                      "which would sit on the first and the last stage; pipeline parallelism needs untied embeddings");
+  }
+  (void)tp;
+}
+
+}  // namespace
+
 void check_options(const TrainOptions& o, int64_t world) {
   const int64_t tp = tp_degree(o, world);
-  if (o.dp * o.cp * tp != world) {
+  if (o.pp * o.dp * o.cp * tp != world) {
+    const std::string pp = o.pp > 1 ? "--pp " + std::to_string(o.pp) + " x " : "";
     const std::string cp = o.cp > 1 ? " x --cp " + std::to_string(o.cp) : "";
-    throw ConfigError("--dp " + std::to_string(o.dp) + cp + " x --tp " + std::to_string(tp) + " != world size " +
-                     std::to_string(world) + " (run with --nproc-per-node " + std::to_string(o.dp * o.cp * tp) + ")");
+    throw ConfigError(pp + "--dp " + std::to_string(o.dp) + cp + " x --tp " + std::to_string(tp) + " != world size " +
+                     std::to_string(world) + " (run with --nproc-per-node " + std::to_string(o.pp * o.dp * o.cp * tp) + ")");
   }
+  if (o.pp > 1) check_pipeline_options(o, tp);
   if (o.cp > 1) {
     // Load balancing cuts each sequence into 2 * cp chunks; sequence parallel then cuts a rank's share over tp.
     const int64_t divisor = 2 * o.cp * (o.sequence_parallel ? tp : 1);

@@ -33,6 +33,13 @@ struct TrainOptions {
   // Context parallelism: each sequence split over cp ranks (world = dp * cp * tp), ring attention by this rotation.
   int64_t cp = 1;
   std::string cp_rotate_method = "allgather";
+  // Pipeline parallelism (torchtitan's pipeline_parallel_*; train/pipeline.h): the layers cut into pp stages (world =
+  // pp * dp * cp * tp), each step's rows run as pp_microbatches microbatches (0: pp) in pp_schedule's order, the
+  // stages cut at pp_split_points (layer indices "2,4"; "": torchtitan's even split).
+  int64_t pp = 1;
+  std::string pp_schedule = "1F1B";
+  int64_t pp_microbatches = 0;
+  std::string pp_split_points;
   models::DataParallel data_parallel = models::DataParallel::ddp;  // with dp > 1: replicate or fully_shard
   bool reshard_after_forward = true;  // fsdp: free gathered parameters after each block's forward
   bool fsdp_prefetch = true;          // fsdp: the next block's all-gather runs while this one computes

@@ -15,6 +15,8 @@
 #include "dtensor/mesh/autograd_collectives.h"
 #include "dtensor/mesh/comm_clock.h"
 #include "dtensor/tp/loss_parallel.h"
+#include "dtensor/mesh/functional_collectives.h"
+#include "train/pipeline.h"
 
 namespace train {
 namespace {
@@ -34,6 +36,24 @@ struct GradientSyncRestorer {
     if (active) dtensor::set_requires_gradient_sync(*model, true);
   }
 };
+
+// clip_grad_norm_ when each pp rank holds some of the parameters (torchtitan's clip_grad_norm_ with its pp_mesh): the
+// stages' squared norms summed over the pp group, then every gradient scaled by min(1, max_norm / (norm + 1e-6)).
+double clip_grad_norm_over_stages(const std::vector<at::Tensor>& params, double max_norm, const dtensor::DeviceMesh& pp) {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  const double mine = dtensor::get_total_norm(grads);
+  const double total = std::sqrt(
+      dtensor::all_reduce(at::full({1}, mine * mine, at::kDouble), dtensor::ReduceOp::SUM, pp, 0).item<double>());
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0) {
+    at::NoGradGuard no_grad;
+    for (auto& g : grads) g.mul_(coef);
+  }
+  return total;
+}
 
 }  // namespace
 
@@ -105,7 +125,17 @@ void train_step(llama::LlamaForCausalLM& model, const std::vector<Batch>& microb
     const auto n = static_cast<int64_t>(microbatches.size());
     const GradientSyncRestorer restore_sync{model, n > 1};
     double loss_sum = 0;
-    for (int64_t i = 0; i < n; ++i) {
+    if (c.pipeline) {
+      // The step's rows as one batch again: the schedule cuts them into its own microbatches.
+      std::vector<at::Tensor> inputs, labels;
+      for (const Batch& b : microbatches) {
+        inputs.push_back(b.inputs);
+        labels.push_back(b.labels);
+      }
+      loss_sum = n * c.pipeline->forward_backward(at::cat(inputs).to(c.device), at::cat(labels).to(c.device));
+      rec.pp_wait_ms = c.pipeline->last_stats().wait_ms;
+    }
+    for (int64_t i = 0; i < (c.pipeline ? 0 : n); ++i) {
       const Batch& batch = microbatches[static_cast<size_t>(i)];
       // The gradients of every micro-batch but the last stay where backward leaves them (added up locally).
       if (n > 1) dtensor::set_requires_gradient_sync(*model, i + 1 == n);
@@ -124,7 +154,9 @@ void train_step(llama::LlamaForCausalLM& model, const std::vector<Batch>& microb
   {
     dtensor::CommDebugMode comm;
     // Clipping needs the global norm: each DTensor gradient's norm reduces over its shards.
-    rec.grad_norm = c.max_norm > 0 ? dtensor::clip_grad_norm_(c.params, c.max_norm) : NAN;
+    rec.grad_norm = c.max_norm <= 0 ? NAN
+                    : c.pipeline ? clip_grad_norm_over_stages(c.params, c.max_norm, c.pipeline->pp_mesh())
+                                 : dtensor::clip_grad_norm_(c.params, c.max_norm);
     c.optimizer.step();
     rec.update_counts = comm.get_comm_counts();
     rec.update_bytes = comm.get_comm_bytes();

@@ -26,6 +26,7 @@ struct StepRecord {
   int64_t step = 0;
   double loss = 0, grad_norm = 0, lr = 0, ms = 0;
   double comm_ms = 0;  // exposed communication: this rank's main thread inside collectives (comm_clock.h)
+  double pp_wait_ms = 0;  // pipeline parallel: this rank blocked in the schedule's receives (its bubble, measured)
   int64_t microbatches = 1;  // gradient accumulation: micro-batches in this step
   double eval_loss = NAN;    // the held-out split's mean loss after this step (eval.h); NaN: not evaluated
   int64_t eval_tokens = 0;
@@ -56,6 +57,8 @@ double lr_at(const TrainOptions& options, int64_t step);
 
 // What a step needs besides the model: the optimizer over `params` (each parameter once), whether the logits
 // come vocab-sharded (loss parallel), and the device of the batches.
+class Pipeline;  // train/pipeline.h
+
 struct StepContext {
   torch::optim::AdamW& optimizer;
   const std::vector<at::Tensor>& params;
@@ -71,6 +74,9 @@ struct StepContext {
   // Context parallel: the forward's attention is ring attention over this mesh (dtensor/cp/context_parallel.h).
   std::optional<dtensor::DeviceMesh> cp_mesh = std::nullopt;
   dtensor::cp::RingAttentionOptions cp_options = {};
+  // Pipeline parallel (--pp): the step's rows go through this rank's stage by the schedule (train/pipeline.h) instead
+  // of the model's forward; clipping takes the norm over every stage's gradients.
+  Pipeline* pipeline = nullptr;
 };
 
 // Runs one step on `batch` (this rank's rows) at learning rate rec.lr and fills rec's loss (reduce_loss of this

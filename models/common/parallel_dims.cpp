@@ -13,8 +13,8 @@ DataParallel data_parallel_from_string(const std::string& name) {
 }
 
 void ParallelDims::check() const {
-  DTENSOR_CHECK(dp >= 1 && tp >= 1 && ep >= 1, "dtensor: ParallelDims: dp ", dp, ", tp ", tp, " and ep ", ep,
-                " must be >= 1");
+  DTENSOR_CHECK(dp >= 1 && tp >= 1 && ep >= 1 && pp >= 1, "dtensor: ParallelDims: dp ", dp, ", tp ", tp, ", ep ", ep,
+                " and pp ", pp, " must be >= 1");
   DTENSOR_CHECK(dp % ep == 0, "dtensor: ParallelDims: ep ", ep, " does not divide dp ", dp,
                 " (expert parallelism borrows data-parallel ranks)");
   DTENSOR_CHECK(cp >= 1 && (cp == 1 || ep == 1), "dtensor: ParallelDims: cp ", cp, " with ep ", ep,
@@ -36,7 +36,18 @@ std::vector<std::string> ParallelDims::mesh_dim_names() const {
 }
 
 const dtensor::DeviceMesh& ParallelDims::build_mesh() {
-  mesh_ = dtensor::init_device_mesh(device, mesh_shape(), mesh_dim_names());
+  if (pp > 1) {
+    std::vector<int64_t> shape = mesh_shape();
+    std::vector<std::string> names = mesh_dim_names();
+    shape.insert(shape.begin(), pp);
+    names.insert(names.begin(), "pp");
+    global_mesh_ = dtensor::init_device_mesh(device, shape, names);
+    pp_mesh_ = (*global_mesh_)["pp"];
+    names.erase(names.begin());
+    mesh_ = names.size() == 1 ? (*global_mesh_)[names[0]] : global_mesh_->slice(names);
+  } else {
+    mesh_ = dtensor::init_device_mesh(device, mesh_shape(), mesh_dim_names());
+  }
   // this rank's cp group, from the same ranks
   if (cp > 1) cp_mesh_ = mesh_->unflatten(0, {dp, cp}, {"dp", "cp"})["cp"];
   return *mesh_;
@@ -46,6 +57,15 @@ const dtensor::DeviceMesh& ParallelDims::world_mesh() const {
   DTENSOR_CHECK(mesh_, "dtensor: ParallelDims has no mesh: call build_mesh() (or from_mesh) first");
   return *mesh_;
 }
+
+dtensor::DeviceMesh ParallelDims::pp_mesh() const {
+  DTENSOR_CHECK(pp > 1 && pp_mesh_, "dtensor: ParallelDims: no pipeline parallelism (pp 1, or no mesh built)");
+  return *pp_mesh_;
+}
+
+int64_t ParallelDims::pp_rank() const { return pp > 1 ? pp_mesh().get_local_rank(0) : 0; }
+
+const dtensor::DeviceMesh& ParallelDims::global_mesh() const { return global_mesh_ ? *global_mesh_ : world_mesh(); }
 
 dtensor::DeviceMesh ParallelDims::tp_mesh() const {
   const dtensor::DeviceMesh& mesh = world_mesh();

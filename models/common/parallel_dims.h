@@ -11,6 +11,10 @@
 //   ("dp", "ep", "tp") of sizes (dp / ep, ep, tp) (dims of size 1 kept), the data rank being
 //   dp_index * ep + ep_index. The ep ranks hold different tokens and split the experts between them; the
 //   dense parameters are averaged over all dp ranks (data_mesh), the experts over "dp" only.
+//   Pipeline parallelism (torchtitan's order pp, dp, cp, tp: pp outermost, across hosts) cuts the model into pp
+//   stages: the whole mesh is ("pp", <the dims above>) (rank = pp_index * dp * cp * tp + ...). build_mesh keeps the
+//   dims above of this rank's stage as the mesh every accessor reads (world_mesh() is the stage's mesh: the TP plan,
+//   DDP and FSDP run inside a stage), pp_mesh() the 1-D mesh of this rank's pipeline, global_mesh() the whole.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +38,7 @@ struct ParallelDims {
   int64_t tp = 1;
   int64_t ep = 1;                                  // divides dp
   int64_t cp = 1;                                  // context parallel: the sequence split over cp ranks
+  int64_t pp = 1;                                  // pipeline parallel: the layers cut into pp stages
   DataParallel data_parallel = DataParallel::ddp;  // with dp > 1
   std::string device = "cpu";                      // the mesh's device type
 
@@ -41,7 +46,8 @@ struct ParallelDims {
   bool tp_enabled() const { return tp > 1; }
   bool ep_enabled() const { return ep > 1; }
   bool cp_enabled() const { return cp > 1; }
-  int64_t world_size() const { return dp * cp * tp; }
+  bool pp_enabled() const { return pp > 1; }
+  int64_t world_size() const { return pp * dp * cp * tp; }
 
   // The mesh-shape rule, in one place (build_mesh, the dry run's fake meshes): ("tp") when dp * cp is 1; ("dp", "tp")
   // of (dp * cp, tp); ("dp", "ep", "tp") of (dp / ep, ep, tp) when ep > 1. Throw dtensor::Error for degrees that do
@@ -49,8 +55,15 @@ struct ParallelDims {
   std::vector<int64_t> mesh_shape() const;
   std::vector<std::string> mesh_dim_names() const;
   void check() const;
-  // Makes the mesh over the initialised world (its size must be dp * cp * tp) and keeps it.
+  // Makes the mesh over the initialised world (its size must be pp * dp * cp * tp) and keeps it (with pp > 1: this
+  // stage's part of it). The shapes above are a stage's: without the pp dim.
   const dtensor::DeviceMesh& build_mesh();
+  // The 1-D ("pp") mesh of the ranks that hold this rank's coordinate in every stage, and this rank's stage in it.
+  // Need pp > 1 and build_mesh.
+  dtensor::DeviceMesh pp_mesh() const;
+  int64_t pp_rank() const;
+  // The whole world's mesh: ("pp", ...) with pp > 1, else world_mesh().
+  const dtensor::DeviceMesh& global_mesh() const;
   // The mesh that build_mesh made or from_mesh took; throws when there is none.
   const dtensor::DeviceMesh& world_mesh() const;
   bool has_mesh() const { return mesh_.has_value(); }
@@ -74,6 +87,7 @@ struct ParallelDims {
  private:
   std::optional<dtensor::DeviceMesh> mesh_;
   std::optional<dtensor::DeviceMesh> cp_mesh_;
+  std::optional<dtensor::DeviceMesh> pp_mesh_, global_mesh_;
 };
 
 }  // namespace models

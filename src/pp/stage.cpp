@@ -266,6 +266,9 @@ struct PipelineSchedule::Runner {
     const auto t = Clock::now();
     std::vector<at::Tensor> grads;
     if (grad.defined()) grads.push_back(grad);
+    if (a.type != ActionType::BACKWARD_INPUT && st.before_backward()) {
+      st.before_backward()(a.microbatch, a.microbatch + 1 == s.spec_.microbatches);
+    }
     if (a.type == ActionType::FULL_BACKWARD) {
       torch::autograd::backward({out}, grads);
       if (m.input_leaf.defined()) m.grad_input = m.input_leaf.grad();

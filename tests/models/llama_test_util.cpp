@@ -69,6 +69,18 @@ RunResult run_dp_cp_tp(train::TrainOptions options, int dp, int cp, int tp, bool
   });
 }
 
+RunResult run_pp(train::TrainOptions options, int pp, int dp, int tp, bool capture_grads) {
+  options.pp = pp;
+  options.dp = dp;
+  options.tp = tp;
+  return run_ranks_on(options, pp * dp * tp, capture_grads, Build::meta_first, {}, [&](int world) {
+    train::check_options(options, world);
+    models::ParallelDims dims = train::parallel_dims(options, world);
+    dims.build_mesh();
+    return dims;
+  });
+}
+
 namespace {
 
 RunResult run_ranks_on(const train::TrainOptions& options, int world_size, bool capture_grads, Build build,
@@ -108,11 +120,14 @@ RunResult run_ranks_on(const train::TrainOptions& options, int world_size, bool 
     // options.eval_data: a file of the repo as the held-out split (eval.h).
     const train::Corpus eval = options.eval_data.empty() ? train::Corpus{} : train::load_corpus(options.eval_data);
     const auto result = train::run(model, options, test_corpus(), dims, hooks, options.eval_data.empty() ? nullptr : &eval);
-    if (rank != 0) return;
+    // Rank 0's record; the gradients from the first rank of every pipeline stage (each holds its own layers').
+    const bool leads_stage = dims.has_mesh() ? dims.world_mesh().ranks().front() == rank : rank == 0;
+    if (!leads_stage) return;
     std::lock_guard<std::mutex> lock(mu);
+    out.step1_grads.insert(grads.begin(), grads.end());
+    if (rank != 0) return;
     for (const auto& s : result.steps) out.losses.push_back(s.loss);
     out.steps = result.steps;
-    out.step1_grads = grads;
     out.param_bytes_per_rank = result.param_bytes_per_rank;
     out.grad_bytes_per_rank = result.grad_bytes_per_rank;
     out.optimizer_bytes_per_rank = result.optimizer_bytes_per_rank;

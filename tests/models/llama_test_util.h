@@ -42,6 +42,10 @@ RunResult run_dp_tp(train::TrainOptions options, int dp, int tp, bool capture_gr
 // Trains `options` with context parallelism: dp * cp * tp ranks (threads) on ParallelDims{dp, cp, tp}'s meshes.
 RunResult run_dp_cp_tp(train::TrainOptions options, int dp, int cp, int tp, bool capture_grads = false);
 
+// Trains `options` with pipeline parallelism: pp * dp * tp ranks (threads; options.pp_* choose the schedule), each
+// stage on its ("dp", "tp") part of the mesh. step1_grads hold every stage's parameters.
+RunResult run_pp(train::TrainOptions options, int pp, int dp, int tp, bool capture_grads = false);
+
 // Loads the HF checkpoint `dir` with llama::from_pretrained at TP `tp` (ranks as threads) under `plan` and
 // returns rank 0's full logits for tokens (and attention mask, when given).
 at::Tensor pretrained_logits(const std::string& dir, int tp, const std::string& plan, const at::Tensor& tokens,

@@ -20,6 +20,7 @@
 #include "llama/build.h"
 #include "llama/parallelize_pipeline.h"
 #include "models/llama_test_util.h"
+#include "train/options.h"
 #include "train/step.h"
 
 using dtensor::pp::ScheduleKind;
@@ -204,4 +205,74 @@ TEST(LlamaPipeline, PipelineTimesTensorParallelEqualsTensorParallel) {
     // and one device's, to fp32 rounding
     expect_equal(reference(1, 2, llama::TPPlan::hf), ref, what + " vs one device", 1e-5);
   }
+}
+
+// The trainer at --pp (train/pipeline.h): 20 steps of AdamW with clipping equal pp 1's (the same rows per step, one
+// batch) to fp32 rounding, at pp 2 and 4, every single-stage schedule, and beside TP (sequence and loss parallel), DDP
+// and FSDP.
+namespace {
+
+struct TrainCase {
+  int pp, dp, tp;
+  std::string schedule;
+  int microbatches;
+  models::DataParallel kind = models::DataParallel::ddp;
+};
+
+train::TrainOptions pp_options() {
+  train::TrainOptions o = llama_test::small_options();
+  o.model.num_hidden_layers = 4;
+  o.model.tie_word_embeddings = false;
+  return o;
+}
+
+}  // namespace
+
+TEST(LlamaPipeline, TrainingAtPpEqualsOneStage) {
+  const auto ref = llama_test::run_tp(pp_options(), 1, /*capture_grads=*/true);
+  for (const TrainCase& c : {TrainCase{2, 1, 1, "1F1B", 4}, TrainCase{2, 1, 1, "ZBH1", 2}, TrainCase{4, 1, 1, "GPipe", 4},
+                             TrainCase{2, 1, 2, "1F1B", 2}, TrainCase{2, 2, 1, "1F1B", 2},
+                             TrainCase{2, 2, 1, "1F1B", 2, models::DataParallel::fsdp}, TrainCase{2, 2, 2, "ZBH1", 2}}) {
+    auto o = pp_options();
+    o.pp_schedule = c.schedule;
+    o.pp_microbatches = c.microbatches;
+    o.data_parallel = c.kind;
+    const std::string what = "pp " + std::to_string(c.pp) + " x dp " + std::to_string(c.dp) + " (" +
+                             models::to_string(c.kind) + ") x tp " + std::to_string(c.tp) + " " + c.schedule + " m " +
+                             std::to_string(c.microbatches);
+    const auto run = llama_test::run_pp(o, c.pp, c.dp, c.tp, /*capture_grads=*/true);
+    EXPECT_LE(llama_test::max_rel_diff(ref.losses, run.losses), 1e-5) << what << ": first loss " << run.losses.front()
+                                                                      << " vs " << ref.losses.front();
+    ASSERT_EQ(run.step1_grads.size(), ref.step1_grads.size()) << what;
+    for (const auto& [name, g] : ref.step1_grads) {
+      ASSERT_TRUE(run.step1_grads.contains(name)) << what << " " << name;
+      EXPECT_LE((run.step1_grads.at(name) - g).abs().max().item<double>(), 1e-6) << what << " " << name;
+    }
+    // Each stage holds its layers alone: rank 0 (stage 0) fewer parameter bytes than the whole model.
+    EXPECT_LT(run.param_bytes_per_rank, ref.param_bytes_per_rank) << what;
+    // The measured bubble: rank 0 waited for gradients in every step.
+    EXPECT_GT(run.steps.back().pp_wait_ms, 0.0) << what;
+  }
+}
+
+TEST(LlamaPipeline, TheTrainerRefusesWhatThePipelineDoesNotCarry) {
+  using dtensor::testing::error_of;
+  auto o = pp_options();
+  o.pp = 2;
+  o.pp_schedule = "Interleaved1F1B";
+  EXPECT_NE(error_of([&] { train::check_options(o, 2); }).find("--pp-schedule Interleaved1F1B (llama_train runs one stage"),
+            std::string::npos);
+  o.pp_schedule = "1F1B";
+  o.pp_microbatches = 3;
+  EXPECT_NE(error_of([&] { train::check_options(o, 2); }).find("--pp-microbatches 3 does not divide a dp rank's 4 rows"),
+            std::string::npos);
+  o.pp_microbatches = 2;
+  o.tp = 1;
+  EXPECT_NE(error_of([&] { train::check_options(o, 4); }).find("--pp 2 x --dp 1 x --tp 1 != world size 4"), std::string::npos)
+      << error_of([&] { train::check_options(o, 4); });
+  o.model.tie_word_embeddings = true;
+  EXPECT_NE(error_of([&] { train::check_options(o, 2); }).find("needs untied embeddings"), std::string::npos);
+  o.model.tie_word_embeddings = false;
+  o.pp_split_points = "1,2";
+  EXPECT_NE(error_of([&] { train::check_options(o, 2); }).find("2 split points for 2 stages"), std::string::npos);
 }

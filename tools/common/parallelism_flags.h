@@ -39,6 +39,19 @@ inline void add_parallelism_flags(CLI::App& app, train::TrainOptions& o, Paralle
                  "how ring attention's keys and values travel: allgather (one all-gather) or alltoall (a ring of "
                  "rotations, each overlapped with a block)")
       ->check(CLI::IsMember({"allgather", "alltoall"}));
+  app.add_option("--pp", o.pp,
+                 "pipeline parallelism: the layers cut into N stages on N groups of ranks (outermost: world = pp x dp x "
+                 "cp x tp), activations and gradients sent between them by the schedule")
+      ->check(positive());
+  app.add_option("--pp-schedule", o.pp_schedule,
+                 "the pipeline's order of forwards and backwards (torch.distributed.pipelining's): GPipe, 1F1B, or ZBH1 "
+                 "(1F1B with the backward split in input and weight gradients, zero bubble's H1)")
+      ->check(CLI::IsMember({"GPipe", "1F1B", "Interleaved1F1B", "ZBH1"}));
+  app.add_option("--pp-microbatches", o.pp_microbatches,
+                 "pipeline microbatches per step (each dp rank's rows cut into N); default: pp")
+      ->check(positive());
+  app.add_option("--pp-split-points", o.pp_split_points,
+                 "the first layer of every stage but the first, e.g. 2,4 (default: torchtitan's even split)");
   app.add_flag_callback("--ddp", [&] { o.data_parallel = models::DataParallel::ddp; },
                         "the data-parallel kind: replicate (DDP, default)");
   app.add_flag_callback("--fsdp", [&] { o.data_parallel = models::DataParallel::fsdp; },

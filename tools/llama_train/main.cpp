@@ -32,6 +32,7 @@
 #include "dtensor/checkpoint/step_checkpoints.h"
 #include "train/checkpointing.h"
 #include "train/loop.h"
+#include "train/pipeline.h"
 #include "train/tokenized_corpus.h"
 #include "tools/llama_train/options.h"
 #include "train/export.h"
@@ -165,6 +166,14 @@ int main(int argc, char** argv) {
     llama::LlamaForCausalLM model = train::build_model(options, dims);  // meta-first: each rank only its shards
     const int64_t tokens_per_step = options.batch * train::gradient_accumulation_steps(options) * options.seq_len;
     if (rank == 0) {
+      if (options.pp > 1) {
+        const auto spec = train::pipeline_spec(options);
+        const auto sim = dtensor::pp::simulate(dtensor::pp::rank_programs(spec), spec);
+        std::printf("pipeline: pp=%lld schedule=%s microbatches=%d stage0 layers [%lld, %lld) bubble (simulated, F = I = W) %.3f\n",
+                    static_cast<long long>(options.pp), options.pp_schedule.c_str(), spec.microbatches,
+                    static_cast<long long>(train::pipeline_stage_layers(options, 0).first),
+                    static_cast<long long>(train::pipeline_stage_layers(options, 0).last), sim.bubble_fraction);
+      }
       std::printf("llama_train: device=%s params=%s mixed_precision=%s dp=%lld (%s) ep=%lld cp=%lld tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d async_tp=%d%s batch=%lld x %lld micro-batches | %s | corpus %s, %lld tokens\n",
                   tp_mesh.device().str().c_str(), models::dtype_name(train::param_dtype(options)).c_str(),
                   train::to_string(options.mixed_precision).c_str(), static_cast<long long>(options.dp), options.dp * options.cp > 1 ? models::to_string(options.data_parallel).c_str() : "none",
@@ -187,7 +196,8 @@ int main(int argc, char** argv) {
                   options.lora_adapter.empty() ? "" : (" from " + options.lora_adapter).c_str(), static_cast<long long>(trainable),
                   static_cast<long long>(all), 100.0 * static_cast<double>(trainable) / static_cast<double>(all));
     }
-    const dtensor::DeviceMesh world_mesh = mesh.ndim() == 1 ? mesh : mesh.flatten();  // for the memory line
+    const dtensor::DeviceMesh& whole = dims.global_mesh();  // every rank of every stage, for the memory line
+    const dtensor::DeviceMesh world_mesh = whole.ndim() == 1 ? whole : whole.flatten();
     if (options.plan_auto) check_same_choice(world_mesh, auto_choice);
     train::TrainHooks hooks;
     hooks.after_step = [&](const train::StepRecord& r) {
@@ -254,10 +264,11 @@ int main(int argc, char** argv) {
     if (rank == 0 && result.steps.empty()) {
       std::printf("summary final_loss=nan steps_run=0 resumed_from=%lld\n", static_cast<long long>(result.start_step));
     } else if (rank == 0) {
-      std::vector<double> ms, comm_ms;
+      std::vector<double> ms, comm_ms, pp_wait_ms;
       for (size_t i = std::min<size_t>(3, result.steps.size() - 1); i < result.steps.size(); ++i) {
         ms.push_back(result.steps[i].ms);
         comm_ms.push_back(result.steps[i].comm_ms);
+        pp_wait_ms.push_back(result.steps[i].pp_wait_ms);
       }
       const double med = median(ms);
       const auto& last = result.steps.back();
@@ -266,11 +277,13 @@ int main(int argc, char** argv) {
         if (!std::isnan(r.eval_loss)) eval_loss = r.eval_loss;
       }
       std::printf("summary final_loss=%.6f median_step_ms=%.3f median_comm_ms=%.3f tokens_per_s=%.1f collectives_per_step=%lld "
-                  "comm_bytes_per_step=%lld param_bytes_per_rank=%lld steps_run=%zu resumed_from=%lld preempted=%d eval_loss=%.6f\n",
+                  "comm_bytes_per_step=%lld param_bytes_per_rank=%lld steps_run=%zu resumed_from=%lld preempted=%d eval_loss=%.6f "
+                  "pp=%lld median_pp_wait_ms=%.3f\n",
                   last.loss, med, median(comm_ms), static_cast<double>(tokens_per_step) / (med / 1000.0),
                   static_cast<long long>(last.total_counts()), static_cast<long long>(last.total_bytes()),
                   static_cast<long long>(result.param_bytes_per_rank), result.steps.size(),
-                  static_cast<long long>(result.start_step), result.stopped_early ? 1 : 0, eval_loss);
+                  static_cast<long long>(result.start_step), result.stopped_early ? 1 : 0, eval_loss,
+                  static_cast<long long>(options.pp), median(pp_wait_ms));
     }
     return 0;
   } catch (const std::exception& e) {

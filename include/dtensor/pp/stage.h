@@ -56,6 +56,12 @@ class PipelineStage {
   const Forward& forward() const { return forward_; }
   const std::vector<at::Tensor>& parameters() const { return parameters_; }
   ProcessGroup* group() const { return group_; }
+  // Runs before each backward that computes this stage's parameters' gradients (B, or zero bubble's W) with the
+  // microbatch and whether it is the stage's last of the step: the trainer turns DDP's / FSDP's gradient reduction
+  // on for the last alone (PyTorch's stage does the same with no_sync / set_requires_gradient_sync).
+  using BeforeBackward = std::function<void(int microbatch, bool last)>;
+  void set_before_backward(BeforeBackward hook) { before_backward_ = std::move(hook); }
+  const BeforeBackward& before_backward() const { return before_backward_; }
   const std::optional<DeviceMesh>& boundary_mesh() const { return boundary_mesh_; }
 
  private:
@@ -64,6 +70,7 @@ class PipelineStage {
   int stage_index_, num_stages_;
   ProcessGroup* group_;
   std::optional<DeviceMesh> boundary_mesh_;
+  BeforeBackward before_backward_;
 };
 
 // What one step did on this rank (measured): llama_train prints it, tests compare the idle share with simulate()'s.

@@ -10,6 +10,8 @@
 #include "llama/parallelize.h"
 #include "train/data.h"
 #include "train/step.h"
+#include "train/pipeline.h"
+#include "dtensor/api/dtensor_api.h"
 
 namespace train {
 
@@ -72,6 +74,74 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
                                     batch.positions.to(batch.inputs.device()));
       },
       options);
+}
+
+PipelinePlan dry_run_llama_pipeline(const PlanOptions& o) {
+  DTENSOR_CHECK(o.pp > 1, "llama_plan: dry_run_llama_pipeline needs --pp > 1");
+  DTENSOR_CHECK(o.cp == 1 && o.ep == 1, "llama_plan: --pp with --cp or --ep is not supported");
+  PipelinePlan plan;
+  const dtensor::pp::ScheduleSpec spec = pipeline_spec(o);
+  plan.microbatches = spec.microbatches;
+  const int64_t rows = o.batch / o.dp;
+  DTENSOR_CHECK(rows % spec.microbatches == 0, "llama_plan: --pp-microbatches ", spec.microbatches,
+                " does not divide a dp rank's ", rows, " rows");
+  const int64_t mb = rows / spec.microbatches;
+  const auto sim = dtensor::pp::simulate(dtensor::pp::rank_programs(spec), spec);
+  plan.bubble_fraction = sim.bubble_fraction;
+  const models::ParallelDims degrees = parallel_dims(o, o.dp * o.tp);
+  const llama::ParallelizeConfig config = parallelize_config(o);
+  const at::ScalarType dtype = param_dtype(o);
+  const bool sp = o.tp > 1 && o.plan == llama::TPPlan::torchtitan && o.sequence_parallel;
+  const int64_t local_seq = sp ? o.seq_len / o.tp : o.seq_len;
+  const int64_t act_bytes = mb * local_seq * o.model.hidden_size * static_cast<int64_t>(c10::elementSize(compute_dtype(o)));
+  plan.p2p_bytes_per_step = 2 * spec.microbatches * act_bytes;
+  for (int s = 0; s < spec.pp; ++s) {
+    PipelinePlan::Stage stage;
+    stage.layers = pipeline_stage_layers(o, s);
+    dtensor::DryRunOptions options;
+    options.mesh_dim_names = degrees.mesh_dim_names();
+    options.ranks = o.ranks;
+    if (!o.optimizer) options.optimizer = nullptr;
+    const bool loss_parallel = stage.layers.head && o.loss_parallel && o.tp > 1 && o.plan == llama::TPPlan::torchtitan;
+    if (loss_parallel) options.step_guard = [] { return std::make_shared<dtensor::LossParallelGuard>(); };
+    stage.report = dtensor::dry_run<llama::LlamaForCausalLM>(
+        [&] {
+          llama::LlamaForCausalLM model(o.model);
+          llama::keep_stage(model, stage.layers);
+          if (dtype != at::kFloat) model->to(dtype);
+          return model;
+        },
+        degrees.mesh_shape(),
+        [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
+          llama::parallelize_llama(model, models::ParallelDims::from_mesh(mesh, o.data_parallel), config);
+        },
+        [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
+          const bool dtensor_forward = o.tp > 1 && o.plan == llama::TPPlan::torchtitan;
+          std::optional<dtensor::DeviceMesh> sp_mesh;
+          if (sp) sp_mesh = models::ParallelDims::from_mesh(mesh, o.data_parallel).tp_mesh();
+          const auto forward = llama::stage_forward(model, sp_mesh);
+          at::Tensor input;
+          if (stage.layers.embeddings) {
+            input = at::zeros({mb, o.seq_len}, at::TensorOptions(at::kLong).device(dtensor_forward ? at::kCPU : at::kMeta));
+          } else {  // what the previous stage sends: this rank's rows of the hidden states, a leaf
+            input = at::zeros({mb, local_seq, o.model.hidden_size}, at::TensorOptions(compute_dtype(o)).device(at::kMeta))
+                        .requires_grad_(true);
+          }
+          at::Tensor out = forward(input);
+          if (stage.layers.head) {
+            const at::Tensor labels =
+                at::zeros({mb, o.seq_len}, at::TensorOptions(at::kLong).device(dtensor_forward ? at::kCPU : at::kMeta));
+            return next_token_loss(out, labels);
+          }
+          return (dtensor::is_dtensor(out) ? dtensor::to_local(out) : out).sum();  // a gradient of the output's shape
+        },
+        options);
+    const auto& r0 = stage.report.ranks.front();
+    stage.in_flight = sim.peak_activations[static_cast<size_t>(s)];
+    stage.peak_bytes_with_schedule = r0.peak_bytes + (stage.in_flight - 1) * r0.activation_bytes;
+    plan.stages.push_back(std::move(stage));
+  }
+  return plan;
 }
 
 }  // namespace train

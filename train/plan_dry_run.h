@@ -13,6 +13,7 @@
 #include "llama/config.h"
 #include "llama/parallelize.h"
 #include "train/options.h"
+#include "llama/parallelize_pipeline.h"
 
 namespace train {
 
@@ -32,5 +33,24 @@ PlanOptions plan_options_of(const train::TrainOptions& options, int64_t tp);
 // Throws dtensor::Error for what a real run would refuse (the plan's own errors among them, raised by the
 // same code) and for batch not divisible by dp.
 dtensor::DryRunReport dry_run_llama(const PlanOptions& options);
+
+// The dry run of a pipelined job (--pp > 1): each stage's step on one pipeline microbatch (its rows: batch / dp / M)
+// on its own part of the mesh (the stage's model from llama::keep_stage, the same plan; a stage before the last
+// backpropagates an output gradient of its output's shape), and what the schedule adds: the simulated bubble, the
+// microbatches each rank holds at once, and the point-to-point bytes per step.
+struct PipelinePlan {
+  struct Stage {
+    llama::StageLayers layers;
+    dtensor::DryRunReport report;  // one microbatch's step
+    int in_flight = 1;             // most microbatches whose activations the stage's rank holds at once
+    // report's peak with the schedule's in-flight microbatches: peak + (in_flight - 1) x activation bytes.
+    int64_t peak_bytes_with_schedule = 0;
+  };
+  std::vector<Stage> stages;
+  double bubble_fraction = 0;      // simulate() with F = I = W
+  int microbatches = 1;
+  int64_t p2p_bytes_per_step = 0;  // per boundary and rank: m activations forward and m gradients back
+};
+PipelinePlan dry_run_llama_pipeline(const PlanOptions& options);
 
 }  // namespace train

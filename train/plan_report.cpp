@@ -1,5 +1,7 @@
 #include "train/plan_report.h"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -195,6 +197,42 @@ std::string summary_line(const PlanOptions& o, const dtensor::DryRunReport& repo
      << " est_step_overlapped_ms=" << e.step_overlapped_s * 1e3
      << " differing_ranks=" << report.differing_ranks.size() << " dry_run_s=" << report.seconds;
   return os.str();
+}
+
+void print_pipeline(std::ostream& os, const PlanOptions& o, const PipelinePlan& plan, const CostModel& cost) {
+  char line[512];
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const auto& st = plan.stages[s];
+    std::snprintf(line, sizeof line, "\n## pipeline stage %zu of %zu: layers [%lld, %lld)%s%s, one microbatch of %lld rows\n", s,
+                  plan.stages.size(), static_cast<long long>(st.layers.first), static_cast<long long>(st.layers.last),
+                  st.layers.embeddings ? " + embeddings" : "", st.layers.head ? " + norm, lm_head, loss" : "",
+                  static_cast<long long>(o.batch / o.dp / plan.microbatches));
+    os << line;
+    print_tables(os, o, st.report, cost);
+  }
+  std::snprintf(line, sizeof line, "\n## pipeline: pp %lld, %s, %d microbatches: bubble %.3f of the step (simulated from the "
+                "schedule's action lists, F = I = W)\n", static_cast<long long>(o.pp), o.pp_schedule.c_str(),
+                plan.microbatches, plan.bubble_fraction);
+  os << line;
+  os << "stage  layers      params/rank  in flight  peak/rank (one mb)  peak/rank (schedule)\n";
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const auto& st = plan.stages[s];
+    const auto& r0 = st.report.ranks.front();
+    std::snprintf(line, sizeof line, "%5zu  [%3lld,%3lld)  %11.1f  %9d  %15.1f MB  %17.1f MB\n", s,
+                  static_cast<long long>(st.layers.first), static_cast<long long>(st.layers.last), r0.param_bytes / 1e6,
+                  st.in_flight, r0.peak_bytes / 1e6, st.peak_bytes_with_schedule / 1e6);
+    os << line;
+  }
+  std::snprintf(line, sizeof line, "point-to-point per step and boundary: %.3f MB each way (%d activations, %d gradients)\n",
+                plan.p2p_bytes_per_step / 2e6, plan.microbatches, plan.microbatches);
+  os << line;
+  std::snprintf(line, sizeof line, "summary pp=%lld schedule=%s microbatches=%d bubble=%.4f p2p_bytes_per_step=%lld max_peak_bytes=%lld\n",
+                static_cast<long long>(o.pp), o.pp_schedule.c_str(), plan.microbatches, plan.bubble_fraction,
+                static_cast<long long>(plan.p2p_bytes_per_step),
+                static_cast<long long>(std::max_element(plan.stages.begin(), plan.stages.end(), [](const auto& a, const auto& b) {
+                                         return a.peak_bytes_with_schedule < b.peak_bytes_with_schedule;
+                                       })->peak_bytes_with_schedule));
+  os << line;
 }
 
 nlohmann::json to_json(const PlanOptions& o, const dtensor::DryRunReport& report, const CostModel& cost) {

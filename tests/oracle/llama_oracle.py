@@ -4,6 +4,7 @@
     python tests/oracle/llama_oracle.py <build/bin> --fsdp-2d    # FSDP2 + TP on a 2x2 ("dp", "tp") mesh (main_fsdp_2d)
     python tests/oracle/llama_oracle.py <build/bin> --mixed-precision  # bf16: autocast TP, FSDP2 mp_policy x TP
     python tests/oracle/llama_oracle.py <build/bin> --float8     # --float8 against torchao's Float8Linear at TP 2
+    python tests/oracle/llama_oracle.py <build/bin> --pp         # pp 2 (1F1B, GPipe) against torch.distributed.pipelining (main_pp)
 
 1. `llama_dump --out D ...` writes the initial weights and batches; `tprun --nproc-per-node 2 llama_train ...` trains a small config at TP 2 for 20 steps, printing every
    step's loss and its collectives (type, count, bytes), and writes its initial weights and batches to D.
@@ -27,6 +28,8 @@ import tempfile
 SMALL = ["--dim", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--ffn-dim", "128", "--seq-len", "16",
          "--batch", "4", "--steps", "20", "--lr", "3e-3", "--warmup", "5", "--max-norm", "1.0", "--seed", "11"]
 FP32 = ["--mixed-precision", "off"]  # the fp32 comparisons (main, main_fsdp_2d); main_mixed_precision passes bf16
+# main_pp: 4 layers, so that each of the 2 stages holds 2 (SMALL's embeddings are untied, as --pp needs).
+SMALL_PP = [v if SMALL[i - 1] != "--layers" else "4" for i, v in enumerate(SMALL)]
 
 # Collective names: PyTorch's functional collectives -> ours (dtensor::CommDebugMode).
 FUNCOL = {"all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter", "all_reduce": "all_reduce",
@@ -167,6 +170,123 @@ def worker(dump, dp=1, mp="off", float8=""):
     end_process_group(0)
 
 
+def worker_pp(dump, schedule, microbatches):
+    """Pipeline parallelism the torchtitan way through torch.distributed.pipelining, world 2 = pp 2 (Gloo, CPU):
+    the llama_torch model loaded from the dump and cut into 2 stages, one per rank (torchtitan's even split: stage k
+    holds layers [k*L/2, (k+1)*L/2); stage 0 also embed_tokens, stage 1 model.norm and lm_head; each stage computes
+    the rotary tables itself, as llama_torch's Body does), each a PipelineStage under ScheduleGPipe / Schedule1F1B
+    with `microbatches` microbatches (PyTorch splits the batch along dim 0 with tensor_split) and its default
+    scale_grads (the accumulated grads divided by M after the last backward; ours scales each microbatch's loss by
+    1/M: the same in fp32, M a power of two). Loss per microbatch: cross entropy of the flattened fp32 logits, mean
+    over its tokens. Clipping as torchtitan's clip_grad_norm_ with a pp mesh: each stage's total norm squared,
+    all-reduced over the pp group, its sqrt; grads scaled by min(1, max_norm / (total + 1e-6)). Then each rank's
+    AdamW over its own stage's parameters, the lr schedule of `worker`. Rank 0 prints the last stage's mean of the
+    microbatch losses per step in `worker`'s line format (no collectives counted: "update 0 comm - |")."""
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    from llama_torch import build_llama
+    from peer_exit import end_process_group
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    meta = json.load(open(dump + ".json"))
+    blob = open(dump + ".bin", "rb").read()
+    cfg, tr = meta["config"], meta["train"]
+
+    def tensor(entry):
+        dtype = np.float32 if entry["dtype"] == "float32" else np.int64
+        n = int(np.prod(entry["shape"])) if entry["shape"] else 1
+        return torch.from_numpy(np.frombuffer(blob, dtype=dtype, count=n, offset=entry["offset"]).copy()).view(entry["shape"])
+
+    model = build_llama(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.copy_(tensor(meta["params"][name]))
+    L = cfg["num_hidden_layers"]
+    if L % world:
+        raise SystemExit(f"worker_pp: {L} layers do not split evenly into {world} stages")
+    lo, hi = rank * L // world, (rank + 1) * L // world
+    first, last = rank == 0, rank == world - 1
+    hd = cfg["hidden_size"] // cfg["num_attention_heads"]
+
+    class Stage(nn.Module):
+        """Layers [lo, hi) of `model`, with embed_tokens on the first stage and norm + lm_head on the last."""
+
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = model.model.embed_tokens if first else None
+            self.layers = nn.ModuleList(model.model.layers[lo:hi])
+            self.norm = model.model.norm if last else None
+            self.lm_head = model.lm_head if last else None
+
+        def forward(self, x):
+            h = self.embed_tokens(x) if first else x
+            s = h.shape[1]  # llama_torch's Body: positions 0..s-1, HF's rotate-half tables
+            inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.int64).float() / hd))
+            freqs = torch.outer(torch.arange(s, dtype=torch.float32), inv_freq)
+            angles = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = angles.cos().to(h.dtype), angles.sin().to(h.dtype)
+            for layer in self.layers:
+                h = layer(h, cos, sin)
+            return self.lm_head(self.norm(h)) if last else h
+
+    stage_module = Stage()
+    stage = PipelineStage(stage_module, stage_index=rank, num_stages=world, device=torch.device("cpu"))
+
+    def loss_fn(logits, labels):
+        return F.cross_entropy(logits.float().flatten(0, 1), labels.flatten(0, 1))
+
+    kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
+    sched = kind(stage, n_microbatches=microbatches, loss_fn=loss_fn)
+    params = list(stage_module.parameters())
+    opt = torch.optim.AdamW(params, lr=tr["lr"], betas=tuple(tr["betas"]), eps=tr["eps"],
+                            weight_decay=tr["weight_decay"], foreach=False)
+    steps, warmup = tr["steps"], tr["warmup"]
+
+    def lr_at(step):  # llama_train's lr_at
+        if step < warmup:
+            return tr["lr"] * (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, steps - warmup - 1))
+        return tr["lr"] * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+    import resource
+    import time
+    for step in range(steps):
+        started = time.perf_counter()
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        batch = meta["batches"][step]
+        inputs, labels = tensor(batch["inputs"]), tensor(batch["labels"])
+        opt.zero_grad()
+        losses = []
+        if first:
+            sched.step(inputs)
+        else:
+            sched.step(target=labels, losses=losses)
+        # torchtitan's clip_grad_norm_ with pp_mesh: the stages' norms squared, summed over the pp group.
+        grads = [p.grad for p in params if p.grad is not None]
+        total = torch.nn.utils.get_total_norm(grads, 2.0, foreach=False) ** 2
+        dist.all_reduce(total)
+        total = total.sqrt()
+        torch.nn.utils.clip_grads_with_norm_(params, tr["max_norm"], total, foreach=False)
+        opt.step()
+        # The step's loss: the last stage's mean of its microbatch losses, summed over ranks (the others add 0).
+        value = torch.tensor([torch.stack([l.detach() for l in losses]).mean().item() if last else 0.0],
+                             dtype=torch.float64)
+        dist.all_reduce(value)
+        if rank == 0:
+            ms = (time.perf_counter() - started) * 1000.0
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+            print(f"step {step + 1} loss {value.item():.6f} update 0 comm - | ms {ms:.1f} peak_rss_mb {rss:.0f} "
+                  f"pp {world} {schedule} microbatches {microbatches} grad_norm {total.item():.6f}", flush=True)
+    end_process_group(0)
+
+
 def parse_ours(text):
     losses = [float(v) for v in re.findall(r"step +\d+ +loss ([-0-9.e]+)", text)]
     rows = re.findall(r"comm step \d+ fwd_bwd([^|]*)\| update(.*)", text)
@@ -188,28 +308,29 @@ def write_dump(bin_dir, dump, train_args):
         sys.exit(f"llama_dump failed:\n{out.stdout}\n{out.stderr}")
 
 
-def run_both(bin_dir, nproc, our_args, worker_args, timeout):
+def run_both(bin_dir, nproc, our_args, worker_args, timeout, base=SMALL, worker_flag="--worker"):
     """Our llama_train under tprun and this file's PyTorch worker under torchrun, on the weights and batches
-    our run dumps: (our stdout, PyTorch's stdout)."""
+    our run dumps: (our stdout, PyTorch's stdout). base: the config (SMALL; main_pp's SMALL_PP); worker_flag:
+    "--worker" (worker) or "--worker-pp" (worker_pp)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     with tempfile.TemporaryDirectory() as tmp:
         dump = os.path.join(tmp, "llama")
-        write_dump(bin_dir, dump, [*SMALL, *our_args])
-        ours = run_ours(bin_dir, nproc, [*our_args, "--log-every", "1", "--comm-detail"], timeout)
+        write_dump(bin_dir, dump, [*base, *our_args])
+        ours = run_ours(bin_dir, nproc, [*our_args, "--log-every", "1", "--comm-detail"], timeout, base)
         torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
         # TMPDIR: torchrun's torchelastic_* folders go with this temporary directory
         ref = subprocess.run([torchrun, "--standalone", "--nproc-per-node", str(nproc), os.path.abspath(__file__),
-                              "--worker", dump, *worker_args], env=dict(env, TMPDIR=tmp), capture_output=True, text=True,
+                              worker_flag, dump, *worker_args], env=dict(env, TMPDIR=tmp), capture_output=True, text=True,
                              timeout=timeout)
         if ref.returncode != 0:
             sys.exit(f"PyTorch run failed:\n{ref.stdout}\n{ref.stderr}")
     return ours, ref.stdout
 
 
-def run_ours(bin_dir, nproc, our_args, timeout):
-    """Our llama_train alone under tprun (SMALL and our_args): its stdout."""
+def run_ours(bin_dir, nproc, our_args, timeout, base=SMALL):
+    """Our llama_train alone under tprun (base, SMALL by default, and our_args): its stdout."""
     ours = subprocess.run([os.path.join(bin_dir, "tprun"), "--nproc-per-node", str(nproc), "--master-port", "0",
-                           "llama_train", *SMALL, *our_args], env=dict(os.environ, OMP_NUM_THREADS="1"),
+                           "llama_train", *base, *our_args], env=dict(os.environ, OMP_NUM_THREADS="1"),
                           capture_output=True, text=True, timeout=timeout)
     if ours.returncode != 0:
         sys.exit(f"llama_train failed:\n{ours.stdout}\n{ours.stderr}")
@@ -250,8 +371,12 @@ def main():
         return main_fsdp_2d(sys.argv[1])
     if len(sys.argv) > 2 and sys.argv[2] == "--mixed-precision":
         return main_mixed_precision(sys.argv[1])
+    if sys.argv[1] == "--worker-pp":
+        return worker_pp(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     if len(sys.argv) > 2 and sys.argv[2] == "--float8":
         return main_float8(sys.argv[1])
+    if len(sys.argv) > 2 and sys.argv[2] == "--pp":
+        return main_pp(sys.argv[1])
     ours, theirs = run_both(sys.argv[1], 2, FP32, [], 600)
     a, ca, ua = parse_theirs(theirs)
     b, cb, ub = parse_ours(ours)
@@ -399,6 +524,34 @@ def main_float8(bin_dir):
     if bad:
         sys.exit(f"float8 losses differ beyond {FLOAT8_BOUND}: {bad}")
     print("Llama float8 losses and all-gathers agree with torchao's Float8Linear and float8 TP styles")
+
+
+def main_pp(bin_dir):
+    """Pipeline parallelism, pp 2 (world 2), fp32: our llama_train --pp 2 on SMALL_PP (4 layers, 2 per stage) against
+    worker_pp (torch.distributed.pipelining's PipelineStage per rank under the same schedule, torchtitan's clipping
+    across stages) on the same weights and batches, two cases: 1F1B with 2 microbatches and GPipe with 4 (the batch of
+    4 cut along dim 0). Every step's loss (the mean of the microbatch losses) to 1e-5 relative."""
+    batch = int(SMALL_PP[SMALL_PP.index("--batch") + 1])
+    worst, bad = {}, {}
+    for schedule, m in [("1F1B", 2), ("GPipe", 4)]:
+        if batch % m:
+            print(f"{schedule} with {m} microbatches skipped: the batch of {batch} does not divide")
+            continue
+        name = f"{schedule}, {m} microbatches"
+        ours, theirs = run_both(bin_dir, 2, [*FP32, "--pp", "2", "--pp-schedule", schedule, "--pp-microbatches", str(m)],
+                                [schedule, str(m)], 900, base=SMALL_PP, worker_flag="--worker-pp")
+        a, _, _ = parse_theirs(theirs)
+        b, _, _ = parse_ours(ours)
+        worst[name] = worst_difference(a, b, f"step  PyTorch pipelining   dtensor-cpp pp   (pp 2, {name})", name)
+        print(f"pp 2, {name}: max relative loss difference {worst[name]:.2e} (bound 1e-5)")
+        steps = [i + 1 for i, (x, y) in enumerate(zip(a, b)) if abs(x - y) > 1e-5 * abs(x)]
+        if steps:
+            bad[name] = steps
+    if bad:
+        sys.exit(f"pipeline-parallel losses differ from PyTorch's beyond 1e-5 relative at steps {bad}")
+    if not worst:
+        sys.exit("pipeline-parallel oracle: no case ran")
+    print("Llama pp 2 losses (1F1B, GPipe) match torch.distributed.pipelining's PipelineStage + schedules")
 
 
 # llama_train --float8 against torchao over 20 steps (main_float8), every run deterministic. Tensorwise: measured 2.7e-7,

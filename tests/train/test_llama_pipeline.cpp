@@ -21,6 +21,7 @@
 #include "llama/parallelize_pipeline.h"
 #include "models/llama_test_util.h"
 #include "train/options.h"
+#include "train/plan_dry_run.h"
 #include "train/step.h"
 
 using dtensor::pp::ScheduleKind;
@@ -275,4 +276,28 @@ TEST(LlamaPipeline, TheTrainerRefusesWhatThePipelineDoesNotCarry) {
   o.model.tie_word_embeddings = false;
   o.pp_split_points = "1,2";
   EXPECT_NE(error_of([&] { train::check_options(o, 2); }).find("2 split points for 2 stages"), std::string::npos);
+}
+
+// llama_plan --pp: each stage's dry run on one microbatch, and the schedule's numbers.
+TEST(LlamaPipeline, TheDryRunCutsTheModelAsTheTrainerDoes) {
+  train::PlanOptions o(pp_options());
+  o.tp = 2;
+  o.pp = 2;
+  o.pp_microbatches = 4;
+  o.mixed_precision = train::MixedPrecision::off;
+  const train::PipelinePlan plan = train::dry_run_llama_pipeline(o);
+  ASSERT_EQ(plan.stages.size(), 2u);
+  EXPECT_DOUBLE_EQ(plan.bubble_fraction, 1.0 / 5.0);  // 1F1B: (p - 1) / (m + p - 1)
+  EXPECT_EQ(plan.stages[0].in_flight, 2);
+  EXPECT_EQ(plan.stages[1].in_flight, 1);
+  EXPECT_EQ(plan.stages[0].layers.last, 2);
+  // One microbatch of batch 4 / 4 rows: sequence parallel's rows of 16 / 2 positions of 64 fp32 values, each way.
+  EXPECT_EQ(plan.p2p_bytes_per_step, 2 * 4 * (1 * 8 * 64 * 4));
+  // The stages' parameters are the whole model's, cut in two.
+  train::PlanOptions whole = o;
+  whole.pp = 1;
+  const auto full = train::dry_run_llama(whole);
+  EXPECT_EQ(plan.stages[0].report.ranks.front().param_bytes + plan.stages[1].report.ranks.front().param_bytes,
+            full.ranks.front().param_bytes);
+  EXPECT_GT(plan.stages[0].peak_bytes_with_schedule, plan.stages[0].report.ranks.front().peak_bytes);
 }

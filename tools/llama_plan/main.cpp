@@ -42,6 +42,13 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    if (o.plan.pp > 1) {
+      DTENSOR_CHECK(!o.json, "llama_plan: --json with --pp is not supported yet (the tables are)");
+      std::cerr << "llama_plan: dry run of " << o.plan.model.to_string() << " at pp " << o.plan.pp << " x tp " << o.plan.tp
+                << ", stage by stage...\n";
+      train::print_pipeline(std::cout, o.plan, train::dry_run_llama_pipeline(o.plan), cost);
+      return 0;
+    }
     if (!o.json) std::cerr << "llama_plan: dry run of " << o.plan.model.to_string() << " at tp " << o.plan.tp << "...\n";
     const dtensor::DryRunReport report = train::dry_run_llama(o.plan);
     if (o.json) {

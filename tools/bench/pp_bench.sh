@@ -21,7 +21,7 @@ run() {
   local summary sim
   summary=$(grep -o 'summary .*' <<<"$out" | tail -1)
   [ -n "$summary" ] || { echo "$name failed:"; tail -5 <<<"$out"; exit 1; }
-  sim=$(grep -o 'bubble (simulated, F = I = W) [0-9.]*' <<<"$out" | awk '{print $NF}')
+  sim=$(grep -o 'bubble (simulated, F = I = W) [0-9.]*' <<<"$out" | awk '{print $NF}' || true)
   awk -v name="$name" -v sim="${sim:--}" '{
       for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
       printf "%-28s %10.1f %12.1f %10.3f %10s %14d %10.4f\n", name, v["median_step_ms"], v["median_pp_wait_ms"],

@@ -42,24 +42,13 @@ C10D_INPUT_ARG = {"_allgather_base": 1, "_reduce_scatter_base": 1, "allgather_in
                   "reduce_scatter_tensor_coalesced": 1}
 
 
-def worker(dump, dp=1, mp="off", float8=""):
-    """dp > 1: a ("dp", "tp") mesh, TP on mesh["tp"], then FSDP2 (fully_shard per layer, then the root) on
-    mesh["dp"]; each dp rank trains on its rows of the batch. mp "bf16": FSDP2's MixedPrecisionPolicy(bf16, fp32)
-    with dp > 1, torch.autocast(bf16) around the forward without FSDP; the loss in fp32 either way. float8
-    "tensorwise" / "rowwise": torchao's convert_to_float8_training (every Linear but lm_head) and, tensorwise, its float8
-    TP styles (torchtitan's enable_float8_tensorwise_tp)."""
+def load_dump(dump):
+    """llama_dump's files (tests/models/llama_dump.cpp): (meta, config, train options, a reader of its tensors, the
+    PyTorch model (llama_torch.py) holding the dumped initial weights)."""
     import numpy as np
     import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.debug import CommDebugMode
-    from torch.distributed.tensor.parallel import loss_parallel
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from llama_torch import apply_torchtitan_tp, build_llama
-    from peer_exit import end_process_group
+    from llama_torch import build_llama
 
-    torch.set_num_threads(1)
     meta = json.load(open(dump + ".json"))
     blob = open(dump + ".bin", "rb").read()
     cfg, tr = meta["config"], meta["train"]
@@ -73,6 +62,39 @@ def worker(dump, dp=1, mp="off", float8=""):
     with torch.no_grad():
         for name, p in model.named_parameters():
             p.copy_(tensor(meta["params"][name]))
+    return meta, cfg, tr, tensor, model
+
+
+def lr_schedule(tr):
+    """llama_train's lr_at (train/step.cpp): linear warmup, then cosine decay to a tenth."""
+    steps, warmup = tr["steps"], tr["warmup"]
+
+    def lr_at(step):
+        if step < warmup:
+            return tr["lr"] * (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, steps - warmup - 1))
+        return tr["lr"] * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+    return lr_at
+
+
+def worker(dump, dp=1, mp="off", float8=""):
+    """dp > 1: a ("dp", "tp") mesh, TP on mesh["tp"], then FSDP2 (fully_shard per layer, then the root) on
+    mesh["dp"]; each dp rank trains on its rows of the batch. mp "bf16": FSDP2's MixedPrecisionPolicy(bf16, fp32)
+    with dp > 1, torch.autocast(bf16) around the forward without FSDP; the loss in fp32 either way. float8
+    "tensorwise" / "rowwise": torchao's convert_to_float8_training (every Linear but lm_head) and, tensorwise, its float8
+    TP styles (torchtitan's enable_float8_tensorwise_tp)."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.distributed.tensor.parallel import loss_parallel
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from llama_torch import apply_torchtitan_tp
+    from peer_exit import end_process_group
+
+    torch.set_num_threads(1)
+    meta, cfg, tr, tensor, model = load_dump(dump)
 
     if float8:
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
@@ -119,13 +141,9 @@ def worker(dump, dp=1, mp="off", float8=""):
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=tr["lr"], betas=tuple(tr["betas"]), eps=tr["eps"],
                             weight_decay=tr["weight_decay"], foreach=False)
-    steps, warmup = tr["steps"], tr["warmup"]
+    steps = tr["steps"]
 
-    def lr_at(step):  # llama_train's lr_at
-        if step < warmup:
-            return tr["lr"] * (step + 1) / warmup
-        progress = min(1.0, (step - warmup) / max(1, steps - warmup - 1))
-        return tr["lr"] * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+    lr_at = lr_schedule(tr)
 
     rank = dist.get_rank()
     import resource
@@ -182,31 +200,17 @@ def worker_pp(dump, schedule, microbatches):
     all-reduced over the pp group, its sqrt; grads scaled by min(1, max_norm / (total + 1e-6)). Then each rank's
     AdamW over its own stage's parameters, the lr schedule of `worker`. Rank 0 prints the last stage's mean of the
     microbatch losses per step in `worker`'s line format (no collectives counted: "update 0 comm - |")."""
-    import numpy as np
     import torch
     import torch.distributed as dist
     import torch.nn as nn
     import torch.nn.functional as F
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-    from llama_torch import build_llama
     from peer_exit import end_process_group
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    meta = json.load(open(dump + ".json"))
-    blob = open(dump + ".bin", "rb").read()
-    cfg, tr = meta["config"], meta["train"]
-
-    def tensor(entry):
-        dtype = np.float32 if entry["dtype"] == "float32" else np.int64
-        n = int(np.prod(entry["shape"])) if entry["shape"] else 1
-        return torch.from_numpy(np.frombuffer(blob, dtype=dtype, count=n, offset=entry["offset"]).copy()).view(entry["shape"])
-
-    model = build_llama(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            p.copy_(tensor(meta["params"][name]))
+    meta, cfg, tr, tensor, model = load_dump(dump)
     L = cfg["num_hidden_layers"]
     if L % world:
         raise SystemExit(f"worker_pp: {L} layers do not split evenly into {world} stages")
@@ -246,13 +250,9 @@ def worker_pp(dump, schedule, microbatches):
     params = list(stage_module.parameters())
     opt = torch.optim.AdamW(params, lr=tr["lr"], betas=tuple(tr["betas"]), eps=tr["eps"],
                             weight_decay=tr["weight_decay"], foreach=False)
-    steps, warmup = tr["steps"], tr["warmup"]
+    steps = tr["steps"]
 
-    def lr_at(step):  # llama_train's lr_at
-        if step < warmup:
-            return tr["lr"] * (step + 1) / warmup
-        progress = min(1.0, (step - warmup) / max(1, steps - warmup - 1))
-        return tr["lr"] * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
+    lr_at = lr_schedule(tr)
 
     import resource
     import time

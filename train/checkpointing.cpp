@@ -44,7 +44,10 @@ void save_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& model, torc
                      int64_t steps_done) {
   const at::Tensor step = at::scalar_tensor(steps_done, at::kLong);
   const at::Tensor seed = at::scalar_tensor(static_cast<int64_t>(o.seed), at::kLong);
-  ckpt::save(ckpt::step_checkpoint_path(o.checkpoint_dir, steps_done), training_state(model, optimizer, step, seed, o.lora()));
+  // Pipeline stages hold their own layers (and their AdamW state): the checkpoint is the union, under the whole
+  // model's names, so that it loads at any pp degree.
+  ckpt::save(ckpt::step_checkpoint_path(o.checkpoint_dir, steps_done), training_state(model, optimizer, step, seed, o.lora()),
+             {.entries_may_differ = o.pp > 1});
   // The model's sizes beside the checkpoints, in HF's config.json (llama_generate reads it; --dtype auto reads the
   // dtype back). Every rank (process or thread) writes the same bytes, each through its own temporary file.
   write_atomically(o.checkpoint_dir, "config.json", llama::config_to_hf_json(o.model, models::dtype_name(param_dtype(o))));
@@ -65,7 +68,8 @@ int64_t resume_from_checkpoint(const TrainOptions& o, llama::LlamaForCausalLM& m
   ckpt::StateDict state = training_state(model, optimizer, step, seed, o.lora());
   // Across precisions: fp32 masters (--mixed-precision) resume as bf16 parameters (--dtype bfloat16
   // --mixed-precision off) and back, the values converted.
-  ckpt::load(latest->path, state, {.allow_dtype_cast = true});
+  // A pipeline stage reads its own entries; the other stages' stay unread.
+  ckpt::load(latest->path, state, {.allow_unused = o.pp > 1, .allow_dtype_cast = true});
   ckpt::set_adamw_steps(optimizer, *model, state);
   return step.item<int64_t>();
 }

@@ -271,7 +271,6 @@ void check_pipeline_options(const TrainOptions& o, int64_t tp) {
   refuse(o.cp > 1, "--cp (a stage's positions under context parallelism)");
   refuse(o.model.moe.num_experts > 0, "a mixture of experts (the routers' auxiliary loss spans the stages)");
   refuse(!o.eval_data.empty(), "--eval-data (a forward-only pipeline step)");
-  refuse(!o.checkpoint_dir.empty(), "--checkpoint-dir (each stage saving its part)");
   refuse(!o.save_hf.empty(), "--save-hf (each stage saving its part)");
   refuse(o.async_tp, "--async-tp");
   refuse(o.plan_auto, "--plan auto (the plan search knows no pipeline yet)");

@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
+#include <sstream>
 
 #include "checkpoint/agreement.h"
 #include "checkpoint/atomic_dir.h"
@@ -69,12 +71,24 @@ void save(const std::string& dir, const StateDict& state, const SaveOptions& opt
   const int rank = detail::group_rank(group);
   const int world = detail::group_size(group);
 
-  // 1. The same entries everywhere (else the reductions below would pair different tensors).
+  // 1. The same entries everywhere (else the reductions below would pair different tensors); with entries that may
+  // differ (pipeline stages, whose reductions stay within a stage's mesh), one dtype and shape per name.
   const std::string mine = signature(state);
   const auto all = detail::all_gather_strings(group, mine);
-  for (int r = 1; r < world; ++r) {
-    DTENSOR_CHECK(all[r] == all[0], "dtensor: checkpoint: save('", dir, "'): rank ", r,
-                  "'s state differs from rank 0's near entry '", first_line_difference(all[r], all[0]), "'");
+  std::map<std::string, std::pair<std::string, int>> seen;  // name -> (its line, the lowest rank holding it)
+  for (int r = 0; r < world; ++r) {
+    if (!options.entries_may_differ) {
+      DTENSOR_CHECK(all[r] == all[0], "dtensor: checkpoint: save('", dir, "'): rank ", r,
+                    "'s state differs from rank 0's near entry '", first_line_difference(all[r], all[0]), "'");
+      continue;
+    }
+    std::stringstream lines(all[static_cast<size_t>(r)]);
+    for (std::string line; std::getline(lines, line);) {
+      const std::string name = line.substr(0, line.find(' '));
+      const auto [it, fresh] = seen.emplace(name, std::make_pair(line, r));
+      DTENSOR_CHECK(fresh || it->second.first == line, "dtensor: checkpoint: save('", dir, "'): rank ", r, " holds '",
+                    line, "' where rank ", it->second.second, " holds '", it->second.first, "'");
+    }
   }
 
   // 2. Values to store: a Partial DTensor is stored as its reduced value (Partial -> Replicate = all-reduce),
@@ -102,7 +116,9 @@ void save(const std::string& dir, const StateDict& state, const SaveOptions& opt
   nlohmann::json keys = nlohmann::json::array();
   for (size_t i = 0; i < values.size(); ++i) {
     const auto& [name, v] = values[i];
-    if (!detail::writes_chunk(v, i, rank, world)) continue;
+    // Entries that differ by rank: a plain tensor's holders all offer it, and the lowest keeps it (below).
+    const bool offer = options.entries_may_differ && !is_dtensor(v) ? v.numel() > 0 : detail::writes_chunk(v, i, rank, world);
+    if (!offer) continue;
     auto h = detail::held(v);
     keys.push_back(name + "@" + nlohmann::json(h->box.offsets).dump());
     offered.emplace_back(i, std::move(*h));
@@ -153,6 +169,12 @@ void save(const std::string& dir, const StateDict& state, const SaveOptions& opt
       }
       record = {{"file", file}, {"size", result.size}, {"crc32", hex32(result.crc32)}, {"bytes", bytes}, {"chunks", sharding}};
     }
+    // What rank 0 cannot see for itself when ranks hold different entries: each entry's global dtype and shape.
+    if (options.entries_may_differ) {
+      nlohmann::json held = nlohmann::json::object();
+      for (const auto& [name, v] : values) held[name] = {{"dtype", safetensors_dtype(v.scalar_type())}, {"shape", v.sizes().vec()}};
+      record["tensors"] = held;
+    }
   } catch (const std::exception& e) {
     err = error_text(e);
   }
@@ -170,9 +192,13 @@ void save(const std::string& dir, const StateDict& state, const SaveOptions& opt
     if (rank == 0) {
       nlohmann::json files = nlohmann::json::object(), weight_map = nlohmann::json::object(), tensors = nlohmann::json::object();
       int64_t total = 0;
+      for (const auto& [name, v] : values) tensors[name] = {{"dtype", safetensors_dtype(v.scalar_type())}, {"shape", v.sizes().vec()}};
       for (const auto& text : records) {
         const auto r = nlohmann::json::parse(text);
-        if (r.empty()) continue;
+        if (r.contains("tensors")) {
+          for (const auto& [name, info] : r["tensors"].items()) tensors[name] = info;
+        }
+        if (!r.contains("file")) continue;
         files[r["file"].get<std::string>()] = {{"size", r["size"]}, {"crc32", r["crc32"]}};
         total += r["bytes"].get<int64_t>();
         for (const auto& [name, chunk] : r["chunks"].items()) {
@@ -180,7 +206,6 @@ void save(const std::string& dir, const StateDict& state, const SaveOptions& opt
           if (std::all_of(offsets.begin(), offsets.end(), [](int64_t o) { return o == 0; })) weight_map[name] = r["file"];
         }
       }
-      for (const auto& [name, v] : values) tensors[name] = {{"dtype", safetensors_dtype(v.scalar_type())}, {"shape", v.sizes().vec()}};
       nlohmann::json index = {
           {"metadata", {{"total_size", total}}},
           {"weight_map", weight_map},

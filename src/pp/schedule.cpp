@@ -190,7 +190,7 @@ Simulation simulate(const std::vector<std::vector<Action>>& programs, const Sche
   // Per-rank checks that need no timing: each compute action once, on its stage's rank, backwards in order.
   for (int r = 0; r < p; ++r) {
     std::set<Key> seen;
-    std::map<int, int> next_backward;  // stage -> the microbatch its next I/B must be
+    std::map<int, int> next_backward, next_forward;  // stage -> the microbatch its next I/B (F) must be
     for (const Action& a : programs[static_cast<size_t>(r)]) {
       DTENSOR_CHECK(a.stage >= 0 && a.stage < S && a.microbatch >= 0 && a.microbatch < m, "dtensor: pipeline "
                     "schedule: rank ", r, "'s action ", a.to_string(), " names no stage of ", S, " or microbatch of ", m);
@@ -206,6 +206,13 @@ Simulation simulate(const std::vector<std::vector<Action>>& programs, const Sche
       for (int c : classes) {
         DTENSOR_CHECK(seen.insert(key(a.stage, c, a.microbatch)).second, "dtensor: pipeline schedule: rank ", r,
                       " runs ", a.to_string(), "'s work twice");
+      }
+      if (a.type == ActionType::FORWARD) {
+        int& want = next_forward[a.stage];
+        DTENSOR_CHECK(a.microbatch == want, "dtensor: pipeline schedule: stage ", a.stage, " runs the forward of "
+                      "microbatch ", a.microbatch, " where microbatch ", want, "'s is next (forwards run in microbatch "
+                      "order: the step's first carries the shapes)");
+        ++want;
       }
       if (a.type != ActionType::FORWARD) {
         DTENSOR_CHECK(seen.contains(key(a.stage, 0, a.microbatch)), "dtensor: pipeline schedule: rank ", r, " runs ",

@@ -127,14 +127,19 @@ struct PipelineSchedule::Runner {
     }
     stats.wait_ms += ms_since(t);
   }
+  // A send or recv posted, its failure to start named as the action's (a peer gone before it was posted).
+  Pending post(ProcessGroup& g, bool is_send, at::Tensor t, int peer, int tag, const std::string& what) {
+    try {
+      return Pending{is_send ? g.send_async(t, peer, tag) : g.recv_async(t, peer, tag), t};
+    } catch (const std::exception& e) {
+      throw DTENSOR_ERROR("dtensor: ", what, " failed: ", e.what());
+    }
+  }
   void send(PipelineStage& st, at::Tensor t, int peer_stage, int tag, const Action& a) {
-    ProcessGroup& g = group_of(st);
     const int peer = s.spec_.stage_rank(peer_stage);
-    Pending p{g.send_async(t, peer, tag), t};
+    sends.push_back(post(group_of(st), true, t, peer, tag, where(a, peer)));
     stats.bytes_sent += t.numel() * static_cast<int64_t>(t.element_size());
     ++stats.messages_sent;
-    (void)a;
-    sends.push_back(std::move(p));
   }
 
   void run(const Action& a) {
@@ -147,13 +152,14 @@ struct PipelineSchedule::Runner {
         const int peer = s.spec_.stage_rank(a.stage - 1);
         if (!input_meta.contains(a.stage)) {  // the step's first activation into this stage: its header first
           at::Tensor header = at::empty({kHeaderBytes}, at::kByte);
-          Pending h{g.recv_async(header, peer, tag_of(a.stage - 1, Carries::header, mb)), header};
-          wait(h, where(a, peer) + " receiving the activation's header");
+          const std::string what = where(a, peer) + " receiving the activation's header";
+          Pending h = post(g, false, header, peer, tag_of(a.stage - 1, Carries::header, mb), what);
+          wait(h, what);
           input_meta[a.stage] = decode(header);
         }
         const Meta& meta = input_meta.at(a.stage);
         at::Tensor buf = at::empty(meta.local_shape, at::TensorOptions().dtype(meta.dtype));
-        recvs[{a.stage, 0, mb}] = Pending{g.recv_async(buf, peer, tag_of(a.stage - 1, Carries::activation, mb)), buf};
+        recvs[{a.stage, 0, mb}] = post(g, false, buf, peer, tag_of(a.stage - 1, Carries::activation, mb), where(a, peer));
         break;
       }
       case ActionType::RECV_B: {
@@ -161,12 +167,12 @@ struct PipelineSchedule::Runner {
         const int peer = s.spec_.stage_rank(a.stage + 1);
         DTENSOR_CHECK(m.output.defined(), "dtensor: ", where(a, peer), " before its forward");
         at::Tensor buf = at::empty_like(local_of(m.output));
-        recvs[{a.stage, 1, mb}] = Pending{g.recv_async(buf, peer, tag_of(a.stage, Carries::gradient, mb)), buf};
+        recvs[{a.stage, 1, mb}] = post(g, false, buf, peer, tag_of(a.stage, Carries::gradient, mb), where(a, peer));
         break;
       }
       case ActionType::SEND_F: {
         at::Tensor out = local_of(m.output.detach());
-        if (mb == first_forward_mb(a.stage)) {
+        if (mb == 0) {  // the step's first (every schedule runs a stage's forwards in microbatch order)
           Meta meta{out.scalar_type(), out.sizes().vec(), std::nullopt};
           if (is_dtensor(m.output)) meta.placements = placements(m.output);
           send(st, encode(meta), a.stage + 1, tag_of(a.stage, Carries::header, mb), a);
@@ -185,11 +191,6 @@ struct PipelineSchedule::Runner {
       case ActionType::BACKWARD_INPUT:
       case ActionType::BACKWARD_WEIGHT: backward(st, a, m); break;
     }
-  }
-
-  int first_forward_mb(int stage) const {
-    (void)stage;
-    return 0;  // every schedule runs a stage's forwards in microbatch order (validate checks the backwards')
   }
 
   void forward(PipelineStage& st, const Action& a, Microbatch& m) {
@@ -272,7 +273,7 @@ struct PipelineSchedule::Runner {
     if (a.type == ActionType::FULL_BACKWARD) {
       torch::autograd::backward({out}, grads);
       if (m.input_leaf.defined()) m.grad_input = m.input_leaf.grad();
-      release(a, m);
+      release(m);
     } else if (a.type == ActionType::BACKWARD_INPUT) {
       if (m.input_leaf.defined()) {
         m.grad_input = torch::autograd::grad({out}, {m.input_leaf}, grads, /*retain_graph=*/true)[0];
@@ -281,16 +282,16 @@ struct PipelineSchedule::Runner {
       if (!st.parameters().empty()) {
         torch::autograd::backward({out}, grads, /*retain_graph=*/false, /*create_graph=*/false, st.parameters());
       }
-      release(a, m);
+      release(m);
     }
     stats.compute_ms += ms_since(t);
   }
 
-  void release(const Action& a, Microbatch& m) {
-    at::Tensor keep = m.grad_input;  // still to send (or hand over)
+  // The microbatch's activations and graph freed; its input's gradient stays until sent (or handed over).
+  static void release(Microbatch& m) {
+    at::Tensor keep = m.grad_input;
     m = Microbatch{};
     m.grad_input = keep;
-    (void)a;
   }
 };
 

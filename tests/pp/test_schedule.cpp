@@ -124,6 +124,11 @@ TEST(PipelineSchedule, FaultsAreNamed) {
   EXPECT_NE(error_of([&] { dtensor::pp::validate(swapped, {ScheduleKind::GPipe, 1, 1, 2}); })
                 .find("runs the backward of microbatch 1 where microbatch 0's is next"),
             std::string::npos);
+  auto forwards = dtensor::pp::compute_actions({ScheduleKind::GPipe, 1, 1, 2});
+  std::swap(forwards[0][0], forwards[0][1]);
+  EXPECT_NE(error_of([&] { dtensor::pp::validate(forwards, {ScheduleKind::GPipe, 1, 1, 2}); })
+                .find("runs the forward of microbatch 1 where microbatch 0's is next"),
+            std::string::npos);
   EXPECT_NE(error_of([] { dtensor::pp::compute_actions({ScheduleKind::Interleaved1F1B, 2, 2, 3}); })
                 .find("3 microbatches is not a multiple of pp 2"),
             std::string::npos);

@@ -17,6 +17,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "dtensor/pp/stage.h"
 #include "harness/multi_rank.h"
+#include "harness/temp_dir.h"
 #include "llama/build.h"
 #include "llama/parallelize_pipeline.h"
 #include "models/llama_test_util.h"
@@ -300,4 +301,31 @@ TEST(LlamaPipeline, TheDryRunCutsTheModelAsTheTrainerDoes) {
   EXPECT_EQ(plan.stages[0].report.ranks.front().param_bytes + plan.stages[1].report.ranks.front().param_bytes,
             full.ranks.front().param_bytes);
   EXPECT_GT(plan.stages[0].peak_bytes_with_schedule, plan.stages[0].report.ranks.front().peak_bytes);
+}
+
+// A checkpoint saved by the stages of pp 2 x tp 2 (each its own layers and AdamW state, under the whole model's names)
+// resumes at pp 1, at pp 2 and at pp 4 with the uninterrupted run's losses.
+TEST(LlamaPipeline, ACheckpointSavedAtPp2ResumesAtPp1And4) {
+  auto options = pp_options();
+  options.steps = 8;
+  options.pp_microbatches = 2;
+  const auto uninterrupted = llama_test::run_tp(options, 1);
+  const std::string dir = dtensor::testing::temp_dir("pp_checkpoint");
+  auto first = options;
+  first.checkpoint_dir = dir;
+  first.checkpoint_every = 4;
+  first.stop_after = 4;
+  const auto before = llama_test::run_pp(first, 2, 1, 2);
+  ASSERT_EQ(before.losses.size(), 4u);
+  const std::vector<double> rest(uninterrupted.losses.begin() + 4, uninterrupted.losses.end());
+  struct Resume { int pp, tp; };
+  for (const Resume r : {Resume{1, 1}, Resume{2, 1}, Resume{4, 1}}) {
+    auto resumed = options;
+    resumed.checkpoint_dir = dir;
+    resumed.resume = true;
+    const auto after = r.pp == 1 ? llama_test::run_tp(resumed, r.tp) : llama_test::run_pp(resumed, r.pp, 1, r.tp);
+    ASSERT_EQ(after.steps.size(), 4u) << "pp " << r.pp;
+    EXPECT_EQ(after.steps.front().step, 4);
+    EXPECT_LE(llama_test::max_rel_diff(rest, after.losses), 1e-5) << "resumed at pp " << r.pp;
+  }
 }

@@ -35,11 +35,16 @@ inline constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 struct SaveOptions {
   bool sync = true;  // fsync files and directories (off only for benchmarks of the write itself)
+  // Ranks hold different entries (pipeline stages: each its own layers, as PyTorch's DCP takes them): the checkpoint
+  // is the union; an entry held by several ranks must have one dtype and shape, and a plain one is written by the
+  // lowest rank holding it. Off: every rank must hold the same entries (a difference is an error naming it).
+  bool entries_may_differ = false;
 };
 
 // Saves `state` into `dir`, atomically: written into "<parent>/.<name>.partial", files fsynced, the index
 // written last, then renamed into place (replacing a previous `dir` in one atomic exchange). Collective over
-// the world (every rank calls it with the same names, shapes and dtypes; plain tensors alone need no world).
+// the world (every rank calls it with the same names, shapes and dtypes, unless options.entries_may_differ; plain
+// tensors alone need no world).
 // Any rank's error is thrown on every rank, and `dir` is left as it was.
 void save(const std::string& dir, const StateDict& state, const SaveOptions& options = {});
 

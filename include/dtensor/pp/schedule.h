@@ -71,7 +71,7 @@ std::vector<std::vector<Action>> rank_programs(const ScheduleSpec& spec);
 
 // Throws dtensor::Error naming the first fault: a compute action missing or repeated (each stage runs F, and B or
 // I + W, of every microbatch exactly once, on its own rank), a backward before its forward (or before the next
-// stage's backward of that microbatch), a stage's backwards out of microbatch order, an unmatched send or recv, or a
+// stage's backward of that microbatch), a stage's forwards or backwards out of microbatch order, an unmatched send or recv, or a
 // deadlock (some rank waits on a recv whose send never comes: the programs are simulated with sends that never
 // block and receives that do).
 void validate(const std::vector<std::vector<Action>>& programs, const ScheduleSpec& spec);

@@ -104,7 +104,14 @@ struct PipelineSchedule::Runner {
   std::map<int, PipelineStage*> local;                  // stage index -> stage
   std::map<std::pair<int, int>, Microbatch> state;      // (stage, mb)
   std::map<int, Meta> input_meta;                       // stage -> its input's header this step
-  struct Pending { Work work; at::Tensor buffer; };
+  // A posted send or recv: the action it is and its peer name it if it fails (the text is built only then).
+  struct Pending {
+    Work work;
+    at::Tensor buffer;
+    Action action;
+    int peer = -1;
+    const char* what = "";  // more about the message ("receiving the activation's header")
+  };
   std::map<std::tuple<int, int, int>, Pending> recvs;   // (stage, 0 act / 1 grad, mb)
   std::vector<Pending> sends;
   std::vector<at::Tensor> losses;
@@ -118,28 +125,43 @@ struct PipelineSchedule::Runner {
     return "pipeline stage " + std::to_string(a.stage) + " " + a.to_string() + " (pp rank " +
            std::to_string(s.pp_rank_) + ", peer pp rank " + std::to_string(peer) + ")";
   }
-  void wait(Pending& p, const std::string& what) {
+  [[noreturn]] void fail(const Pending& p, const std::exception& e) const {
+    throw DTENSOR_ERROR("dtensor: ", where(p.action, p.peer), p.what, " failed: ", e.what());
+  }
+  void wait(Pending& p) {
     const auto t = Clock::now();
     try {
       p.work.wait();
     } catch (const std::exception& e) {
-      throw DTENSOR_ERROR("dtensor: ", what, " failed: ", e.what());
+      fail(p, e);
     }
     stats.wait_ms += ms_since(t);
   }
-  // A send or recv posted, its failure to start named as the action's (a peer gone before it was posted).
-  Pending post(ProcessGroup& g, bool is_send, at::Tensor t, int peer, int tag, const std::string& what) {
+  // A send or recv posted; a failure to start (a peer gone before it was posted) is named as the action's.
+  Pending post(ProcessGroup& g, bool is_send, at::Tensor t, int peer, int tag, const Action& a, const char* what = "") {
+    Pending p{Work(), t, a, peer, what};
     try {
-      return Pending{is_send ? g.send_async(t, peer, tag) : g.recv_async(t, peer, tag), t};
+      p.work = is_send ? g.send_async(t, peer, tag) : g.recv_async(t, peer, tag);
     } catch (const std::exception& e) {
-      throw DTENSOR_ERROR("dtensor: ", what, " failed: ", e.what());
+      fail(p, e);
     }
+    return p;
   }
   void send(PipelineStage& st, at::Tensor t, int peer_stage, int tag, const Action& a) {
-    const int peer = s.spec_.stage_rank(peer_stage);
-    sends.push_back(post(group_of(st), true, t, peer, tag, where(a, peer)));
+    sends.push_back(post(group_of(st), true, t, s.spec_.stage_rank(peer_stage), tag, a));
     stats.bytes_sent += t.numel() * static_cast<int64_t>(t.element_size());
     ++stats.messages_sent;
+  }
+  // What stage `stage`'s recv of `carried` (0 activation, 1 gradient) for `mb` brought, waited for; `needing` is the
+  // compute action that reads it.
+  at::Tensor take(int stage, int carried, int mb, const Action& needing) {
+    auto it = recvs.find({stage, carried, mb});
+    DTENSOR_CHECK(it != recvs.end(), "dtensor: pipeline stage ", stage, " runs ", needing.to_string(), " without its ",
+                  carried == 0 ? "RECV_F" : "RECV_B");
+    wait(it->second);
+    at::Tensor buffer = it->second.buffer;
+    recvs.erase(it);
+    return buffer;
   }
 
   void run(const Action& a) {
@@ -152,14 +174,14 @@ struct PipelineSchedule::Runner {
         const int peer = s.spec_.stage_rank(a.stage - 1);
         if (!input_meta.contains(a.stage)) {  // the step's first activation into this stage: its header first
           at::Tensor header = at::empty({kHeaderBytes}, at::kByte);
-          const std::string what = where(a, peer) + " receiving the activation's header";
-          Pending h = post(g, false, header, peer, tag_of(a.stage - 1, Carries::header, mb), what);
-          wait(h, what);
+          Pending h = post(g, false, header, peer, tag_of(a.stage - 1, Carries::header, mb), a,
+                           " receiving the activation's header");
+          wait(h);
           input_meta[a.stage] = decode(header);
         }
         const Meta& meta = input_meta.at(a.stage);
         at::Tensor buf = at::empty(meta.local_shape, at::TensorOptions().dtype(meta.dtype));
-        recvs[{a.stage, 0, mb}] = post(g, false, buf, peer, tag_of(a.stage - 1, Carries::activation, mb), where(a, peer));
+        recvs[{a.stage, 0, mb}] = post(g, false, buf, peer, tag_of(a.stage - 1, Carries::activation, mb), a);
         break;
       }
       case ActionType::RECV_B: {
@@ -167,7 +189,7 @@ struct PipelineSchedule::Runner {
         const int peer = s.spec_.stage_rank(a.stage + 1);
         DTENSOR_CHECK(m.output.defined(), "dtensor: ", where(a, peer), " before its forward");
         at::Tensor buf = at::empty_like(local_of(m.output));
-        recvs[{a.stage, 1, mb}] = post(g, false, buf, peer, tag_of(a.stage, Carries::gradient, mb), where(a, peer));
+        recvs[{a.stage, 1, mb}] = post(g, false, buf, peer, tag_of(a.stage, Carries::gradient, mb), a);
         break;
       }
       case ActionType::SEND_F: {
@@ -208,13 +230,8 @@ struct PipelineSchedule::Runner {
         local_in = local_of(prev.detach());
         if (is_dtensor(prev)) pl = placements(prev);
       } else {
-        auto it = recvs.find({a.stage, 0, mb});
-        DTENSOR_CHECK(it != recvs.end(), "dtensor: pipeline stage ", a.stage, " runs ", a.to_string(),
-                      " without its RECV_F");
-        wait(it->second, where(Action{a.stage, ActionType::RECV_F, mb}, s.spec_.stage_rank(a.stage - 1)));
-        local_in = it->second.buffer;
+        local_in = take(a.stage, 0, mb, a);
         pl = input_meta.at(a.stage).placements;
-        recvs.erase(it);
       }
       m.input_leaf = local_in.detach().requires_grad_(true);
       if (pl) {
@@ -249,12 +266,7 @@ struct PipelineSchedule::Runner {
         DTENSOR_CHECK(g.defined(), "dtensor: pipeline stage ", a.stage + 1, " handed no gradient back");
         next.grad_input = at::Tensor();
       } else {
-        auto it = recvs.find({a.stage, 1, a.microbatch});
-        DTENSOR_CHECK(it != recvs.end(), "dtensor: pipeline stage ", a.stage, " runs ", a.to_string(),
-                      " without its RECV_B");
-        wait(it->second, where(Action{a.stage, ActionType::RECV_B, a.microbatch}, s.spec_.stage_rank(a.stage + 1)));
-        g = it->second.buffer;
-        recvs.erase(it);
+        g = take(a.stage, 1, a.microbatch, a);
       }
       if (is_dtensor(m.output)) g = DTensor::from_local(g, device_mesh(m.output), placements(m.output));
       m.grad_output = g;
@@ -325,7 +337,7 @@ std::vector<at::Tensor> PipelineSchedule::step(const std::vector<at::Tensor>& in
   const bool last_here = r.local.contains(spec_.num_stages() - 1);
   if (last_here) r.losses.resize(static_cast<size_t>(spec_.microbatches));
   for (const Action& a : program_) r.run(a);
-  for (auto& p : r.sends) r.wait(p, "pipeline send from pp rank " + std::to_string(pp_rank_));
+  for (auto& p : r.sends) r.wait(p);
   r.stats.ms = ms_since(start);
   stats_ = r.stats;
   return last_here ? r.losses : std::vector<at::Tensor>{};

@@ -96,7 +96,7 @@ TrainResult run(llama::LlamaForCausalLM& model, const TrainOptions& o, const Cor
   }
   std::optional<Pipeline> pipeline;
   if (dims.pp_enabled()) {
-    pipeline.emplace(model, o, dims, [](const at::Tensor& logits, const at::Tensor& labels) { return next_token_loss(logits, labels); });
+    pipeline.emplace(model, o, dims, next_token_loss);
     context.pipeline = &*pipeline;
   }
   const std::vector<Batch> eval = eval_corpus ? eval_batches(*eval_corpus, o.batch, o.seq_len, o.eval_batches)

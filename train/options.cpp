@@ -250,7 +250,7 @@ int64_t gradient_accumulation_steps(const TrainOptions& o) { return o.global_bat
 namespace {
 
 // --pp beside the rest: what the pipeline carries today, and the refusals of what it does not.
-void check_pipeline_options(const TrainOptions& o, int64_t tp) {
+void check_pipeline_options(const TrainOptions& o) {
   dtensor::pp::ScheduleSpec spec;
   try {
     spec = pipeline_spec(o);
@@ -278,7 +278,6 @@ void check_pipeline_options(const TrainOptions& o, int64_t tp) {
     throw ConfigError("--pp " + std::to_string(o.pp) + ": this model ties lm_head to embed_tokens (tie_word_embeddings), "
                       "which would sit on the first and the last stage; pipeline parallelism needs untied embeddings");
   }
-  (void)tp;
 }
 
 }  // namespace
@@ -291,7 +290,7 @@ void check_options(const TrainOptions& o, int64_t world) {
     throw ConfigError(pp + "--dp " + std::to_string(o.dp) + cp + " x --tp " + std::to_string(tp) + " != world size " +
                      std::to_string(world) + " (run with --nproc-per-node " + std::to_string(o.pp * o.dp * o.cp * tp) + ")");
   }
-  if (o.pp > 1) check_pipeline_options(o, tp);
+  if (o.pp > 1) check_pipeline_options(o);
   if (o.cp > 1) {
     // Load balancing cuts each sequence into 2 * cp chunks; sequence parallel then cuts a rank's share over tp.
     const int64_t divisor = 2 * o.cp * (o.sequence_parallel ? tp : 1);

@@ -24,24 +24,24 @@ llama::StageLayers pipeline_stage_layers(const TrainOptions& o, int64_t pp_rank)
   return llama::split_stages(o.model, o.pp, points)[static_cast<size_t>(pp_rank)];
 }
 
-Pipeline::Pipeline(llama::LlamaForCausalLM model, const TrainOptions& o, const models::ParallelDims& dims,
+Pipeline::Pipeline(const llama::LlamaForCausalLM& model, const TrainOptions& o, const models::ParallelDims& dims,
                    dtensor::pp::PipelineSchedule::LossFn loss_fn)
-    : model_(std::move(model)), pp_mesh_(dims.pp_mesh()) {
+    : pp_mesh_(dims.pp_mesh()) {
   const dtensor::pp::ScheduleSpec spec = pipeline_spec(o);
   const int pp_rank = static_cast<int>(dims.pp_rank());
   std::vector<at::Tensor> params;
-  for (const auto& p : model_->parameters()) params.push_back(p);
+  for (const auto& p : model->parameters()) params.push_back(p);
   // A DTensor activation (sequence parallel's Shard(1) hidden states) is rebuilt on the stage's TP mesh.
   std::optional<dtensor::DeviceMesh> boundary;
   if (dims.tp_enabled()) boundary = dims.tp_mesh();
   // Sequence parallel's hidden states between layers are each TP rank's rows of the sequence (stage_forward).
   std::optional<dtensor::DeviceMesh> sp;
   if (dims.tp_enabled() && o.plan == llama::TPPlan::torchtitan && o.sequence_parallel) sp = dims.tp_mesh();
-  stage_ = std::make_unique<dtensor::pp::PipelineStage>(llama::stage_forward(model_, sp), params, pp_rank, spec.pp,
+  stage_ = std::make_unique<dtensor::pp::PipelineStage>(llama::stage_forward(model, sp), params, pp_rank, spec.pp,
                                                         &pp_mesh_.get_group(0), boundary);
   // DDP's and FSDP's reductions in the stage's last backward only; the microbatches before add up locally.
   if (spec.microbatches > 1) {
-    stage_->set_before_backward([m = model_](int, bool last) mutable { dtensor::set_requires_gradient_sync(*m, last); });
+    stage_->set_before_backward([m = model](int, bool last) mutable { dtensor::set_requires_gradient_sync(*m, last); });
   }
   schedule_ = std::make_unique<dtensor::pp::PipelineSchedule>(std::vector<dtensor::pp::PipelineStage*>{stage_.get()},
                                                               spec, std::move(loss_fn));

@@ -32,7 +32,7 @@ class Pipeline {
  public:
   // model: this rank's stage (train::build_model with dims.pp > 1), parallelized on dims' stage mesh.
   // loss_fn: a microbatch's loss from the last stage's logits and its labels.
-  Pipeline(llama::LlamaForCausalLM model, const TrainOptions& options, const models::ParallelDims& dims,
+  Pipeline(const llama::LlamaForCausalLM& model, const TrainOptions& options, const models::ParallelDims& dims,
            dtensor::pp::PipelineSchedule::LossFn loss_fn);
   // Forward and backward of this rank's rows ([rows, seq]: the first stage reads inputs, the last labels); gradients
   // accumulate into the stage's parameters. Returns the mean loss over the microbatches, on every rank.
@@ -42,7 +42,6 @@ class Pipeline {
   const dtensor::DeviceMesh& pp_mesh() const { return pp_mesh_; }
 
  private:
-  llama::LlamaForCausalLM model_;
   dtensor::DeviceMesh pp_mesh_;
   std::unique_ptr<dtensor::pp::PipelineStage> stage_;
   std::unique_ptr<dtensor::pp::PipelineSchedule> schedule_;

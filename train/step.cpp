@@ -132,10 +132,10 @@ void train_step(llama::LlamaForCausalLM& model, const std::vector<Batch>& microb
         inputs.push_back(b.inputs);
         labels.push_back(b.labels);
       }
-      loss_sum = n * c.pipeline->forward_backward(at::cat(inputs).to(c.device), at::cat(labels).to(c.device));
+      rec.loss = c.pipeline->forward_backward(at::cat(inputs).to(c.device), at::cat(labels).to(c.device));
       rec.pp_wait_ms = c.pipeline->last_stats().wait_ms;
     }
-    for (int64_t i = 0; i < (c.pipeline ? 0 : n); ++i) {
+    for (int64_t i = 0; !c.pipeline && i < n; ++i) {
       const Batch& batch = microbatches[static_cast<size_t>(i)];
       // The gradients of every micro-batch but the last stay where backward leaves them (added up locally).
       if (n > 1) dtensor::set_requires_gradient_sync(*model, i + 1 == n);
@@ -145,7 +145,7 @@ void train_step(llama::LlamaForCausalLM& model, const std::vector<Batch>& microb
       loss_sum += loss_value(loss);
       (n > 1 ? loss / static_cast<double>(n) : loss).backward();
     }
-    rec.loss = loss_sum / static_cast<double>(n);
+    if (!c.pipeline) rec.loss = loss_sum / static_cast<double>(n);
     rec.fwd_bwd_counts = comm.get_comm_counts();
     rec.fwd_bwd_bytes = comm.get_comm_bytes();
   }

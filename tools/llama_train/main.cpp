@@ -169,10 +169,10 @@ int main(int argc, char** argv) {
       if (options.pp > 1) {
         const auto spec = train::pipeline_spec(options);
         const auto sim = dtensor::pp::simulate(dtensor::pp::rank_programs(spec), spec);
+        const llama::StageLayers first = train::pipeline_stage_layers(options, 0);
         std::printf("pipeline: pp=%lld schedule=%s microbatches=%d stage0 layers [%lld, %lld) bubble (simulated, F = I = W) %.3f\n",
                     static_cast<long long>(options.pp), options.pp_schedule.c_str(), spec.microbatches,
-                    static_cast<long long>(train::pipeline_stage_layers(options, 0).first),
-                    static_cast<long long>(train::pipeline_stage_layers(options, 0).last), sim.bubble_fraction);
+                    static_cast<long long>(first.first), static_cast<long long>(first.last), sim.bubble_fraction);
       }
       std::printf("llama_train: device=%s params=%s mixed_precision=%s dp=%lld (%s) ep=%lld cp=%lld tp=%lld plan=%s sequence_parallel=%d loss_parallel=%d async_tp=%d%s batch=%lld x %lld micro-batches | %s | corpus %s, %lld tokens\n",
                   tp_mesh.device().str().c_str(), models::dtype_name(train::param_dtype(options)).c_str(),

@@ -15,6 +15,43 @@
 
 namespace train {
 
+namespace {
+
+// The dry run's options as llama_train's step runs: the mesh's dim names, the simulated ranks, AdamW, and loss
+// parallel's guard held over forward and backward.
+dtensor::DryRunOptions options_for(const PlanOptions& o, const models::ParallelDims& degrees, bool loss_parallel) {
+  dtensor::DryRunOptions options;
+  options.mesh_dim_names = degrees.mesh_dim_names();
+  options.ranks = o.ranks;
+  if (!o.optimizer) options.optimizer = nullptr;
+  if (loss_parallel) options.step_guard = [] { return std::make_shared<dtensor::LossParallelGuard>(); };
+  return options;
+}
+
+// The meta model parallelized on a simulated rank's mesh as llama::build_model does it.
+void parallelize_as_built(llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh, const PlanOptions& o,
+                          const llama::ParallelizeConfig& config) {
+  const models::ParallelDims dims = models::ParallelDims::from_mesh(mesh, o.data_parallel, o.cp);
+  if (!o.lora()) return llama::parallelize_llama(model, dims, config);
+  // The adapters between the model-parallel plan and data parallel (the base frozen: no gradients, no AdamW state;
+  // the adapters' gradients reduced where their placements ask).
+  llama::apply_model_parallel(model, dims, config);
+  // (--lora-adapter's values are not read: its config gave the shapes, and a meta model holds no values.)
+  llama::add_lora_adapters(model, {.config = *lora_config(o), .adapter_dir = "", .seed = o.seed}, config.gradient_sync);
+  llama::apply_data_parallel(model, dims, config);
+}
+
+// Token ids [rows, seq_len]: where the forward reads DTensors (TP > 1), plain tensors beside them stay on the CPU
+// (b·s longs; ops/op_call.cpp says why); with TP 1 the forward is plain and all of it is meta. The model's own plain
+// tensors (rotary tables, masks) follow the tokens' device. HF's plan keeps the activations plain local tensors (its
+// styles return local outputs): as at TP 1, everything beside them is meta.
+at::Tensor token_ids(const PlanOptions& o, int64_t rows) {
+  const bool dtensor_forward = o.tp > 1 && o.plan == llama::TPPlan::torchtitan;
+  return at::zeros({rows, o.seq_len}, at::TensorOptions(at::kLong).device(dtensor_forward ? at::kCPU : at::kMeta));
+}
+
+}  // namespace
+
 PlanOptions plan_options_of(const train::TrainOptions& o, int64_t tp) {
   PlanOptions p(o);
   p.tp = tp;
@@ -30,15 +67,10 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
   // llama_train's degrees and mesh rule (models::ParallelDims::mesh_shape) and its parallelize_llama config.
   const models::ParallelDims degrees = parallel_dims(o, o.dp * o.cp * o.tp);
   const std::vector<int64_t> shape = degrees.mesh_shape();
-  dtensor::DryRunOptions options;
-  options.mesh_dim_names = degrees.mesh_dim_names();
-  options.ranks = o.ranks;
-  if (!o.optimizer) options.optimizer = nullptr;
   const bool loss_parallel = o.loss_parallel && o.tp > 1 && o.plan == llama::TPPlan::torchtitan;
+  const dtensor::DryRunOptions options = options_for(o, degrees, loss_parallel);
   const llama::ParallelizeConfig config = parallelize_config(o);
   const at::ScalarType dtype = param_dtype(o);
-  // Held over forward and backward, as llama_train holds it.
-  if (loss_parallel) options.step_guard = [] { return std::make_shared<dtensor::LossParallelGuard>(); };
   return dtensor::dry_run<llama::LlamaForCausalLM>(
       [&] {
         llama::LlamaForCausalLM model(o.model);
@@ -46,25 +78,9 @@ dtensor::DryRunReport dry_run_llama(const PlanOptions& o) {
         return model;
       },
       shape,
+      [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) { parallelize_as_built(model, mesh, o, config); },
       [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
-        const models::ParallelDims dims = models::ParallelDims::from_mesh(mesh, o.data_parallel, o.cp);
-        if (!o.lora()) return llama::parallelize_llama(model, dims, config);
-        // As llama::build_model: the adapters between the model-parallel plan and data parallel (the base frozen: no
-        // gradients, no AdamW state; the adapters' gradients reduced where their placements ask).
-        llama::apply_model_parallel(model, dims, config);
-        // (--lora-adapter's values are not read: its config gave the shapes, and a meta model holds no values.)
-        llama::add_lora_adapters(model, {.config = *lora_config(o), .adapter_dir = "", .seed = o.seed}, config.gradient_sync);
-        llama::apply_data_parallel(model, dims, config);
-      },
-      [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
-        // Token ids: where the forward reads DTensors (TP > 1), plain tensors beside them stay on the CPU
-        // (b·s longs; ops/op_call.cpp says why); with TP 1 the forward is plain and all of it is meta. The
-        // model's own plain tensors (rotary tables, masks) follow the tokens' device.
-        // HF's plan keeps the activations plain local tensors (its styles return local outputs): as at TP 1,
-        // everything beside them is meta.
-        const bool dtensor_forward = o.tp > 1 && o.plan == llama::TPPlan::torchtitan;
-        const at::Tensor global =
-            at::zeros({o.batch, o.seq_len}, at::TensorOptions(at::kLong).device(dtensor_forward ? at::kCPU : at::kMeta));
+        const at::Tensor global = token_ids(o, o.batch);
         const models::ParallelDims dims = models::ParallelDims::from_mesh(mesh, o.data_parallel, o.cp);
         // As llama_train: this rank's rows, and under context parallelism its chunks of each row and their positions.
         const train::Batch batch = train::local_batch({global, global}, dims);
@@ -98,12 +114,8 @@ PipelinePlan dry_run_llama_pipeline(const PlanOptions& o) {
   for (int s = 0; s < spec.pp; ++s) {
     PipelinePlan::Stage stage;
     stage.layers = pipeline_stage_layers(o, s);
-    dtensor::DryRunOptions options;
-    options.mesh_dim_names = degrees.mesh_dim_names();
-    options.ranks = o.ranks;
-    if (!o.optimizer) options.optimizer = nullptr;
     const bool loss_parallel = stage.layers.head && o.loss_parallel && o.tp > 1 && o.plan == llama::TPPlan::torchtitan;
-    if (loss_parallel) options.step_guard = [] { return std::make_shared<dtensor::LossParallelGuard>(); };
+    const dtensor::DryRunOptions options = options_for(o, degrees, loss_parallel);
     stage.report = dtensor::dry_run<llama::LlamaForCausalLM>(
         [&] {
           llama::LlamaForCausalLM model(o.model);
@@ -112,27 +124,20 @@ PipelinePlan dry_run_llama_pipeline(const PlanOptions& o) {
           return model;
         },
         degrees.mesh_shape(),
+        [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) { parallelize_as_built(model, mesh, o, config); },
         [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
-          llama::parallelize_llama(model, models::ParallelDims::from_mesh(mesh, o.data_parallel), config);
-        },
-        [&](llama::LlamaForCausalLM& model, const dtensor::DeviceMesh& mesh) {
-          const bool dtensor_forward = o.tp > 1 && o.plan == llama::TPPlan::torchtitan;
           std::optional<dtensor::DeviceMesh> sp_mesh;
           if (sp) sp_mesh = models::ParallelDims::from_mesh(mesh, o.data_parallel).tp_mesh();
           const auto forward = llama::stage_forward(model, sp_mesh);
           at::Tensor input;
           if (stage.layers.embeddings) {
-            input = at::zeros({mb, o.seq_len}, at::TensorOptions(at::kLong).device(dtensor_forward ? at::kCPU : at::kMeta));
+            input = token_ids(o, mb);
           } else {  // what the previous stage sends: this rank's rows of the hidden states, a leaf
             input = at::zeros({mb, local_seq, o.model.hidden_size}, at::TensorOptions(compute_dtype(o)).device(at::kMeta))
                         .requires_grad_(true);
           }
           at::Tensor out = forward(input);
-          if (stage.layers.head) {
-            const at::Tensor labels =
-                at::zeros({mb, o.seq_len}, at::TensorOptions(at::kLong).device(dtensor_forward ? at::kCPU : at::kMeta));
-            return next_token_loss(out, labels);
-          }
+          if (stage.layers.head) return next_token_loss(out, token_ids(o, mb));
           return (dtensor::is_dtensor(out) ? dtensor::to_local(out) : out).sum();  // a gradient of the output's shape
         },
         options);

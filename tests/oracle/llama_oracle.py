@@ -65,6 +65,14 @@ def load_dump(dump):
     return meta, cfg, tr, tensor, model
 
 
+def optimizer_as_ours(params, tr):
+    """llama_train's AdamW (its betas, eps and weight decay from the dump) and its learning rate per step."""
+    import torch
+    opt = torch.optim.AdamW(params, lr=tr["lr"], betas=tuple(tr["betas"]), eps=tr["eps"],
+                            weight_decay=tr["weight_decay"], foreach=False)
+    return opt, lr_schedule(tr)
+
+
 def lr_schedule(tr):
     """llama_train's lr_at (train/step.cpp): linear warmup, then cosine decay to a tenth."""
     steps, warmup = tr["steps"], tr["warmup"]
@@ -139,11 +147,8 @@ def worker(dump, dp=1, mp="off", float8=""):
     import contextlib
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if mp == "bf16" and dp == 1 else contextlib.nullcontext
     params = list(model.parameters())
-    opt = torch.optim.AdamW(params, lr=tr["lr"], betas=tuple(tr["betas"]), eps=tr["eps"],
-                            weight_decay=tr["weight_decay"], foreach=False)
+    opt, lr_at = optimizer_as_ours(params, tr)
     steps = tr["steps"]
-
-    lr_at = lr_schedule(tr)
 
     rank = dist.get_rank()
     import resource
@@ -248,11 +253,8 @@ def worker_pp(dump, schedule, microbatches):
     kind = {"GPipe": ScheduleGPipe, "1F1B": Schedule1F1B}[schedule]
     sched = kind(stage, n_microbatches=microbatches, loss_fn=loss_fn)
     params = list(stage_module.parameters())
-    opt = torch.optim.AdamW(params, lr=tr["lr"], betas=tuple(tr["betas"]), eps=tr["eps"],
-                            weight_decay=tr["weight_decay"], foreach=False)
+    opt, lr_at = optimizer_as_ours(params, tr)
     steps = tr["steps"]
-
-    lr_at = lr_schedule(tr)
 
     import resource
     import time

@@ -19,6 +19,12 @@ bool cpu_has_kernel() {
   return ok;
 }
 
+bool cpu_has_avx512_bf16() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512bf16");
+  return ok;
+}
+
 std::optional<detail::Elem> elem_of(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return detail::Elem::f32;
@@ -125,13 +131,17 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& pool_k, const 
   a.positions = positions.data_ptr<int64_t>(), a.key_slots = key_slots.data_ptr<int64_t>();
   a.scale = static_cast<float>(scale ? *scale : 1.0 / std::sqrt(static_cast<double>(d)));
   a.window = kwargs.sliding_window, a.softcap = static_cast<float>(kwargs.softcap);
+  // bf16 pools on a CPU with AVX-512 BF16: scores straight from the bf16 rows (paged_attention_avx512.cpp).
+  const auto kernel_fn = a.elem == detail::Elem::bf16 && d % 32 == 0 && cpu_has_avx512_bf16()
+                             ? detail::paged_attention_avx512_bf16
+                             : detail::paged_attention_avx2;
   // One task per (sequence, kv head); a task reads its sequence's keys once for its rows and rep query heads.
   const int64_t tasks = static_cast<int64_t>(short_seqs.size()) * kv_heads;
   at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const size_t i = short_seqs[static_cast<size_t>(t / kv_heads)];
-      detail::paged_attention_avx2(a, t % kv_heads, step.query_start[i], step.query_start[i + 1], step.key_start[i],
-                                   step.key_start[i + 1] - step.key_start[i]);
+      kernel_fn(a, t % kv_heads, step.query_start[i], step.query_start[i + 1], step.key_start[i],
+                step.key_start[i + 1] - step.key_start[i]);
     }
   });
   return out;

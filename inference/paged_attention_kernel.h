@@ -1,5 +1,6 @@
-// The CPU kernel of paged_attention.h, alone in its file (paged_attention_avx2.cpp: built with AVX2 + FMA + F16C,
-// entered only on CPUs that have them). Plain pointers and strides in elements; no ATen.
+// The CPU kernels of paged_attention.h, each alone in its file (paged_attention_avx2.cpp: built with AVX2 + FMA +
+// F16C, entered only on CPUs that have them; paged_attention_avx512.cpp: bf16 pools on CPUs with AVX-512 BF16, head_dim
+// a multiple of 32). Plain pointers and strides in elements; no ATen.
 #pragma once
 
 #include <cstdint>
@@ -28,5 +29,8 @@ struct PagedAttentionArgs {
 // One task: kv head `g` of one sequence, its new tokens rows [r0, r1) of q, its keys key_slots[k0, k0 + len) at
 // positions 0 .. len - 1. Writes out's rows [r0, r1) of the kv head's rep = heads / kv_heads query heads.
 void paged_attention_avx2(const PagedAttentionArgs& a, int64_t g, int64_t r0, int64_t r1, int64_t k0, int64_t len);
+// The same task for a.elem == bf16 and head_dim % 32 == 0: scores by VDPBF16PS from the pool's rows as they are.
+void paged_attention_avx512_bf16(const PagedAttentionArgs& a, int64_t g, int64_t r0, int64_t r1, int64_t k0,
+                                 int64_t len);
 
 }  // namespace inference::detail

@@ -118,6 +118,16 @@ TEST(PagedAttention, HalfPrecisionPoolsAndHeadLayouts) {
   Case mha;  // one query head per kv head, a wider head
   mha.heads = 4, mha.kv_heads = 4, mha.d = 64;
   expect_close(mha, at::kBFloat16, kHalfTol, "bf16 heads 4 kv_heads 4 d 64");
+  // bf16 with head_dim a multiple of 32: the AVX-512 BF16 kernel where the CPU has it (scores from the bf16 rows),
+  // grouped-query heads (4 and 3 query heads a kv head), with a window, soft-capping and a scale, head_dim 64 and 128.
+  Case gqa;
+  gqa.heads = 8, gqa.kv_heads = 2, gqa.d = 64;
+  expect_close(gqa, at::kBFloat16, kHalfTol, "bf16 heads 8 kv_heads 2 d 64");
+  gqa.heads = 6, gqa.d = 128, gqa.scale = 0.05;
+  gqa.kwargs.sliding_window = 7, gqa.kwargs.softcap = 3.0;
+  expect_close(gqa, at::kBFloat16, kHalfTol, "bf16 heads 6 kv_heads 2 d 128, window 7, softcap 3, scale 0.05");
+  gqa.d = 96, gqa.kwargs = {};
+  expect_close(gqa, at::kBFloat16, kHalfTol, "bf16 d 96");
   Case odd;  // head_dim 12: not the kernel's; the SDPA route for all
   odd.d = 12;
   expect_close(odd, at::kFloat, 1e-5, "d 12");
@@ -137,6 +147,15 @@ TEST(PagedAttention, ASequenceReadsLongContextsAcrossManyBlocks) {
   in.pool_v = at::randn({1, c.kv_heads, 128 * kBlockSize, c.d});
   const at::Tensor got = inference::paged_attention(in.q, in.pool_k, in.pool_v, in.step, c.scale, c.kwargs);
   EXPECT_LE(rel_err(got, reference(in, c)), 1e-5);
+  // The same in bf16 with head_dim 64 (the AVX-512 BF16 kernel where the CPU has it): 4 blocks of 64 keys, the last
+  // partial, and keys whose 16-key groups straddle the blocks' visible range.
+  Case wide = c;
+  wide.d = 64;
+  in.q = at::randn({1, 3, wide.heads, wide.d}).to(at::kBFloat16).transpose(1, 2);
+  in.pool_k = at::randn({1, wide.kv_heads, 128 * kBlockSize, wide.d}).to(at::kBFloat16);
+  in.pool_v = at::randn({1, wide.kv_heads, 128 * kBlockSize, wide.d}).to(at::kBFloat16);
+  const at::Tensor got16 = inference::paged_attention(in.q, in.pool_k, in.pool_v, in.step, wide.scale, wide.kwargs);
+  EXPECT_LE(rel_err(got16, reference(in, wide)), kHalfTol);
 }
 
 TEST(PagedAttention, IndexSequencesFindsTheRunsAndRefusesOthers) {

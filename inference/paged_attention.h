@@ -10,7 +10,8 @@
 // heads / kv_heads (grouped-query attention), the softmax and sums in fp32, the result rounded to q's dtype once.
 // Three routes, one per kind of sequence, chosen per call:
 //   - decode rows (a sequence with <= kKernelRows new tokens: one token, or a few speculated ones) on a CPU with AVX2 +
-//     FMA and head_dim a multiple of 8: our kernel (paged_attention_avx2.cpp), one task per (sequence, kv head) that
+//     FMA and head_dim a multiple of 8: our kernel (paged_attention_avx2.cpp; bf16 pools on CPUs with AVX-512 BF16 and
+//     head_dim a multiple of 32: paged_attention_avx512.cpp, scores from the bf16 rows), one task per (sequence, kv head) that
 //     reads the sequence's keys and values once for all its rows and the kv head's rep query heads, online softmax
 //     over blocks of keys (flash attention's running max and sum);
 //   - longer rows (a prompt being prefilled) and every other case: that sequence alone through

@@ -1,9 +1,10 @@
 // paged_attention.h's CPU kernel for bf16 pools on CPUs with AVX-512 BF16 (built with -mavx512f -mavx512bw
-// -mavx512bf16; entered only where paged_attention.cpp found them, head_dim a multiple of 32). The AVX2 kernel beside it
-// (paged_attention_avx2.cpp) widens every key and value row to fp32 and runs fp32 dot products: here the scores come
-// from the bf16 rows as they lie in the pool, VDPBF16PS (pairs of bf16 products, exact, added in fp32), 32 elements a
-// step, and only the values are widened (16 lanes an instruction) for the weighted sum in fp32. Same task, same blocks
-// of keys, same online softmax (flash attention's running max and sum) as the AVX2 kernel; plain pointers, no ATen.
+// -mavx512bf16; entered only where paged_attention.cpp found them, head_dim a multiple of 32). The AVX2 kernel
+// beside it (paged_attention_avx2.cpp) widens every key and value row to fp32 and runs fp32 dot products: here the
+// scores come from the bf16 rows as they lie in the pool, VDPBF16PS (pairs of bf16 products, exact, added in fp32),
+// 32 elements a step, and only the values are widened (16 lanes an instruction) for the weighted sum in fp32. Same
+// task, same blocks of keys, same online softmax (flash attention's running max and sum) as the AVX2 kernel; plain
+// pointers, no ATen.
 //
 //   s[j] = scale * (q . k[j])   (q as stored: the scale multiplies the fp32 sum, not q)
 #include "inference/paged_attention_kernel.h"
@@ -12,7 +13,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -93,6 +93,12 @@ inline void accumulate(float* o, const float* p, const float* vf, int64_t d, int
   }
 }
 
+// The lanes of the 16 keys from u0 that lie in the visible range [b0, b1).
+inline __mmask16 visible_lanes(int64_t b0, int64_t b1, int64_t u0) {
+  const int64_t from = std::max<int64_t>(b0 - u0, 0), to = std::min<int64_t>(b1 - u0, 16);
+  return static_cast<__mmask16>(((1u << to) - 1) & ~((1u << from) - 1));
+}
+
 // 16 fp32 rounded to bf16 (to nearest, ties to even) at p.
 inline void store16_bf16(uint16_t* p, __m512 x) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), (__m256i)_mm512_cvtneps_pbh(x));
@@ -159,8 +165,7 @@ void paged_attention_avx512_bf16(const PagedAttentionArgs& a, int64_t g, int64_t
           for (int i = 0; i < 16; ++i) t[i] = a.softcap * std::tanh(t[i] / a.softcap);
           sv = _mm512_load_ps(t);
         }
-        const int64_t from = std::max<int64_t>(b0 - u0, 0), to = std::min<int64_t>(b1 - u0, 16);
-        const __mmask16 visible = static_cast<__mmask16>(((1u << to) - 1) & ~((1u << from) - 1));
+        const __mmask16 visible = visible_lanes(b0, b1, u0);
         sv = _mm512_mask_blend_ps(visible, neg_inf, sv);
         _mm512_storeu_ps(s + u0, sv);
         block_max = _mm512_max_ps(block_max, sv);
@@ -176,8 +181,7 @@ void paged_attention_avx512_bf16(const PagedAttentionArgs& a, int64_t g, int64_t
       __m512 sum = _mm512_setzero_ps();
       for (int64_t u0 = b0 / 16 * 16; u0 < b1; u0 += 16) {
         const __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + u0), mv));
-        const int64_t from = std::max<int64_t>(b0 - u0, 0), to = std::min<int64_t>(b1 - u0, 16);
-        const __mmask16 visible = static_cast<__mmask16>(((1u << to) - 1) & ~((1u << from) - 1));
+        const __mmask16 visible = visible_lanes(b0, b1, u0);
         const __m512 ev = _mm512_maskz_mov_ps(visible, e);  // exp16 clamps: -inf would give ~1e-38, not 0
         _mm512_storeu_ps(s + u0, ev);
         sum = _mm512_add_ps(sum, ev);

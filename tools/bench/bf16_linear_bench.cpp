@@ -1,9 +1,9 @@
 // bf16_linear_bench: the decode matmul (dtensor::bf16_linear, dtensor/core/fast_kernels.h) beside PyTorch's bf16
-// at::linear (its reference, DTENSOR_FAST_KERNELS off), on one process, the weights streamed from memory (a 256 MB set
-// cycled so that no call finds its weight in cache), ms per call, for each (K, N) of a Llama-3.2-1B layer and each row
-// count; beside them the weight-only int8 matmul (dtensor::int8_weight_linear: the same weights in int8, one byte a
-// weight, its own 256 MB set) and the rate it reads them at. Prints the CPU's kernel and row limit first, a table, and
-// a `summary` line per row. Asserts nothing.
+// at::linear (its reference, DTENSOR_FAST_KERNELS off), on one process, the weights streamed from memory (a set of
+// copies larger than the caches, cycled so that no call finds its weight in cache), ms per call, for each (K, N) of a
+// Llama-3.2-1B layer and each row count; beside them the weight-only int8 matmul (dtensor::int8_weight_linear: the same
+// weights in int8, one byte a weight, its own set of the same size) and the rate it reads them at. Prints the CPU's
+// kernel and row limit first, a table, and a `summary` line per row. Asserts nothing.
 //
 //   OMP_NUM_THREADS=2 bf16_linear_bench [--iters N] [--rows 1,4,8,16,32,64] [--shapes 2048x8192,...] [--pool-mb MB]
 // (--pool-mb 0: one copy of each weight, which stays in cache where it fits: the kernels' compute bound). The default
@@ -72,9 +72,9 @@ int main(int argc, char** argv) {
     return tools_cli::usage_error_exit(0, e.what());
   }
   c10::NoGradGuard no_grad;
+  const int64_t limit = dtensor::bf16_linear_max_rows();
   std::printf("bf16_linear kernel: %s, up to %ld rows (-1: any); %d threads; weights cycled through %ld MB (L3: %ld MB)\n",
-              dtensor::bf16_linear_kernel(),
-              dtensor::bf16_linear_max_rows() == dtensor::kAnyRows ? -1L : static_cast<long>(dtensor::bf16_linear_max_rows()),
+              dtensor::bf16_linear_kernel(), limit == dtensor::kAnyRows ? -1L : static_cast<long>(limit),
               at::get_num_threads(), static_cast<long>(pool_mb), l3 > 0 ? l3 >> 20 : -1L);
   std::printf("| K x N | rows | ours ms | GFLOP/s | PyTorch ms | GFLOP/s | ours / PyTorch | int8 ms | int8 GB/s |\n"
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "dtensor/api/dtensor_api.h"
+#include "dtensor/core/bf16_gemm.h"
 #include "dtensor/core/error.h"
 #include "dtensor/core/fast_kernels.h"
 #include "dtensor/nn/parameter_replacement.h"
@@ -61,6 +62,13 @@ at::Tensor LinearImpl::forward(const at::Tensor& input) {
         sizes.back() = weight.size(0);
         return y->view(sizes);
       }
+    }
+    // A bf16 GEMM that the fast kernel does not take (a gradient, a bias) where PyTorch's bf16 GEMM is slow: in fp32
+    // (core/bf16_gemm.h). A sharded decode step without bias keeps at::linear: its local mm reaches the fast kernel.
+    const bool needs_grad = c10::GradMode::is_enabled() &&
+                            (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
+    if (needs_grad || bias.defined() || !is_dtensor(x)) {
+      if (auto y = bf16_linear_via_fp32(x, weight, bias)) return *y;
     }
     return at::linear(x, weight, bias);
   });

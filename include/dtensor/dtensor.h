@@ -13,6 +13,7 @@
 // Every public header is here (scripts/check_layers.sh checks it).
 #pragma once
 
+#include "dtensor/core/bf16_gemm.h"
 #include "dtensor/core/chunking.h"
 #include "dtensor/core/error.h"
 #include "dtensor/core/fast_kernels.h"

@@ -23,6 +23,7 @@
 #include "common/dtype.h"
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/device_mesh.h"
+#include "dtensor/core/bf16_gemm.h"
 #include "dtensor/float8/float8_linear.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/nn/parameter_replacement.h"
@@ -152,16 +153,20 @@ int main(int argc, char** argv) {
     const dtensor::DeviceMesh tp_mesh = dims.tp_mesh();
     // --float8-matmul auto: the kinds timed on this model's largest local matmul (its feed-forward's), every rank's
     // timings summed so that all pick the same kind; the layers are built with it.
-    std::string float8_matmul;
+    std::string kernel_choices;  // the first line's float8 and bf16 matmul choices
     if (options.float8 && options.float8_matmul == dtensor::Float8MatmulKind::auto_select && tp_mesh.device().is_cpu()) {
       const dtensor::Float8MatmulTimings t = dtensor::time_float8_matmuls(
           options.batch * options.seq_len / std::max<int64_t>(1, options.cp), options.model.hidden_size,
           options.model.intermediate_size / tp_mesh.size(),
           at::TensorOptions(tp_mesh.device()).dtype(train::compute_dtype(options)), world->world_group().get());
       options.float8_matmul = t.fastest;
-      float8_matmul = " float8_matmul=auto: " + t.to_string();
+      kernel_choices = " float8_matmul=auto: " + t.to_string();
     } else if (options.float8) {
-      float8_matmul = " float8_matmul=" + dtensor::to_string(options.float8_matmul);
+      kernel_choices = " float8_matmul=" + dtensor::to_string(options.float8_matmul);
+    }
+    // The bf16 GEMM's way on this CPU (core/bf16_gemm.h), measured once per process, named in the first line.
+    if (tp_mesh.device().is_cpu() && train::compute_dtype(options) == at::kBFloat16) {
+      kernel_choices += " " + dtensor::bf16_gemm_report();
     }
     llama::LlamaForCausalLM model = train::build_model(options, dims);  // meta-first: each rank only its shards
     const int64_t tokens_per_step = options.batch * train::gradient_accumulation_steps(options) * options.seq_len;
@@ -178,7 +183,7 @@ int main(int argc, char** argv) {
                   tp_mesh.device().str().c_str(), models::dtype_name(train::param_dtype(options)).c_str(),
                   train::to_string(options.mixed_precision).c_str(), static_cast<long long>(options.dp), options.dp * options.cp > 1 ? models::to_string(options.data_parallel).c_str() : "none",
                   static_cast<long long>(options.ep), static_cast<long long>(options.cp), static_cast<long long>(tp_mesh.size()), llama::to_string(options.plan).c_str(), options.sequence_parallel,
-                  options.loss_parallel, options.async_tp, float8_matmul.c_str(), static_cast<long long>(options.batch),
+                  options.loss_parallel, options.async_tp, kernel_choices.c_str(), static_cast<long long>(options.batch),
                   static_cast<long long>(train::gradient_accumulation_steps(options)), options.model.to_string().c_str(), corpus.source.c_str(),
                   static_cast<long long>(corpus.tokens.numel()));
     }

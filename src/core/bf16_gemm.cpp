@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <string_view>
 
 #include "dtensor/core/error.h"
@@ -91,7 +90,6 @@ std::atomic<int>& forced_kind() {
 
 at::Tensor widen(const at::Tensor& t) { return t.to(at::kFloat); }
 
-// y = x w^T + b in fp32 from bf16 operands; the backward's GEMMs in fp32 too (the header's formulas).
 // dx, dw and db (undefined where not needed; db only with a bias) from the saved bf16 x and w.
 torch::autograd::tensor_list backward_of(torch::autograd::AutogradContext* ctx, const torch::autograd::tensor_list& grads,
                                          bool bias) {
@@ -106,7 +104,8 @@ torch::autograd::tensor_list backward_of(torch::autograd::AutogradContext* ctx, 
   return {gx, gw, gb};
 }
 
-// (Two functions: autograd's apply takes no undefined tensor for a missing bias.)
+// y = x w^T (+ b) in fp32 from bf16 operands, the backward's GEMMs in fp32 too (the header's formulas). Two
+// functions: autograd's apply takes no undefined tensor for a missing bias.
 struct LinearViaFp32 : torch::autograd::Function<LinearViaFp32> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w) {
     ctx->save_for_backward({x, w});
@@ -131,7 +130,6 @@ struct LinearViaFp32WithBias : torch::autograd::Function<LinearViaFp32WithBias> 
     return backward_of(ctx, grads, /*bias=*/true);
   }
 };
-
 
 }  // namespace
 

@@ -64,8 +64,10 @@ Kernel cpu_kernel() {
 }
 
 // The rows of x up to which each kernel beats PyTorch's bf16 GEMM, measured (docs/benchmarks.md, "bf16 decode on a
-// CPU without AVX-512"; tools/bench/bf16_linear_bench.cpp): AVX-512 BF16 at the decode shapes on AMD EPYC with AVX-512
-// BF16 (2026-11-27; PyTorch's oneDNN kernel with its own bf16 dot products is close beyond); AVX2 + FMA at any row
+// CPU without AVX-512"; tools/bench/bf16_linear_bench.cpp): AVX-512 BF16 to 16 rows on AMD EPYC Zen 5 (family 26,
+// 2026-12-02) once 4-row chunks ran as 4 x 4 register tiles (bf16_dot_avx512.cpp): 0.6-1.0x oneDNN's time at 8 and
+// 16 rows, level at 24-32 (and a whole decode step at batch 32 5-8% slower with it), 1.1-1.5x at 64 (the limit was 8
+// rows with one dot product per pair of rows); AVX2 + FMA at any row
 // count on AMD EPYC Zen 3 (2026-11-29), where PyTorch's bf16 GEMM runs at ~21 GFLOP/s whatever the rows and this
 // kernel at 112-118 from 8 rows on and 131-139 from 64 (0.15-0.19x PyTorch's time from 8 rows on).
 // AMX-BF16 to 64 rows on the Intel Xeon with AMX (model 207, 2026-12-01): 0.56-1.08x the time of PyTorch's oneDNN GEMM
@@ -75,7 +77,7 @@ Kernel cpu_kernel() {
 int64_t max_rows(Kernel k) {
   switch (k) {
     case Kernel::amx_bf16: return 64;
-    case Kernel::avx512_bf16: return 8;
+    case Kernel::avx512_bf16: return 16;
     case Kernel::avx2_fma: return kAnyRows;
     case Kernel::none: return 0;
   }

@@ -1,6 +1,6 @@
 // The bf16 decode matmul (dtensor/core/fast_kernels.h) against its reference: fp32 sums of the bf16 products (within
 // fp32 rounding of a double-precision sum), the bf16 result within one bf16 rounding of PyTorch's at::linear, on the
-// shapes it takes (1 to 8 rows, K with and without a tail of 32, N not a multiple of anything); nullopt where it does
+// shapes it takes (1 row to its row limit, K with and without a tail of 32, N not a multiple of anything); nullopt where it does
 // not apply; and dtensor::nn::Linear and a column- / row-wise sharded Linear at TP 2 give the reference's values.
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // the rows of w: the weights are streamed once, at the memory's read bandwidth (PyTorch's bf16 path copies the
 // transposed weight into a buffer first). Three kernels, the CPU's chosen once: AMX-BF16 tiles (M 2..32, 16 rows of w
 // as they lie are a tile; x packed into tiles per call; one row by AVX-512 BF16), AVX-512 BF16 dot products
-// (vdpbf16ps, M <= 8), or AVX2 + FMA on fp32 (bf16 widened by a shift; any M, w in L2-sized blocks that every 4-row
+// (vdpbf16ps, M <= 16; from 4 rows a 4 x 4 register tile of rows of x and of w), or AVX2 + FMA on fp32 (bf16 widened by a shift; any M, w in L2-sized blocks that every 4-row
 // chunk of x runs over). Each row limit is where the kernel stopped beating PyTorch's GEMM when measured on that CPU kind. The
 // result is rounded to bf16 once, as PyTorch's (which also accumulates in fp32), but the sums' order differs: equal to
 // at::linear within one bf16 rounding.

@@ -6,7 +6,6 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <c10/util/Float8_e4m3fn.h>
-#include <c10/util/bit_cast.h>
 #include <c10/util/Float8_e5m2.h>
 
 #include <algorithm>
@@ -120,18 +119,19 @@ struct Float8Matmul : torch::autograd::Function<Float8Matmul> {
     if (r == Float8Recipe::tensorwise) {
       // The gradient in e5m2 (wider range, fewer mantissa bits), one scale for both products.
       const Scaled gs = scale_operand(g, at::kFloat8_e5m2, r, 1, groups.g);
-      gx = float8::matmul(kind, gs.data, saved[2], gs.inv_scale, saved[3], x_dtype);      // g @ w
-      gw = float8::matmul(kind, gs.data.t(), saved[0], gs.inv_scale, saved[1], w_dtype);  // g^T @ x
+      gx = float8::matmul(kind, gs.data, float8::column_major(saved[2]), gs.inv_scale, saved[3], x_dtype);      // g @ w
+      gw = float8::matmul(kind, gs.data.t(), float8::column_major(saved[0]), gs.inv_scale, saved[1], w_dtype);  // g^T @ x
     } else {
       const at::Tensor &x = saved[0], &w = saved[1];
       // grad_input = g @ w: reduced over N (g's dim 1, w's dim 0).
       const Scaled g_n = scale_operand(g, at::kFloat8_e4m3fn, r, 1, groups.g);
       const Scaled w_n = scale_operand(w, at::kFloat8_e4m3fn, r, 0, groups.w);
-      gx = float8::matmul(kind, g_n.data, w_n.data, g_n.inv_scale, w_n.inv_scale, x_dtype);
+      gx = float8::matmul(kind, g_n.data, float8::column_major(w_n.data), g_n.inv_scale, w_n.inv_scale, x_dtype);
       // grad_weight = g^T @ x: reduced over M (dim 0 of both); g's column scales [1, N] are a's rows ([N, 1]).
       const Scaled g_m = scale_operand(g, at::kFloat8_e4m3fn, r, 0, groups.g);
       const Scaled x_m = scale_operand(x, at::kFloat8_e4m3fn, r, 0, groups.x);
-      gw = float8::matmul(kind, g_m.data.t(), x_m.data, g_m.inv_scale.t(), x_m.inv_scale, w_dtype);
+      gw = float8::matmul(kind, g_m.data.t(), float8::column_major(x_m.data), g_m.inv_scale.t(), x_m.inv_scale,
+                          w_dtype);
     }
     return {gx, gw, at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -219,9 +219,6 @@ namespace detail {
 // src/float8/cast_avx2.cpp: the first values of `in` (fp32, or bf16 bits) cast with one scale, 8 a step, up to the
 // first step that holds a NaN; returns how many.
 int64_t cast_avx2(const void* in, bool bf16_in, int64_t n, float scale, bool e4m3, uint8_t* out);
-// src/float8/abs_max_avx2.cpp: the bits of max |v| over n fp32 / bf16 values (0 for none).
-uint32_t abs_max_bits_fp32_avx2(const uint32_t* in, int64_t n);
-uint16_t abs_max_bits_bf16_avx2(const uint16_t* in, int64_t n);
 }  // namespace detail
 
 namespace {
@@ -270,22 +267,6 @@ at::Tensor cast(const at::Tensor& hp, const at::Tensor& scale, at::ScalarType dt
 }
 
 at::Tensor abs_max(const at::Tensor& hp, std::optional<int64_t> dim) {
-  if (!dim && has_vector_casts() && fast_kernels_enabled() && hp.device().is_cpu() &&
-      (hp.scalar_type() == at::kFloat || hp.scalar_type() == at::kBFloat16) && hp.is_non_overlapping_and_dense()) {
-    // One pass over the bits (abs_max_avx2.cpp), the reference's value (a NaN where it has one).
-    const bool bf16 = hp.scalar_type() == at::kBFloat16;
-    const void* in = hp.data_ptr();
-    const uint32_t bits = at::parallel_reduce(
-        0, hp.numel(), 1 << 16, uint32_t{0},
-        [&](int64_t b, int64_t e, uint32_t m) {
-          return std::max(m, bf16 ? uint32_t{detail::abs_max_bits_bf16_avx2(static_cast<const uint16_t*>(in) + b, e - b)}
-                                  : detail::abs_max_bits_fp32_avx2(static_cast<const uint32_t*>(in) + b, e - b));
-        },
-        [](uint32_t a, uint32_t b) { return std::max(a, b); });
-    const float value = bf16 ? static_cast<float>(c10::BFloat16(static_cast<uint16_t>(bits), c10::BFloat16::from_bits()))
-                             : c10::bit_cast<float>(bits);
-    return at::scalar_tensor(value, hp.options());
-  }
   // max(|min|, |max|) from one pass that allocates nothing of hp's size (abs() would copy it first).
   if (!dim) {
     const auto [lo, hi] = at::aminmax(hp);

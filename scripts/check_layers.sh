@@ -70,7 +70,7 @@ done
 for family in "$ROOT"/models/*/; do
   [[ "$(basename "$family")" == common || "$(basename "$family")" == moved ]] && continue
   while IFS= read -r file; do
-    case "$(basename "$file")" in parallelize.* | parallelize_*.* | hf_weights.* | build.*) continue ;; esac
+    case "$(basename "$file")" in parallelize.* | parallelize_*.* | hf_weights.* | gguf_weights.* | build.*) continue ;; esac
     files=$((files + 1))
     while IFS=: read -r lineno inc; do
       includes=$((includes + 1))

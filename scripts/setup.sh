@@ -60,6 +60,13 @@ if ! .venv/bin/python -c "import peft" 2>/dev/null; then
   .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check "peft==0.21.2" \
     2> >(grep -v '^WARNING: Location' >&2)
 fi
+# The GGUF oracle's other side: ggml's own Python package (writes the files, dequantizes the blocks; transformers'
+# from_pretrained(gguf_file=...) reads through it).
+if ! .venv/bin/python -c "import gguf" 2>/dev/null; then
+  log "installing gguf into .venv (once)"
+  .venv/bin/pip install -q --no-cache-dir --disable-pip-version-check "gguf==0.19.0" \
+    2> >(grep -v '^WARNING: Location' >&2)
+fi
 command -v cmake >/dev/null 2>&1 || export PATH="$ROOT/.venv/bin:$PATH"
 
 # --- configure (once; cmake re-runs itself when CMakeLists change).

@@ -38,6 +38,7 @@
 #include "dtensor/ops/loss_parallel.h"
 #include "dtensor/ops/sharding_strategy.h"
 #include "dtensor/checkpoint/checkpoint.h"
+#include "dtensor/checkpoint/gguf.h"
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/checkpoint/state_dict.h"
 #include "dtensor/checkpoint/step_checkpoints.h"

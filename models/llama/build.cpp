@@ -12,6 +12,7 @@
 #include "dtensor/dp/gradient_sync.h"
 #include "dtensor/peft/adapter.h"
 #include "dtensor/quant/int8_weight_only.h"
+#include "llama/gguf_weights.h"
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
 
@@ -53,6 +54,9 @@ LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDi
     case WeightSource::Kind::hf_dir:
       load_hf_llama(source.path, model, source.map_in_place);  // each rank its slices of the files
       break;
+    case WeightSource::Kind::gguf:
+      load_gguf_llama(source.path, model);  // each rank dequantizes a tensor at a time and keeps its part
+      break;
     case WeightSource::Kind::checkpoint: {
       dtensor::checkpoint::StateDict state = dtensor::checkpoint::module_state_dict(*model);
       dtensor::checkpoint::load(source.path, state,
@@ -73,14 +77,19 @@ LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDi
 
 LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh, const std::string& plan,
                                  const std::string& dtype) {
-  const std::string config_json = (fs::path(dir) / "config.json").string();
-  const LlamaConfig config = config_from_hf_json(config_json);
   BuildOptions options;
   options.parallelize.plan = tp_plan_from_string(plan);
-  options.dtype = models::resolve_dtype(dtype, checkpoint_dtype(config_json));
-  models::check_computable(options.dtype, at::kCPU);
   const models::ParallelDims dims =
       tp_mesh != nullptr && tp_mesh->size() > 1 ? models::ParallelDims::from_mesh(*tp_mesh) : models::ParallelDims{};
+  if (is_gguf_file(dir)) {
+    options.dtype = models::resolve_dtype(dtype, gguf_dtype(dir));
+    models::check_computable(options.dtype, at::kCPU);
+    return build_model(config_from_gguf(dir), dims, WeightSource::gguf(dir), options);
+  }
+  const std::string config_json = (fs::path(dir) / "config.json").string();
+  const LlamaConfig config = config_from_hf_json(config_json);
+  options.dtype = models::resolve_dtype(dtype, checkpoint_dtype(config_json));
+  models::check_computable(options.dtype, at::kCPU);
   return build_model(config, dims, WeightSource::hf(dir, /*map_in_place=*/true), options);
 }
 

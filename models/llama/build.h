@@ -43,6 +43,7 @@ struct WeightSource {
     hf_dir,       // transformers' save_pretrained files: config.json + *.safetensors (load_hf_llama)
     checkpoint,   // a committed dtensor::checkpoint directory (model entries; a training checkpoint's optimizer
                   // state "state.*" and data position "train.*" are left alone)
+    gguf,         // a GGUF file of the llama architecture (llama.cpp's): each tensor dequantized (load_gguf_llama)
   };
   Kind kind = Kind::random_init;
   std::string path;   // hf_dir, checkpoint
@@ -58,6 +59,7 @@ struct WeightSource {
   static WeightSource dcp(std::string dir, bool map_in_place = false) {
     return {Kind::checkpoint, std::move(dir), 0, map_in_place};
   }
+  static WeightSource gguf(std::string file) { return {Kind::gguf, std::move(file), 0, false}; }
 };
 
 // LoRA (dtensor/peft/lora.h) once the base weights are in, before data parallel: adapters on config's targets, sharded
@@ -106,6 +108,7 @@ void add_lora_adapters(LlamaForCausalLM& model, const LoraOptions& lora, bool gr
 // SP and loss parallel; "inference", generation's; "ep", a mixture of experts' experts split over the mesh, every rank
 // with the same tokens) on `tp_mesh` when given (and of size > 1), its weights mapped in place where they can be,
 // in `dtype` (common/dtype.h: "auto" is config.json's dtype; or "bfloat16", "float16", "float32").
+// `dir` may be a GGUF file instead (from_pretrained(dir, gguf_file=...)): llama/gguf_weights.h, "auto" its gguf_dtype.
 LlamaForCausalLM from_pretrained(const std::string& dir, const dtensor::DeviceMesh* tp_mesh = nullptr,
                                  const std::string& plan = "hf", const std::string& dtype = "auto");
 

@@ -51,6 +51,13 @@ void LlamaConfig::validate() const {
                   "short_factor and long_factor need rotary dims / 2 = ", half, " entries, got ", r.short_factor.size(),
                   " and ", r.long_factor.size());
   }
+  if (!r.freq_factors.empty()) {
+    DTENSOR_CHECK(r.rope_type == "default", "dtensor: llama config: rope freq_factors (a GGUF's rope_freqs) go with rope_type "
+                  "default, not '", r.rope_type, "'");
+    DTENSOR_CHECK(r.freq_factors.size() == static_cast<size_t>(rotary_dim() / 2), "dtensor: llama config: rope ",
+                  "freq_factors (a GGUF's rope_freqs) need rotary dims / 2 = ", rotary_dim() / 2, " entries, got ",
+                  r.freq_factors.size());
+  }
 }
 
 std::string LlamaConfig::to_string() const {

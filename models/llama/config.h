@@ -25,6 +25,9 @@ struct RopeScaling {
   std::optional<double> mscale, mscale_all_dim;  // yarn
   bool truncate = true;                          // yarn
   std::vector<double> short_factor, long_factor; // longrope: head_dim / 2 each
+  // llama.cpp's rope_freqs (a GGUF's Llama 3 scaling, which it stores as factors, not as config fields): the
+  // default inverse frequencies divided by these, rotary dims / 2 of them. No config.json field writes it.
+  std::vector<double> freq_factors;
   // The kinds scaled against original_max_position_embeddings (max_position_embeddings when absent).
   bool has_original_max() const { return rope_type == "llama3" || rope_type == "yarn" || rope_type == "longrope"; }
   bool operator==(const RopeScaling&) const = default;

@@ -268,6 +268,8 @@ LlamaConfig config_from_hf_json(const std::string& path) {
 }
 
 std::string config_to_hf_json(const LlamaConfig& c, const std::string& dtype) {
+  DTENSOR_CHECK(c.rotary.rope_scaling.freq_factors.empty(), "dtensor: config.json: the model's rope freq_factors (a GGUF's "
+                "rope_freqs) have no config.json field; transformers would rotate without them");
   const Family& fam = family(c.model_type);
   nlohmann::ordered_json j = {{"architectures", {fam.architecture}},
                               {"model_type", fam.model_type},

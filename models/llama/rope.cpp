@@ -82,6 +82,10 @@ RopeFrequencies rope_frequencies(const LlamaConfig& c, int64_t seq_len, c10::Dev
   const auto on = at::TensorOptions().device(device);
   const RopeScaling& s = c.rotary.rope_scaling;
   const std::string& type = s.rope_type;
+  if (type == "default" && !s.freq_factors.empty()) {  // llama.cpp's rope_freqs: theta_i / factor_i
+    const std::vector<float> f(s.freq_factors.begin(), s.freq_factors.end());
+    return {1.0 / pos_freqs(c.rotary.rope_theta, dim, on) / at::tensor(f, on.dtype(at::kFloat))};
+  }
   if (type == "default") return {1.0 / pos_freqs(c.rotary.rope_theta, dim, on)};
   if (type == "linear") return {1.0 / pos_freqs(c.rotary.rope_theta, dim, on) / *s.factor};
   if (type == "llama3") return {llama3(s, 1.0 / pos_freqs(c.rotary.rope_theta, dim, on))};

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "dtensor/core/error.h"
+#include "inference/gguf_tokenizer.h"
 #include "tokenizer/error.h"
 #include "tools/common/dtype_option.h"
 
@@ -53,6 +55,9 @@ void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
       ->check(CLI::ExistingDirectory)->group(weights);
   app.add_option("--hf-dir", o.hf_dir, "HF weights (config.json + model.safetensors)")
       ->check(CLI::ExistingDirectory)->group(weights);
+  app.add_option("--gguf", o.gguf, "a GGUF file of the llama architecture (llama.cpp's; its tensors dequantized to "
+                 "--dtype; its vocabulary unless --tokenizer)")
+      ->check(CLI::ExistingFile)->group(weights);
   app.add_flag("--random-init", o.random_init, "random weights from --seed, sizes from the model flags below")->group(weights);
   app.add_option("--lora-adapter", o.lora_adapter,
                  "a PEFT adapter directory applied on the weights (as PeftModel.from_pretrained; llama_train --lora-rank "
@@ -159,8 +164,21 @@ GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& hel
   help = tools_cli::parse(app, args);
   const bool has_text = seen.text, has_ids = seen.ids;
   if (help) return o;
-  const int sources = !o.checkpoint.empty() + !o.hf_dir.empty() + o.random_init;
-  if (sources != 1) throw UsageError("give exactly one of --checkpoint, --hf-dir, --random-init (got " + std::to_string(sources) + ")");
+  const int sources = !o.checkpoint.empty() + !o.hf_dir.empty() + !o.gguf.empty() + o.random_init;
+  if (sources != 1) {
+    throw UsageError("give exactly one of --checkpoint, --hf-dir, --gguf, --random-init (got " + std::to_string(sources) + ")");
+  }
+  // --gguf without --tokenizer: the file's own vocabulary, as transformers' AutoTokenizer(gguf_file=) makes it.
+  bool gguf_vocab = false;
+  try {
+    gguf_vocab = !o.gguf.empty() && o.tokenizer_dir.empty() && inference::gguf_has_tokenizer(o.gguf);
+  } catch (const dtensor::Error& e) {
+    throw UsageError(e.what());
+  }
+  if (!o.gguf.empty() && o.tokenizer_dir.empty() && !gguf_vocab && (has_text || !o.chats.empty())) {
+    throw UsageError("--gguf with a text prompt needs a tokenizer: the file carries no vocabulary (llama.cpp's "
+                     "no_vocab); give --tokenizer DIR or --prompt-ids");
+  }
   if (o.prompts.empty() && o.chats.empty()) throw UsageError("no prompt: give --prompt TEXT, --chat TEXT or --prompt-ids 1,2,3");
   if (has_text + has_ids + !o.chats.empty() > 1) throw UsageError("--prompt, --chat / --messages and --prompt-ids cannot be mixed");
   if (!o.system_prompt.empty() && o.chats.empty()) throw UsageError("--system needs --chat");
@@ -169,11 +187,16 @@ GenerateCliOptions parse_options(const std::vector<std::string>& args, bool& hel
       (std::filesystem::exists(hf / "tokenizer.json") || std::filesystem::exists(hf / "tokenizer.model"))) {
     o.tokenizer_dir = o.hf_dir;
   }
-  if (!o.chats.empty() && o.tokenizer_dir.empty()) throw UsageError("--chat and --messages need a tokenizer: --tokenizer DIR or --hf-dir");
-  if (!o.tokenizer_dir.empty()) {
+  if (!o.chats.empty() && o.tokenizer_dir.empty() && !gguf_vocab) {
+    throw UsageError("--chat and --messages need a tokenizer: --tokenizer DIR or --hf-dir");
+  }
+  if (!o.tokenizer_dir.empty() || gguf_vocab) {
     try {
-      o.tokenizer = std::make_shared<const tokenizer::Tokenizer>(tokenizer::Tokenizer::from_pretrained(o.tokenizer_dir));
+      o.tokenizer = std::make_shared<const tokenizer::Tokenizer>(
+          gguf_vocab ? inference::load_gguf_tokenizer(o.gguf) : tokenizer::Tokenizer::from_pretrained(o.tokenizer_dir));
     } catch (const tokenizer::Error& e) {
+      throw UsageError(e.what());
+    } catch (const dtensor::Error& e) {
       throw UsageError(e.what());
     }
     for (size_t i = 0; i < o.prompt_texts.size(); ++i) o.prompts[i] = o.tokenizer->encode(o.prompt_texts[i]);

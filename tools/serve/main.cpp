@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "dtensor/mesh/launch_env.h"
+#include "inference/gguf_tokenizer.h"
 #include "inference/weights.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "inference/serving/http_server.h"
@@ -53,6 +54,7 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
   serve::ServeOptions& o = s.options;
   s.weights.hf_dir = o.hf_dir;
   s.weights.checkpoint = o.checkpoint;
+  s.weights.gguf = o.gguf;
   s.weights.dtype = o.dtype;
   s.weights.quantize = o.quantize;
   s.weights.device = o.device;
@@ -68,9 +70,10 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
                             "' follows each sequence's length; continuous batching does not support it");
   }
   try {
-    s.tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_pretrained(o.tokenizer_dir));
+    s.tok = std::make_unique<tokenizer::Tokenizer>(o.tokenizer_dir.empty() ? inference::load_gguf_tokenizer(o.gguf)
+                                                                           : tokenizer::Tokenizer::from_pretrained(o.tokenizer_dir));
   } catch (const std::exception& e) {
-    throw serve::UsageError(std::string("--tokenizer ") + o.tokenizer_dir + ": " + e.what());
+    throw serve::UsageError((o.tokenizer_dir.empty() ? "--gguf " + o.gguf : "--tokenizer " + o.tokenizer_dir) + ": " + e.what());
   }
   if (s.tok->vocab_size() > c.vocab_size) {
     throw serve::UsageError("the tokenizer in " + o.tokenizer_dir + " has " + std::to_string(s.tok->vocab_size()) +

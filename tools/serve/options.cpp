@@ -1,5 +1,6 @@
 #include "options.h"
 #include "tools/common/dtype_option.h"
+#include "inference/gguf_tokenizer.h"
 #include "inference/serving/tool_parsers.h"
 
 #include <filesystem>
@@ -21,6 +22,9 @@ void define(CLI::App& app, ServeOptions& o) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--checkpoint", o.checkpoint, "our checkpoint (llama_train --checkpoint-dir), with --tokenizer")
       ->check(CLI::ExistingDirectory);
+  app.add_option("--gguf", o.gguf, "a GGUF file of the llama architecture (llama.cpp's; its tensors dequantized to "
+                 "--dtype; its vocabulary unless --tokenizer)")
+      ->check(CLI::ExistingFile);
   app.add_option("--tokenizer", o.tokenizer_dir, "the tokenizer's directory (default: --hf-dir's)")
       ->check(CLI::ExistingDirectory);
   tools_cli::add_dtype(app, o.dtype, /*random_init=*/false);
@@ -76,7 +80,9 @@ ServeOptions parse_options(const std::vector<std::string>& args, bool& help) {
   define(app, o);
   help = tools_cli::parse(app, args);
   if (help) return o;
-  if (o.hf_dir.empty() == o.checkpoint.empty()) throw UsageError("give exactly one of --hf-dir and --checkpoint");
+  if (!o.hf_dir.empty() + !o.checkpoint.empty() + !o.gguf.empty() != 1) {
+    throw UsageError("give exactly one of --hf-dir, --checkpoint and --gguf");
+  }
   if (o.enable_auto_tool_choice && o.tool_call_parser.empty()) {
     throw UsageError("--enable-auto-tool-choice needs --tool-call-parser (hermes, llama3_json, mistral)");
   }
@@ -88,12 +94,22 @@ ServeOptions parse_options(const std::vector<std::string>& args, bool& help) {
     }
   }
   if (o.tokenizer_dir.empty()) {
-    if (o.hf_dir.empty()) throw UsageError("--checkpoint needs --tokenizer DIR (the server speaks text)");
+    if (!o.gguf.empty()) {  // the file's own vocabulary (serve's main reads it)
+      bool has = false;
+      try {
+        has = inference::gguf_has_tokenizer(o.gguf);
+      } catch (const std::exception& e) {
+        throw UsageError(e.what());
+      }
+      if (!has) throw UsageError("--gguf " + o.gguf + " carries no vocabulary (llama.cpp's no_vocab): give --tokenizer DIR");
+    } else if (o.hf_dir.empty()) {
+      throw UsageError("--checkpoint needs --tokenizer DIR (the server speaks text)");
+    }
     o.tokenizer_dir = o.hf_dir;
   }
   if (o.model_name.empty()) {
-    const std::filesystem::path p = std::filesystem::path(o.hf_dir.empty() ? o.checkpoint : o.hf_dir);
-    o.model_name = (p.has_filename() ? p : p.parent_path()).filename().string();
+    const std::filesystem::path p = std::filesystem::path(!o.gguf.empty() ? o.gguf : o.hf_dir.empty() ? o.checkpoint : o.hf_dir);
+    o.model_name = !o.gguf.empty() ? p.stem().string() : (p.has_filename() ? p : p.parent_path()).filename().string();
   }
   return o;
 }

@@ -14,9 +14,9 @@ namespace serve {
 using UsageError = tools_cli::UsageError;  // bad flags: one `error:` line, exit 2
 
 struct ServeOptions {
-  // Weights: exactly one of --hf-dir (save_pretrained's layout, with its tokenizer) and --checkpoint (ours,
-  // llama_train --checkpoint-dir; then --tokenizer names the tokenizer).
-  std::string hf_dir, checkpoint, tokenizer_dir;
+  // Weights: exactly one of --hf-dir (save_pretrained's layout, with its tokenizer), --checkpoint (ours,
+  // llama_train --checkpoint-dir) and --gguf (llama.cpp's file); the latter two with --tokenizer.
+  std::string hf_dir, checkpoint, gguf, tokenizer_dir;
   std::string device = "cpu";  // cpu, or cuda (cuda:LOCAL_RANK)
   int64_t ep = 1;              // > 1: expert parallelism over the world (== world size) instead of TP
   std::string dtype = "auto";  // the model's (models/common/dtype.h): parameters, activations, KV cache

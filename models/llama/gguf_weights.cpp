@@ -1,0 +1,233 @@
+#include "llama/gguf_weights.h"
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "dtensor/checkpoint/gguf.h"
+#include "dtensor/core/error.h"
+#include "dtensor/nn/materialize.h"
+#include "dtensor/peft/lora.h"
+#include "llama/hf_config.h"
+
+namespace llama {
+namespace {
+
+using dtensor::checkpoint::GgufFile;
+using dtensor::checkpoint::GgufTensor;
+using dtensor::checkpoint::GgufValue;
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw DTENSOR_ERROR("dtensor: GGUF file '", path, "': ", what);
+}
+
+// The architecture's metadata keys (after "llama."), each with the config.json field it sets ("" : checked, not
+// copied). Any other "llama.*" key is refused: it may change the numerics.
+const std::map<std::string, std::string>& llama_keys() {
+  static const std::map<std::string, std::string> keys = {
+      {"context_length", "max_position_embeddings"},
+      {"embedding_length", "hidden_size"},
+      {"block_count", "num_hidden_layers"},
+      {"feed_forward_length", "intermediate_size"},
+      {"attention.head_count", "num_attention_heads"},
+      {"attention.head_count_kv", "num_key_value_heads"},
+      {"attention.layer_norm_rms_epsilon", "rms_norm_eps"},
+      {"rope.freq_base", "rope_theta"},
+      {"vocab_size", "vocab_size"},
+      {"attention.key_length", "head_dim"},
+      {"attention.value_length", ""},
+      {"rope.dimension_count", ""},
+      {"rope.scaling.type", ""},
+      {"rope.scaling.factor", ""},
+      {"expert_count", ""},
+      {"expert_used_count", ""},
+  };
+  return keys;
+}
+
+nlohmann::json json_of(const GgufValue& v) {
+  using T = GgufValue::Type;
+  switch (v.type) {
+    case T::f32: case T::f64: return v.number;
+    case T::boolean: return v.boolean;
+    case T::string: return v.string;
+    case T::array: return nullptr;
+    default: return v.integer;
+  }
+}
+
+nlohmann::json config_json(const GgufFile& f) {
+  const std::string& arch = f.string("general.architecture");
+  if (arch != "llama") {
+    fail(f.path(), "general.architecture '" + arch + "' is not read (the llama architecture is: Llama, Mistral)");
+  }
+  if (const GgufValue* split = f.find_metadata("split.count"); split != nullptr && split->integer > 1) {
+    fail(f.path(), "one part of a split GGUF (" + std::to_string(split->integer) + " parts); merge them first "
+                   "(llama-gguf-split --merge)");
+  }
+  nlohmann::json j = {{"model_type", "llama"}, {"hidden_act", "silu"}, {"rope_theta", 10000.0}};
+  for (const auto& [key, value] : f.metadata()) {
+    if (key.rfind("llama.", 0) != 0) continue;
+    const std::string field = key.substr(6);
+    auto it = llama_keys().find(field);
+    if (it == llama_keys().end()) {
+      fail(f.path(), "metadata '" + key + "' is not one dtensor knows for the llama architecture; it may change the "
+                     "numerics, so the file is refused rather than run differently");
+    }
+    if (!it->second.empty()) j[it->second] = json_of(value);
+  }
+  const int64_t hidden = f.integer("llama.embedding_length"), heads = f.integer("llama.attention.head_count");
+  const int64_t head_dim = j.contains("head_dim") ? j["head_dim"].get<int64_t>() : (heads > 0 ? hidden / heads : 0);
+  auto same = [&](const char* key, int64_t want, const char* what) {
+    if (const GgufValue* v = f.find_metadata(key); v != nullptr && v->integer != want) {
+      fail(f.path(), std::string(key) + " = " + std::to_string(v->integer) + " where " + what + " is " +
+                         std::to_string(want) + " (" + what + " only is read)");
+    }
+  };
+  same("llama.attention.value_length", head_dim, "the head dim");
+  same("llama.rope.dimension_count", head_dim, "the head dim (full rotary)");
+  same("llama.expert_count", 0, "no experts");
+  if (const GgufValue* type = f.find_metadata("llama.rope.scaling.type"); type != nullptr && type->string != "none") {
+    if (type->string != "linear") {
+      fail(f.path(), "llama.rope.scaling.type '" + type->string + "' is not read (none, linear are)");
+    }
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", f.number("llama.rope.scaling.factor")}};
+  }
+  if (!j.contains("vocab_size")) {  // transformers: the tokenizer's size, else the embedding's rows
+    if (f.find_metadata("tokenizer.ggml.tokens") != nullptr) {
+      j["vocab_size"] = f.array("tokenizer.ggml.tokens").size();
+    } else if (const GgufTensor* e = f.find("token_embd.weight"); e != nullptr) {
+      j["vocab_size"] = e->shape[0];
+    }
+  }
+  j["tie_word_embeddings"] = f.find("output.weight") == nullptr;
+  j["attention_bias"] = f.find("blk.0.attn_q.bias") != nullptr;
+  for (const char* id : {"bos_token_id", "eos_token_id"}) {
+    if (const GgufValue* v = f.find_metadata(std::string("tokenizer.ggml.") + id); v != nullptr) j[id] = v->integer;
+  }
+  return j;
+}
+
+// The HF parameter a GGUF tensor holds, or "" when it is none of the table's.
+std::string hf_name(const std::string& gguf) {
+  static const std::map<std::string, std::string> top = {{"token_embd.weight", "model.embed_tokens.weight"},
+                                                         {"output_norm.weight", "model.norm.weight"},
+                                                         {"output.weight", "lm_head.weight"}};
+  static const std::map<std::string, std::string> layer = {
+      {"attn_norm.weight", "input_layernorm.weight"}, {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"attn_q.weight", "self_attn.q_proj.weight"},   {"attn_k.weight", "self_attn.k_proj.weight"},
+      {"attn_v.weight", "self_attn.v_proj.weight"},   {"attn_output.weight", "self_attn.o_proj.weight"},
+      {"attn_q.bias", "self_attn.q_proj.bias"},       {"attn_k.bias", "self_attn.k_proj.bias"},
+      {"attn_v.bias", "self_attn.v_proj.bias"},       {"attn_output.bias", "self_attn.o_proj.bias"},
+      {"ffn_gate.weight", "mlp.gate_proj.weight"},    {"ffn_up.weight", "mlp.up_proj.weight"},
+      {"ffn_down.weight", "mlp.down_proj.weight"}};
+  if (auto it = top.find(gguf); it != top.end()) return it->second;
+  if (gguf.rfind("blk.", 0) != 0) return "";
+  const size_t dot = gguf.find('.', 4);
+  if (dot == std::string::npos) return "";
+  const std::string index = gguf.substr(4, dot - 4);
+  if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) return "";
+  auto it = layer.find(gguf.substr(dot + 1));
+  return it == layer.end() ? "" : "model.layers." + index + "." + it->second;
+}
+
+// convert_hf_to_gguf's LlamaModel.permute, undone (transformers' reverse_permute): each head's rows go from
+// llama.cpp's rotary order [pairs of (2i, 2i+1)] back to HF's rotate-half order [first halves, second halves].
+at::Tensor unpermute(const at::Tensor& w, int64_t heads) {
+  std::vector<int64_t> shape = w.sizes().vec();
+  std::vector<int64_t> split = {heads, w.size(0) / heads / 2, 2};
+  split.insert(split.end(), shape.begin() + 1, shape.end());
+  return w.reshape(split).transpose(1, 2).reshape(shape).contiguous();
+}
+
+}  // namespace
+
+bool is_gguf_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return false;
+  char magic[4] = {};
+  const bool ok = std::fread(magic, 1, 4, f) == 4 && std::string(magic, 4) == "GGUF";
+  std::fclose(f);
+  return ok;
+}
+
+std::string gguf_dtype(const std::string& path) {
+  const GgufFile f = GgufFile::open(path);
+  const GgufTensor* e = f.find("token_embd.weight");
+  if (e == nullptr) fail(path, "no token_embd.weight");
+  using dtensor::checkpoint::GgmlType;
+  switch (static_cast<GgmlType>(e->type)) {
+    case GgmlType::F32: return "float32";
+    case GgmlType::F16: return "float16";
+    default: return "bfloat16";
+  }
+}
+
+std::string hf_config_json_from_gguf(const std::string& path) { return config_json(GgufFile::open(path)).dump(2); }
+
+LlamaConfig config_from_gguf(const std::string& path) {
+  const GgufFile f = GgufFile::open(path);
+  LlamaConfig c = config_from_hf_json_text(config_json(f).dump(), path);
+  if (const GgufTensor* t = f.find("rope_freqs.weight"); t != nullptr) {
+    const at::Tensor factors = f.dequantize(*t, at::kDouble).reshape(-1);
+    c.rotary.rope_scaling.freq_factors.assign(factors.data_ptr<double>(), factors.data_ptr<double>() + factors.numel());
+    c.validate();
+  }
+  return c;
+}
+
+void load_gguf_llama(const std::string& path, LlamaForCausalLM& model) {
+  const GgufFile f = GgufFile::open(path);
+  const LlamaConfig file = config_from_gguf(path);
+  const LlamaConfig& want = model->config;
+  if (!(file.vocab_size == want.vocab_size && file.hidden_size == want.hidden_size &&
+        file.num_hidden_layers == want.num_hidden_layers && file.num_attention_heads == want.num_attention_heads &&
+        file.num_key_value_heads == want.num_key_value_heads && file.intermediate_size == want.intermediate_size &&
+        file.head_dim() == want.head_dim() && file.tie_word_embeddings == want.tie_word_embeddings &&
+        file.rotary == want.rotary && file.norm.rms_norm_eps == want.norm.rms_norm_eps)) {
+    fail(path, "its config (" + file.to_string() + ") is not the model's (" + want.to_string() + ")");
+  }
+  // Every tensor of the file is a parameter's (or rope_freqs, read into the config), with the parameter's shape;
+  // every parameter of the model (adapters aside) comes from one tensor. All checked before anything is copied.
+  auto params = model->named_parameters();
+  std::vector<std::pair<const GgufTensor*, std::string>> plan;
+  std::set<std::string> covered;
+  for (const GgufTensor& t : f.tensors()) {
+    if (t.name == "rope_freqs.weight") continue;
+    const std::string name = hf_name(t.name);
+    if (name.empty()) fail(path, "tensor '" + t.name + "' is not one of the llama architecture's");
+    if (!dtensor::checkpoint::ggml_type_supported(t.type)) {
+      fail(path, "tensor '" + t.name + "' is of type " + dtensor::checkpoint::ggml_type_name(t.type) +
+                     ", which is not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K are)");
+    }
+    const at::Tensor* p = params.find(name);
+    if (p == nullptr) continue;  // a layer this pipeline stage does not hold; tied lm_head is checked below
+    if (p->sizes().vec() != t.shape) {
+      std::ostringstream s;
+      s << "tensor '" << t.name << "' has shape " << at::IntArrayRef(t.shape) << ", the model's " << name << " "
+        << p->sizes();
+      fail(path, s.str());
+    }
+    plan.emplace_back(&t, name);
+    covered.insert(name);
+  }
+  for (const auto& item : params) {
+    if (dtensor::peft::is_lora_parameter(item.key()) || covered.count(item.key())) continue;
+    if (item.key() == "lm_head.weight" && want.tie_word_embeddings) continue;
+    fail(path, "no tensor for the model's " + item.key());
+  }
+  at::NoGradGuard no_grad;
+  for (const auto& [t, name] : plan) {
+    at::Tensor full = f.dequantize(*t, at::kFloat);
+    if (t->name.find(".attn_q.") != std::string::npos) full = unpermute(full, want.num_attention_heads);
+    if (t->name.find(".attn_k.") != std::string::npos) full = unpermute(full, want.num_key_value_heads);
+    dtensor::nn::copy_from_full_(params[name], full.to(params[name].scalar_type()));
+  }
+}
+
+}  // namespace llama

@@ -4,13 +4,17 @@
 #include <nlohmann/json.hpp>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <set>
 #include <sstream>
 
 #include "dtensor/checkpoint/gguf.h"
+#include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/error.h"
+#include "dtensor/tensor/dtensor.h"
+#include "dtensor/tensor/shard_layout.h"
 #include "dtensor/nn/materialize.h"
 #include "dtensor/peft/lora.h"
 #include "llama/hf_config.h"
@@ -145,6 +149,23 @@ at::Tensor unpermute(const at::Tensor& w, int64_t heads) {
   return w.reshape(split).transpose(1, 2).reshape(shape).contiguous();
 }
 
+// The dim-0 indices [begin, end) of `param`'s full value this rank's shard reads: its rows for a shard along dim 0
+// alone (Colwise's weight, a vocab-sharded embedding), widened to whole groups of `group` rows (a q / k head, which
+// the un-permutation reorders within); everything for a plain or 1-D tensor, a replica or any other layout.
+std::pair<int64_t, int64_t> rows_read(const at::Tensor& param, int64_t group) {
+  const int64_t n = param.size(0);
+  if (!dtensor::is_dtensor(param) || param.dim() == 1) return {0, n};
+  const dtensor::LocalShard s = dtensor::local_shard(dtensor::dtensor_spec(param));
+  if (!s.box) return {0, n};
+  for (size_t d = 1; d < s.shape.size(); ++d) {
+    if (s.offset[d] != 0 || s.shape[d] != param.size(static_cast<int64_t>(d))) return {0, n};
+  }
+  if (s.shape[0] == 0) return {0, 0};
+  const int64_t begin = s.offset[0] / group * group;
+  const int64_t end = std::min(n, (s.offset[0] + s.shape[0] + group - 1) / group * group);
+  return {begin, end};
+}
+
 }  // namespace
 
 bool is_gguf_file(const std::string& path) {
@@ -221,12 +242,21 @@ void load_gguf_llama(const std::string& path, LlamaForCausalLM& model) {
     if (item.key() == "lm_head.weight" && want.tie_word_embeddings) continue;
     fail(path, "no tensor for the model's " + item.key());
   }
+  // Each weight: this rank's rows dequantized into the parameter's dtype, in place in an otherwise untouched full
+  // tensor (its other pages never written), which copy_from_full_ cuts to the shard.
   at::NoGradGuard no_grad;
   for (const auto& [t, name] : plan) {
-    at::Tensor full = f.dequantize(*t, at::kFloat);
-    if (t->name.find(".attn_q.") != std::string::npos) full = unpermute(full, want.num_attention_heads);
-    if (t->name.find(".attn_k.") != std::string::npos) full = unpermute(full, want.num_key_value_heads);
-    dtensor::nn::copy_from_full_(params[name], full.to(params[name].scalar_type()));
+    const at::Tensor& param = params[name];
+    const bool q = t->name.find(".attn_q.") != std::string::npos, k = t->name.find(".attn_k.") != std::string::npos;
+    const auto [begin, end] = rows_read(param, q || k ? want.head_dim() : 1);
+    at::Tensor full = at::empty(param.sizes(), at::TensorOptions().dtype(param.scalar_type()));
+    if (end > begin) {
+      at::Tensor rows = f.dequantize(*t, param.scalar_type(), begin, end);
+      // convert_hf_to_gguf's permutation is within each head: the rows of whole heads un-permute alone.
+      if (q || k) rows = unpermute(rows, (end - begin) / want.head_dim());
+      full.narrow(0, begin, end - begin).copy_(rows);
+    }
+    dtensor::nn::copy_from_full_(param, full);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -265,27 +266,47 @@ at::Tensor GgufFile::raw(const GgufTensor& t) const {
 }
 
 at::Tensor GgufFile::dequantize(const GgufTensor& t, at::ScalarType dtype) const {
+  return dequantize(t, dtype, 0, t.shape[0]);
+}
+
+at::Tensor GgufFile::dequantize(const GgufTensor& t, at::ScalarType dtype, int64_t begin, int64_t end) const {
+  if (begin < 0 || end > t.shape[0] || begin > end || (t.shape.size() == 1 && (begin != 0 || end != t.shape[0]))) {
+    fail(path(), "tensor '" + t.name + "': rows [" + std::to_string(begin) + ", " + std::to_string(end) +
+                     ") of " + std::to_string(t.shape[0]) + " (a 1-D tensor is read whole)");
+  }
   if (!ggml_type_supported(t.type)) {
     fail(path(), "tensor '" + t.name + "' is of type " + ggml_type_name(t.type) +
                      ", which is not read (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q5_K, Q6_K are)");
   }
   const at::Tensor bytes = raw(t);
   const auto type = static_cast<GgmlType>(t.type);
+  std::vector<int64_t> shape = t.shape;
+  shape[0] = end - begin;
   // The unquantized types as they lie, then cast (a copy either way: the caller owns the result).
   if (type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16) {
     const at::ScalarType stored = type == GgmlType::F32 ? at::kFloat : type == GgmlType::F16 ? at::kHalf : at::kBFloat16;
-    return bytes.view(stored).view(t.shape).to(dtype, /*non_blocking=*/false, /*copy=*/true);
+    return bytes.view(stored).view(t.shape).narrow(0, begin, end - begin).to(dtype, /*non_blocking=*/false, /*copy=*/true);
   }
-  // Blocks: each row of ne[0] values is whole blocks; rows dequantize in parallel, in fp32, then one cast.
-  const int64_t row = t.shape.back(), rows = t.numel() / row;
+  // Blocks: each row of ne[0] values is whole blocks; rows dequantize in parallel in fp32, each chunk of rows cast
+  // to `dtype` as it is done (no fp32 copy of the whole tensor).
+  // Rows of ne[0] values per dim-0 index (a 1-D tensor is one row, read whole).
+  const int64_t row = t.shape.back(), per_index = t.shape.size() == 1 ? 0 : t.numel() / t.shape[0] / row;
+  const int64_t first = begin * per_index, rows = t.shape.size() == 1 ? 1 : (end - begin) * per_index;
   const int64_t row_bytes = row / ggml_block_size(t.type) * ggml_block_bytes(t.type);
-  at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(at::kFloat));
-  const uint8_t* src = bytes.data_ptr<uint8_t>();
-  float* dst = out.data_ptr<float>();
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) dequantize_row(t.type, src + i * row_bytes, dst + i * row, row);
+  at::Tensor out = at::empty(shape, at::TensorOptions().dtype(dtype));
+  const uint8_t* src = bytes.data_ptr<uint8_t>() + first * row_bytes;
+  at::Tensor flat = out.view({rows, row});
+  at::parallel_for(0, rows, 16, [&](int64_t b, int64_t e) {
+    constexpr int64_t kChunk = 16;
+    std::vector<float> buf(static_cast<size_t>(kChunk * row));
+    for (int64_t i = b; i < e; i += kChunk) {
+      const int64_t n = std::min(kChunk, e - i);
+      for (int64_t r = 0; r < n; ++r) dequantize_row(t.type, src + (i + r) * row_bytes, buf.data() + r * row, row);
+      const at::Tensor chunk = at::from_blob(buf.data(), {n, row}, at::TensorOptions().dtype(at::kFloat));
+      flat.narrow(0, i, n).copy_(chunk);
+    }
   });
-  return dtype == at::kFloat ? out : out.to(dtype);
+  return out;
 }
 
 }  // namespace dtensor::checkpoint

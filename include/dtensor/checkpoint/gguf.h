@@ -82,9 +82,11 @@ class GgufFile {
   const std::vector<GgufTensor>& tensors() const;  // in the file's order
   const GgufTensor* find(const std::string& name) const;  // nullptr if absent
 
-  // The tensor's values in `dtype`, in its torch shape (a fresh CPU tensor). Throws for a type it does not read,
-  // naming the tensor, its type and the types there are.
+  // The tensor's values in `dtype`, in its torch shape (a fresh CPU tensor); with a range, only indices
+  // [begin, end) of dim 0 (a TP rank's rows: the others are never read). Throws for a type it does not read, naming
+  // the tensor, its type and the types there are.
   at::Tensor dequantize(const GgufTensor& tensor, at::ScalarType dtype) const;
+  at::Tensor dequantize(const GgufTensor& tensor, at::ScalarType dtype, int64_t begin, int64_t end) const;
   // The stored bytes (no copy, over the private mapping), a uint8 tensor of tensor.nbytes.
   at::Tensor raw(const GgufTensor& tensor) const;
 

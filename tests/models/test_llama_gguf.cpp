@@ -8,10 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <functional>
 
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/core/error.h"
+#include "harness/multi_rank.h"
 #include "harness/subprocess.h"
 #include "harness/temp_dir.h"
 #include "inference/gguf_tokenizer.h"
@@ -57,14 +57,7 @@ Made make(const std::string& mix, std::vector<std::string> extra = {}) {
 
 const std::vector<std::pair<int, std::string>> kLayouts = {{1, "hf"}, {2, "hf"}, {2, "inference"}};
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+using dtensor::testing::error_of;
 
 }  // namespace
 

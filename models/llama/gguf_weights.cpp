@@ -83,6 +83,9 @@ nlohmann::json config_json(const GgufFile& f) {
       fail(f.path(), "metadata '" + key + "' is not one dtensor knows for the llama architecture; it may change the "
                      "numerics, so the file is refused rather than run differently");
     }
+    if (value.type == GgufValue::Type::array) {
+      fail(f.path(), "metadata '" + key + "' holds one value per layer; per-layer values are not read");
+    }
     if (!it->second.empty()) j[it->second] = json_of(value);
   }
   const int64_t hidden = f.integer("llama.embedding_length"), heads = f.integer("llama.attention.head_count");

@@ -51,6 +51,13 @@ Choice measure() {
     c.report = "bf16_gemm=auto: native (fast kernels off)";
     return c;
   }
+  // A CPU with bf16 instructions (AVX-512 BF16, AMX) runs oneDNN's native bf16 GEMMs: native, not timed. Every such
+  // CPU measured so far was faster native (2x AVX-512 BF16, 8x AMX), and on an AMD Zen 5 the timing below flipped
+  // between the two from one process to the next, which made llama_plan's dry run answer differently run to run.
+  if (__builtin_cpu_supports("avx512bf16")) {
+    c.report = "bf16_gemm=auto: native (the CPU has AVX-512 BF16)";
+    return c;
+  }
   constexpr int64_t M = 64, K = 256, N = 256;
   at::NoGradGuard no_grad;
   // A linear's three GEMMs: y = x w^T, dx = dy w, dw = dy^T x (PyTorch's reference GEMM is 7-10x slower on the

@@ -194,9 +194,10 @@ std::string gguf_dtype(const std::string& path) {
 
 std::string hf_config_json_from_gguf(const std::string& path) { return config_json(GgufFile::open(path)).dump(2); }
 
-LlamaConfig config_from_gguf(const std::string& path) {
-  const GgufFile f = GgufFile::open(path);
-  LlamaConfig c = config_from_hf_json_text(config_json(f).dump(), path);
+namespace {
+// config_from_gguf of an open file.
+LlamaConfig config_of(const GgufFile& f) {
+  LlamaConfig c = config_from_hf_json_text(config_json(f).dump(), f.path());
   if (const GgufTensor* t = f.find("rope_freqs.weight"); t != nullptr) {
     const at::Tensor factors = f.dequantize(*t, at::kDouble).reshape(-1);
     c.rotary.rope_scaling.freq_factors.assign(factors.data_ptr<double>(), factors.data_ptr<double>() + factors.numel());
@@ -204,10 +205,13 @@ LlamaConfig config_from_gguf(const std::string& path) {
   }
   return c;
 }
+}  // namespace
+
+LlamaConfig config_from_gguf(const std::string& path) { return config_of(GgufFile::open(path)); }
 
 void load_gguf_llama(const std::string& path, LlamaForCausalLM& model) {
   const GgufFile f = GgufFile::open(path);
-  const LlamaConfig file = config_from_gguf(path);
+  const LlamaConfig file = config_of(f);  // the header read once
   const LlamaConfig& want = model->config;
   if (!(file.vocab_size == want.vocab_size && file.hidden_size == want.hidden_size &&
         file.num_hidden_layers == want.num_hidden_layers && file.num_attention_heads == want.num_attention_heads &&

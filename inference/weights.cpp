@@ -138,6 +138,7 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
   build.parallelize.plan = options.ep > 1 ? llama::TPPlan::ep : llama::TPPlan::inference;
   build.dtype = model_dtype(options);
   build.quantize = llama::quantization_from_string(options.quantize);
+  build.quantize_group_size = llama::quantization_group_size(options.quantize);
   // On a GPU the caching allocator's out-of-memory error names the sizes; the host check is for host memory.
   if (tp_mesh.device().is_cpu()) {
     build.before_allocation = [&](llama::LlamaForCausalLM& meta) {
@@ -153,7 +154,7 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
     }
   }
   const llama::WeightSource source = options.random_init  ? llama::WeightSource::random(options.seed)
-                                     : !options.gguf.empty() ? llama::WeightSource::gguf(options.gguf)
+                                     : !options.gguf.empty() ? llama::WeightSource::gguf(options.gguf, options.gguf_dequantize)
                                      : !options.hf_dir.empty() ? llama::WeightSource::hf(options.hf_dir, /*map_in_place=*/true)
                                                              : llama::WeightSource::dcp(checkpoint_to_load(options.checkpoint),
                                                                                         /*map_in_place=*/true);

@@ -16,7 +16,10 @@ namespace inference {
 struct ModelSource {
   std::string checkpoint;      // our checkpoint directory (llama_train --checkpoint-dir)
   std::string hf_dir;          // HF weights: config.json + *.safetensors
-  std::string gguf;            // a GGUF file (llama.cpp's): the config from its metadata, its tensors dequantized
+  std::string gguf;            // a GGUF file (llama.cpp's): the config from its metadata, its tensors in --dtype
+  // --gguf-dequantize: every GGUF tensor dequantized into --dtype (transformers' loading); else a Q4_0 Linear weight
+  // stays in its stored form (llama::WeightSource::dequantize).
+  bool gguf_dequantize = false;
   bool random_init = false;    // LlamaForCausalLM::init_weights(seed), sizes from `model`
   llama::LlamaConfig model;    // random_init's sizes (a checkpoint carries its own)
   uint64_t seed = 0;           // random_init's weights
@@ -27,7 +30,8 @@ struct ModelSource {
   // PeftModel.from_pretrained(model, dir): its adapters sharded like their layers (dtensor/peft/lora.h). "": none.
   std::string lora_adapter;
   // --quantize: how the Linear weights are stored once loaded (llama::quantization_from_string: "none", "int8":
-  // torchao's Int8WeightOnlyConfig, per row, sharded with the plan).
+  // torchao's Int8WeightOnlyConfig, per row; "int4", "int4-G": Int4WeightOnlyConfig(group_size G, 128); sharded with
+  // the plan).
   std::string quantize = "none";
 };
 

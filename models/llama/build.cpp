@@ -11,6 +11,7 @@
 #include "dtensor/nn/materialize.h"
 #include "dtensor/dp/gradient_sync.h"
 #include "dtensor/peft/adapter.h"
+#include "dtensor/quant/int4_weight_only.h"
 #include "dtensor/quant/int8_weight_only.h"
 #include "llama/gguf_weights.h"
 #include "llama/hf_config.h"
@@ -30,10 +31,20 @@ void add_lora_adapters(LlamaForCausalLM& model, const LoraOptions& lora, bool gr
   if (gradient_sync) dtensor::enable_gradient_sync(*model);
 }
 
+int64_t quantization_group_size(const std::string& name) {
+  if (name == "int4") return 128;
+  for (const int64_t g : {32, 64, 128, 256}) {
+    if (name == "int4-" + std::to_string(g)) return g;
+  }
+  return 0;
+}
+
 Quantization quantization_from_string(const std::string& name) {
   if (name == "none") return Quantization::none;
   if (name == "int8") return Quantization::int8_weight_only;
-  throw DTENSOR_ERROR("dtensor: quantization '", name, "' is not supported: none or int8 (int8 weight-only per row)");
+  if (quantization_group_size(name) > 0) return Quantization::int4_weight_only;
+  throw DTENSOR_ERROR("dtensor: quantization '", name, "' is not supported: none, int8 (int8 weight-only per row), "
+                      "int4 (int4 weight-only, groups of 128), int4-32, int4-64, int4-128, int4-256");
 }
 
 LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDims& dims, const WeightSource& source,
@@ -55,7 +66,7 @@ LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDi
       load_hf_llama(source.path, model, source.map_in_place);  // each rank its slices of the files
       break;
     case WeightSource::Kind::gguf:
-      load_gguf_llama(source.path, model);  // each rank dequantizes a tensor at a time and keeps its part
+      load_gguf_llama(source.path, model, /*keep_q4_0=*/!source.dequantize);  // each rank its part of each tensor
       break;
     case WeightSource::Kind::checkpoint: {
       dtensor::checkpoint::StateDict state = dtensor::checkpoint::module_state_dict(*model);
@@ -69,6 +80,9 @@ LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDi
                 "the adapter");
   if (options.quantize == Quantization::int8_weight_only) {
     dtensor::quant::quantize_(*model, dtensor::quant::Int8WeightOnlyConfig{});
+  } else if (options.quantize == Quantization::int4_weight_only) {
+    // A GGUF file's Q4_0 layers are int4 already (quantize_ passes over converted layers).
+    dtensor::quant::quantize_(*model, dtensor::quant::Int4WeightOnlyConfig{options.quantize_group_size});
   }
   if (options.lora) add_lora_adapters(model, *options.lora, options.parallelize.gradient_sync);
   apply_data_parallel(model, dims, options.parallelize);  // DDP's buckets and FSDP's groups take the filled parameters

@@ -43,7 +43,7 @@ struct WeightSource {
     hf_dir,       // transformers' save_pretrained files: config.json + *.safetensors (load_hf_llama)
     checkpoint,   // a committed dtensor::checkpoint directory (model entries; a training checkpoint's optimizer
                   // state "state.*" and data position "train.*" are left alone)
-    gguf,         // a GGUF file of the llama architecture (llama.cpp's): each tensor dequantized (load_gguf_llama)
+    gguf,         // a GGUF file of the llama architecture (llama.cpp's): load_gguf_llama
   };
   Kind kind = Kind::random_init;
   std::string path;   // hf_dir, checkpoint
@@ -51,6 +51,9 @@ struct WeightSource {
   // hf_dir, checkpoint: a slice that is one contiguous range of a file in the model's dtype takes the file's private
   // mapping as its storage instead of a copy (dtensor::checkpoint::LoadOptions::map_in_place): inference.
   bool map_in_place = false;
+  // gguf: every tensor dequantized into the model's dtype (transformers' from_pretrained(gguf_file=...)); false: a
+  // Linear weight stored in Q4_0 is kept in that form (an int4 weight of dtensor/quant/int4_weight_only.h, exact).
+  bool dequantize = false;
 
   static WeightSource random(uint64_t seed) { return {Kind::random_init, "", seed, false}; }
   static WeightSource hf(std::string dir, bool map_in_place = false) {
@@ -59,7 +62,9 @@ struct WeightSource {
   static WeightSource dcp(std::string dir, bool map_in_place = false) {
     return {Kind::checkpoint, std::move(dir), 0, map_in_place};
   }
-  static WeightSource gguf(std::string file) { return {Kind::gguf, std::move(file), 0, false}; }
+  static WeightSource gguf(std::string file, bool dequantize = false) {
+    return {Kind::gguf, std::move(file), 0, false, dequantize};
+  }
 };
 
 // LoRA (dtensor/peft/lora.h) once the base weights are in, before data parallel: adapters on config's targets, sharded
@@ -75,15 +80,20 @@ struct LoraOptions {
 enum class Quantization {
   none,
   int8_weight_only,  // Int8WeightOnlyConfig: int8 per row, the activations in the model's dtype (W8A16)
+  int4_weight_only,  // Int4WeightOnlyConfig: int4 in groups along in_features (W4A16)
 };
-// "none" | "int8" (the flag's values); anything else throws dtensor::Error naming the values there are.
+// "none" | "int8" | "int4" (group size 128, torchao's default) | "int4-32" | "int4-64" | "int4-128" | "int4-256" (the
+// flag's values); anything else throws dtensor::Error naming the values there are.
 Quantization quantization_from_string(const std::string& name);
+// The group size a name gives int4 (128 for "int4"); 0 for the other schemes.
+int64_t quantization_group_size(const std::string& name);
 
 struct BuildOptions {
   ParallelizeConfig parallelize;      // the plan and what runs over each dim (parallelize.h)
   at::ScalarType dtype = at::kFloat;  // the parameters'
   // Applied after the weights are in, to every Linear (lm_head included, torchao's default); with LoRA: refused.
   Quantization quantize = Quantization::none;
+  int64_t quantize_group_size = 128;  // int4_weight_only's
   std::optional<LoraOptions> lora;
   // A pipeline stage (parallelize_pipeline.h): the meta model keeps this stage's layers (and the embeddings or the
   // head where it has them) before the plan; nothing else is ever allocated or read. nullopt: the whole model.

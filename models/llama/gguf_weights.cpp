@@ -16,7 +16,9 @@
 #include "dtensor/tensor/dtensor.h"
 #include "dtensor/tensor/shard_layout.h"
 #include "dtensor/nn/materialize.h"
+#include "dtensor/nn/layers.h"
 #include "dtensor/peft/lora.h"
+#include "dtensor/quant/int4_weight_only.h"
 #include "llama/hf_config.h"
 
 namespace llama {
@@ -169,6 +171,30 @@ std::pair<int64_t, int64_t> rows_read(const at::Tensor& param, int64_t group) {
   return {begin, end};
 }
 
+// A Q4_0 weight's rows [begin, begin + values.size(0)) as this rank's part of `param` in the int4 layout
+// (dtensor/quant/int4_weight_only.h: Q4_0's own, zero 0): its rows, and under a Shard(1) its columns on whole blocks of
+// 32 (a degree that would cut a block is refused, naming those that do not).
+dtensor::quant::Int4Weight q4_0_shard(const std::string& path, const std::string& tensor, const at::Tensor& param,
+                                      int64_t begin, const at::Tensor& values, const at::Tensor& scales) {
+  if (!dtensor::is_dtensor(param)) return {values, scales, at::Tensor(), 32};
+  const dtensor::LocalShard s = dtensor::local_shard(dtensor::dtensor_spec(param));
+  const int64_t K = param.size(1);
+  if (!s.box || s.offset[1] % 32 != 0 || s.shape[1] % 32 != 0) {
+    std::string degrees;
+    for (int64_t d = 1; d <= std::min<int64_t>(K / 32, 64); ++d) {
+      if ((K / 32) % d == 0) degrees += (degrees.empty() ? "" : ", ") + std::to_string(d);
+    }
+    fail(path, "tensor '" + tensor + "' (Q4_0, in_features " + std::to_string(K) + ") is split by this TP layout " +
+                   "inside its blocks of 32; degrees that keep whole blocks: " + degrees);
+  }
+  const at::Tensor v = values.narrow(0, s.offset[0] - begin, s.shape[0]).narrow(1, s.offset[1] / 2, s.shape[1] / 2);
+  const at::Tensor d = scales.narrow(0, s.offset[0] - begin, s.shape[0]).narrow(1, s.offset[1] / 32, s.shape[1] / 32);
+  const dtensor::DeviceMesh& mesh = dtensor::device_mesh(param);
+  const dtensor::Placements& p = dtensor::placements(param);
+  return {dtensor::DTensor::from_local(v.contiguous(), mesh, p, false, {param.size(0), K / 2}),
+          dtensor::DTensor::from_local(d.contiguous(), mesh, p, false, {param.size(0), K / 32}), at::Tensor(), 32};
+}
+
 }  // namespace
 
 bool is_gguf_file(const std::string& path) {
@@ -209,7 +235,7 @@ LlamaConfig config_of(const GgufFile& f) {
 
 LlamaConfig config_from_gguf(const std::string& path) { return config_of(GgufFile::open(path)); }
 
-void load_gguf_llama(const std::string& path, LlamaForCausalLM& model) {
+void load_gguf_llama(const std::string& path, LlamaForCausalLM& model, bool keep_q4_0) {
   const GgufFile f = GgufFile::open(path);
   const LlamaConfig file = config_of(f);  // the header read once
   const LlamaConfig& want = model->config;
@@ -250,12 +276,25 @@ void load_gguf_llama(const std::string& path, LlamaForCausalLM& model) {
     fail(path, "no tensor for the model's " + item.key());
   }
   // Each weight: this rank's rows dequantized into the parameter's dtype, in place in an otherwise untouched full
-  // tensor (its other pages never written), which copy_from_full_ cuts to the shard.
+  // tensor (its other pages never written), which copy_from_full_ cuts to the shard; a Q4_0 Linear weight kept in its
+  // stored form (the parameter's pages never written at all).
   at::NoGradGuard no_grad;
+  auto modules = model->named_modules();
   for (const auto& [t, name] : plan) {
     const at::Tensor& param = params[name];
     const bool q = t->name.find(".attn_q.") != std::string::npos, k = t->name.find(".attn_k.") != std::string::npos;
     const auto [begin, end] = rows_read(param, q || k ? want.head_dim() : 1);
+    const std::string fqn = name.substr(0, name.size() - std::string(".weight").size());
+    if (keep_q4_0 && t->type == static_cast<uint32_t>(dtensor::checkpoint::GgmlType::Q4_0) && modules.contains(fqn) &&
+        dynamic_cast<dtensor::nn::LinearImpl*>(modules[fqn].get()) != nullptr) {
+      auto [values, scales] = f.q4_0_parts(*t, begin, end);
+      if (q || k) {
+        values = unpermute(values, (end - begin) / want.head_dim());
+        scales = unpermute(scales, (end - begin) / want.head_dim());
+      }
+      dtensor::quant::set_int4_weight(*modules[fqn], fqn, q4_0_shard(path, t->name, param, begin, values, scales));
+      continue;
+    }
     at::Tensor full = at::empty(param.sizes(), at::TensorOptions().dtype(param.scalar_type()));
     if (end > begin) {
       at::Tensor rows = f.dequantize(*t, param.scalar_type(), begin, end);

@@ -33,10 +33,13 @@ LlamaConfig config_from_gguf(const std::string& path);
 // "bfloat16" for a quantized file.
 std::string gguf_dtype(const std::string& path);
 
-// Loads the file's tensors into `model` (plain or parallelized, or a pipeline stage's layers): each weight
-// dequantized whole in fp32 on every rank, then this rank's part of it copied out (one such weight at a time beside
-// the model). Checks first that the file's config equals the model's and that every tensor maps to a parameter of
-// the right shape. Collective over nothing: each rank reads the file itself.
-void load_gguf_llama(const std::string& path, LlamaForCausalLM& model);
+// Loads the file's tensors into `model` (plain or parallelized, or a pipeline stage's layers): each rank reads the
+// rows of its shard (whole heads for attn_q / attn_k), dequantized into the parameter's dtype, and keeps its part (one
+// such tensor at a time beside the model). With `keep_q4_0`, a Linear weight stored in Q4_0 is not dequantized: its
+// blocks become the layer's int4 weight (dtensor/quant/int4_weight_only.h, group 32, zero 0: the same numbers), the
+// parameter's pages never touched; a TP layout that cuts a block of 32 along in_features is refused naming the
+// degrees that do not. Checks first that the file's config equals the model's and that every tensor maps to a
+// parameter of the right shape. Collective over nothing: each rank reads the file itself.
+void load_gguf_llama(const std::string& path, LlamaForCausalLM& model, bool keep_q4_0 = false);
 
 }  // namespace llama

@@ -265,6 +265,20 @@ at::Tensor GgufFile::raw(const GgufTensor& t) const {
   return at::from_blob(p, {t.nbytes}, [keep](void*) {}, at::TensorOptions().dtype(at::kByte));
 }
 
+std::pair<at::Tensor, at::Tensor> GgufFile::q4_0_parts(const GgufTensor& t, int64_t begin, int64_t end) const {
+  if (t.type != static_cast<uint32_t>(GgmlType::Q4_0) || t.shape.size() != 2 || begin < 0 || begin > end ||
+      end > t.shape[0]) {
+    fail(path(), "tensor '" + t.name + "' (" + ggml_type_name(t.type) + ") has no Q4_0 rows [" + std::to_string(begin) +
+                     ", " + std::to_string(end) + ")");
+  }
+  // A block: fp16 d, then 16 bytes of values (ggml's block_q4_0).
+  const int64_t blocks = t.shape[1] / 32;
+  const at::Tensor b = raw(t).view({t.shape[0], blocks, 18}).narrow(0, begin, end - begin);
+  at::Tensor q = b.narrow(2, 2, 16).contiguous().view({end - begin, blocks * 16});
+  at::Tensor d = b.narrow(2, 0, 2).contiguous().view(at::kHalf).view({end - begin, blocks});
+  return {q, d};
+}
+
 at::Tensor GgufFile::dequantize(const GgufTensor& t, at::ScalarType dtype) const {
   return dequantize(t, dtype, 0, t.shape[0]);
 }

@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <memory>
-#include <mutex>
 
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/error.h"
@@ -15,6 +13,7 @@
 #include "dtensor/nn/layers.h"
 #include "dtensor/nn/parameter_replacement.h"
 #include "nn/forward_override.h"
+#include "quant/converted_linears.h"
 
 namespace dtensor::quant {
 namespace {
@@ -28,10 +27,6 @@ at::Tensor local_linear(const at::Tensor& x, const at::Tensor& q, const at::Tens
   // torchao's formula (Int8Tensor's linear, per row): the product rounded to x's dtype, then the scale in it.
   return (at::mm(x2, q.to(x.scalar_type()).t()) * s.to(x.scalar_type())).view(shape);
 }
-
-// Converted layers, weakly (a dead model's entries expire).
-std::mutex registry_mu;
-std::vector<std::weak_ptr<torch::nn::Module>> converted;
 
 // Whether mesh dim i shards the weight's columns (its k): the dims whose amax must be all-reduced.
 bool shards_k(const Placement& p) { return p.is_shard(1) && !p.is_strided_shard(); }
@@ -94,26 +89,11 @@ at::Tensor int8_weight_only_linear(const at::Tensor& x, const at::Tensor& q, con
 }
 
 bool is_int8_weight_only(const torch::nn::Module& module) {
-  std::lock_guard<std::mutex> lock(registry_mu);
-  return std::any_of(converted.begin(), converted.end(), [&](const auto& w) { return w.lock().get() == &module; });
+  return detail::is_converted(module, detail::Scheme::int8_weight_only);
 }
 
 std::vector<std::string> quantize_(torch::nn::Module& model, const Int8WeightOnlyConfig&, const ModuleFilter& filter) {
-  std::vector<std::pair<std::string, nn::LinearImpl*>> chosen;
-  for (const auto& item : model.named_modules("", /*include_self=*/true)) {
-    auto* linear = dynamic_cast<nn::LinearImpl*>(item.value().get());
-    if (linear == nullptr || is_int8_weight_only(*linear) || (filter && !filter(item.key(), *linear))) continue;
-    DTENSOR_CHECK(!nn::detail::has_forward_override(*linear), "dtensor: quantize_ (int8 weight-only): '", item.key(),
-                  "' already computes through another override (float8, async TP's fused matmuls): they do not compose");
-    for (const auto& p : linear->named_parameters(/*recurse=*/true)) {
-      DTENSOR_CHECK(p.key() == "weight" || p.key() == "bias", "dtensor: quantize_ (int8 weight-only): '", item.key(),
-                    "' carries '", p.key(), "' (an adapter?): quantizing a layer with adapters is not supported");
-    }
-    const at::Tensor& w = linear->weight;
-    DTENSOR_CHECK(at::isFloatingType(w.scalar_type()), "dtensor: quantize_ (int8 weight-only): '", item.key(),
-                  "' has a ", w.scalar_type(), " weight, not a floating one");
-    chosen.emplace_back(item.key(), linear);
-  }
+  const auto chosen = detail::linears_to_convert(model, detail::Scheme::int8_weight_only, filter);
   std::vector<std::string> names;
   at::NoGradGuard no_grad;
   for (auto& [name, linear] : chosen) {
@@ -149,9 +129,7 @@ std::vector<std::string> quantize_(torch::nn::Module& model, const Int8WeightOnl
       if (l.bias.defined()) y = y + l.bias;
       return c10::IValue(y);
     });
-    std::lock_guard<std::mutex> lock(registry_mu);
-    std::erase_if(converted, [](const auto& wk) { return wk.expired(); });
-    converted.push_back(linear->shared_from_this());
+    detail::mark_converted(*linear, detail::Scheme::int8_weight_only);
     names.push_back(name);
   }
   return names;

@@ -51,7 +51,8 @@ InputFn first_input_to(const std::string& style, Placement layout, Placement des
     std::optional<int64_t> sharded_size;
     if (in_features_of && !is_dtensor(x) && x.dim() > 0 && layout.is_shard() &&
         layout.normalized(x.dim()).dim() == x.dim() - 1) {
-      sharded_size = static_cast<torch::nn::LinearImpl&>(m).weight.size(1);  // a Linear (apply checked)
+      // A Linear (apply checked): its options, not its weight, which a quantized layer stores packed (int4: K / 2).
+      sharded_size = static_cast<torch::nn::LinearImpl&>(m).options.in_features();
     }
     x = prepare_input(x, mesh, layout, desired, sharded_size, what);
     return std::make_pair(std::move(args), std::move(kwargs));

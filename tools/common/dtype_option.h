@@ -24,9 +24,10 @@ inline CLI::Option* add_dtype(CLI::App& app, std::string& dtype, bool random_ini
 // --quantize (llama_generate, serve): how the Linear weights are stored once loaded (llama/build.h's Quantization).
 inline CLI::Option* add_quantize(CLI::App& app, std::string& quantize) {
   return app.add_option("--quantize", quantize,
-                        "the Linear weights once loaded: none, or int8 (torchao's int8 weight-only, one scale per row, "
-                        "the activations in --dtype; lm_head included)")
-      ->check(CLI::IsMember({"none", "int8"}));
+                        "the Linear weights once loaded: none; int8 (torchao's int8 weight-only, one scale per row); "
+                        "int4 or int4-G (torchao's int4 weight-only, groups of G = 32, 64, 128 (int4), 256 along "
+                        "in_features); the activations in --dtype; lm_head included")
+      ->check(CLI::IsMember({"none", "int8", "int4", "int4-32", "int4-64", "int4-128", "int4-256"}));
 }
 
 // --device (llama_generate, serve, llama_train): cpu, or cuda (cuda:LOCAL_RANK, as torchrun's one process per GPU).

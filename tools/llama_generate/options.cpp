@@ -55,9 +55,11 @@ void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
       ->check(CLI::ExistingDirectory)->group(weights);
   app.add_option("--hf-dir", o.hf_dir, "HF weights (config.json + model.safetensors)")
       ->check(CLI::ExistingDirectory)->group(weights);
-  app.add_option("--gguf", o.gguf, "a GGUF file of the llama architecture (llama.cpp's; its tensors dequantized to "
-                 "--dtype; its vocabulary unless --tokenizer)")
+  app.add_option("--gguf", o.gguf, "a GGUF file of the llama architecture (llama.cpp's; its Q4_0 Linear weights kept "
+                 "as int4, its other tensors dequantized to --dtype; its vocabulary unless --tokenizer)")
       ->check(CLI::ExistingFile)->group(weights);
+  app.add_flag("--gguf-dequantize", o.gguf_dequantize, "--gguf's tensors all dequantized to --dtype, Q4_0 too "
+               "(transformers' from_pretrained(gguf_file=...))")->group(weights);
   app.add_flag("--random-init", o.random_init, "random weights from --seed, sizes from the model flags below")->group(weights);
   app.add_option("--lora-adapter", o.lora_adapter,
                  "a PEFT adapter directory applied on the weights (as PeftModel.from_pretrained; llama_train --lora-rank "

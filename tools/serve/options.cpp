@@ -22,9 +22,11 @@ void define(CLI::App& app, ServeOptions& o) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--checkpoint", o.checkpoint, "our checkpoint (llama_train --checkpoint-dir), with --tokenizer")
       ->check(CLI::ExistingDirectory);
-  app.add_option("--gguf", o.gguf, "a GGUF file of the llama architecture (llama.cpp's; its tensors dequantized to "
-                 "--dtype; its vocabulary unless --tokenizer)")
+  app.add_option("--gguf", o.gguf, "a GGUF file of the llama architecture (llama.cpp's; its Q4_0 Linear weights kept "
+                 "as int4, its other tensors dequantized to --dtype; its vocabulary unless --tokenizer)")
       ->check(CLI::ExistingFile);
+  app.add_flag("--gguf-dequantize", o.gguf_dequantize, "--gguf's tensors all dequantized to --dtype, Q4_0 too "
+               "(transformers' from_pretrained(gguf_file=...))");
   app.add_option("--tokenizer", o.tokenizer_dir, "the tokenizer's directory (default: --hf-dir's)")
       ->check(CLI::ExistingDirectory);
   tools_cli::add_dtype(app, o.dtype, /*random_init=*/false);

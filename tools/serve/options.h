@@ -20,6 +20,7 @@ struct ServeOptions {
   std::string device = "cpu";  // cpu, or cuda (cuda:LOCAL_RANK)
   int64_t ep = 1;              // > 1: expert parallelism over the world (== world size) instead of TP
   std::string dtype = "auto";  // the model's (models/common/dtype.h): parameters, activations, KV cache
+  bool gguf_dequantize = false;  // inference::ModelSource::gguf_dequantize
   std::string quantize = "none";  // the Linear weights once loaded (inference::ModelSource::quantize)
   std::string host = "127.0.0.1";
   int port = 8000;

@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dtensor::checkpoint {
@@ -89,6 +90,10 @@ class GgufFile {
   at::Tensor dequantize(const GgufTensor& tensor, at::ScalarType dtype, int64_t begin, int64_t end) const;
   // The stored bytes (no copy, over the private mapping), a uint8 tensor of tensor.nbytes.
   at::Tensor raw(const GgufTensor& tensor) const;
+  // A 2-D Q4_0 tensor's rows [begin, end) as its stored parts, bit for bit (fresh tensors): the 4-bit values
+  // [rows, K / 2] uint8, each block's 16 bytes as stored (byte j: value j in the low nibble, j + 16 in the high one),
+  // and the blocks' scales d [rows, K / 32] fp16; a value v means (v - 8) * d. Throws for another type or shape.
+  std::pair<at::Tensor, at::Tensor> q4_0_parts(const GgufTensor& tensor, int64_t begin, int64_t end) const;
 
  private:
   struct Impl;

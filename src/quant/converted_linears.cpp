@@ -1,0 +1,52 @@
+// src/quant/converted_linears.h: the checks and the record the weight-only passes share.
+#include "quant/converted_linears.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+
+#include "dtensor/core/error.h"
+#include "nn/forward_override.h"
+
+namespace dtensor::quant::detail {
+namespace {
+
+std::mutex registry_mu;
+std::vector<std::pair<std::weak_ptr<torch::nn::Module>, Scheme>> converted;
+
+}  // namespace
+
+const char* scheme_name(Scheme scheme) {
+  return scheme == Scheme::int8_weight_only ? "int8 weight-only" : "int4 weight-only";
+}
+
+void check_convertible(const std::string& fqn, nn::LinearImpl& linear, Scheme scheme) {
+  DTENSOR_CHECK(!nn::detail::has_forward_override(linear), "dtensor: quantize_ (", scheme_name(scheme), "): '", fqn,
+                "' already computes through another override (float8, async TP's fused matmuls): they do not compose");
+  for (const auto& p : linear.named_parameters(/*recurse=*/true)) {
+    DTENSOR_CHECK(p.key() == "weight" || p.key() == "bias", "dtensor: quantize_ (", scheme_name(scheme), "): '", fqn,
+                  "' carries '", p.key(), "' (an adapter?): quantizing a layer with adapters is not supported");
+  }
+  DTENSOR_CHECK(at::isFloatingType(linear.weight.scalar_type()), "dtensor: quantize_ (", scheme_name(scheme), "): '",
+                fqn, "' has a ", linear.weight.scalar_type(), " weight, not a floating one");
+}
+
+bool is_converted(const torch::nn::Module& module, Scheme scheme) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  return std::any_of(converted.begin(), converted.end(),
+                     [&](const auto& e) { return e.second == scheme && e.first.lock().get() == &module; });
+}
+
+bool is_converted(const torch::nn::Module& module) {
+  return is_converted(module, Scheme::int8_weight_only) || is_converted(module, Scheme::int4_weight_only);
+}
+
+void mark_converted(nn::LinearImpl& linear, Scheme scheme) {
+  std::lock_guard<std::mutex> lock(registry_mu);
+  std::erase_if(converted, [](const auto& e) { return e.first.expired(); });
+  converted.emplace_back(linear.shared_from_this(), scheme);
+}
+
+}  // namespace dtensor::quant::detail

@@ -1,0 +1,43 @@
+// What the weight-only passes (int8_weight_only.h, int4_weight_only.h) share: which Linear layers a quantize_ call may
+// convert, and the record of the layers each pass converted (weakly: a dead model's entries expire).
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dtensor/nn/layers.h"
+
+namespace dtensor::quant::detail {
+
+enum class Scheme { int8_weight_only, int4_weight_only };
+const char* scheme_name(Scheme scheme);  // "int8 weight-only", "int4 weight-only"
+
+// The Linear layers of `model` (named, in module order) that `accept` takes (null: all) and no pass converted yet. A
+// layer another override computes (float8, async TP), one with an adapter or a non-floating weight: one error naming it.
+template <class Filter>
+std::vector<std::pair<std::string, nn::LinearImpl*>> linears_to_convert(torch::nn::Module& model, Scheme scheme,
+                                                                       const Filter& accept);
+bool is_converted(const torch::nn::Module& module, Scheme scheme);
+bool is_converted(const torch::nn::Module& module);  // by any scheme
+void mark_converted(nn::LinearImpl& linear, Scheme scheme);
+
+// The non-template part of linears_to_convert: the checks on one chosen layer.
+void check_convertible(const std::string& fqn, nn::LinearImpl& linear, Scheme scheme);
+
+template <class Filter>
+std::vector<std::pair<std::string, nn::LinearImpl*>> linears_to_convert(torch::nn::Module& model, Scheme scheme,
+                                                                       const Filter& accept) {
+  std::vector<std::pair<std::string, nn::LinearImpl*>> chosen;
+  for (const auto& item : model.named_modules("", /*include_self=*/true)) {
+    auto* linear = dynamic_cast<nn::LinearImpl*>(item.value().get());
+    if (linear == nullptr || is_converted(*linear) || (accept && !accept(item.key(), *linear))) continue;
+    check_convertible(item.key(), *linear, scheme);
+    chosen.emplace_back(item.key(), linear);
+  }
+  return chosen;
+}
+
+}  // namespace dtensor::quant::detail

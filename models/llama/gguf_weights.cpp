@@ -191,8 +191,9 @@ dtensor::quant::Int4Weight q4_0_shard(const std::string& path, const std::string
   const at::Tensor d = scales.narrow(0, s.offset[0] - begin, s.shape[0]).narrow(1, s.offset[1] / 32, s.shape[1] / 32);
   const dtensor::DeviceMesh& mesh = dtensor::device_mesh(param);
   const dtensor::Placements& p = dtensor::placements(param);
-  return {dtensor::DTensor::from_local(v.contiguous(), mesh, p, false, {param.size(0), K / 2}),
-          dtensor::DTensor::from_local(d.contiguous(), mesh, p, false, {param.size(0), K / 32}), at::Tensor(), 32};
+  return {dtensor::DTensor::from_local(v.contiguous(), mesh, p, false, std::vector<int64_t>{param.size(0), K / 2}),
+          dtensor::DTensor::from_local(d.contiguous(), mesh, p, false, std::vector<int64_t>{param.size(0), K / 32}),
+          at::Tensor(), 32};
 }
 
 }  // namespace

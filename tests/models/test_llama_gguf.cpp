@@ -8,8 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
+#include "dtensor/api/dtensor_api.h"
 #include "dtensor/checkpoint/safetensors.h"
+#include "dtensor/mesh/device_mesh.h"
+#include "dtensor/quant/int4_weight_only.h"
 #include "dtensor/core/error.h"
 #include "harness/multi_rank.h"
 #include "harness/subprocess.h"
@@ -71,6 +76,54 @@ TEST(LlamaGguf, EveryTypeMixGivesTransformersLogits) {
                   plan.c_str(), rel);
       EXPECT_LE(rel, 1e-5) << mix << " tp " << tp << " " << plan;
     }
+  }
+}
+
+// A Q4_0 file's Linear weights stay in their stored form (int4, group 32, the file's fp16 scales: the same numbers),
+// every rank holding its rows (Colwise) or its whole blocks of columns (Rowwise) only; the logits above already are
+// transformers' through them. dequantize (--gguf-dequantize) gives plain weights in the model's dtype, the same logits.
+TEST(LlamaGguf, Q4_0LinearWeightsStayInTheirStoredForm) {
+  const Made m = make("Q4_0", {"--no-oracle"});
+  ASSERT_TRUE(m.ok);
+  const llama::LlamaConfig config = llama::config_from_gguf(m.file);
+  const at::Tensor tokens = at::arange(1, 9, at::kLong).view({1, 8});
+  std::mutex mu;
+  std::map<std::pair<int, bool>, at::Tensor> logits;
+  for (const int tp : {1, 2}) {
+    dtensor::testing::run_ranks(tp, [&](int rank, int world) {
+      auto mesh = dtensor::init_device_mesh("cpu", {world});
+      for (const bool dequantize : {false, true}) {
+        llama::BuildOptions options;
+        options.parallelize.plan = llama::TPPlan::inference;
+        options.dtype = at::kFloat;
+        llama::LlamaForCausalLM model = llama::build_model(config, world > 1 ? models::ParallelDims::from_mesh(mesh) : models::ParallelDims{},
+                                                           llama::WeightSource::gguf(m.file, dequantize), options);
+        auto modules = model->named_modules();
+        const auto& q_proj = *modules["model.layers.0.self_attn.q_proj"];
+        const auto& o_proj = *modules["model.layers.1.self_attn.o_proj"];
+        const at::Tensor wq = q_proj.named_parameters(false)["weight"], wo = o_proj.named_parameters(false)["weight"];
+        const at::Tensor lq = dtensor::is_dtensor(wq) ? dtensor::to_local(wq) : wq;
+        const at::Tensor lo = dtensor::is_dtensor(wo) ? dtensor::to_local(wo) : wo;
+        at::NoGradGuard no_grad;
+        at::Tensor out = model(tokens);
+        if (dtensor::is_dtensor(out)) out = dtensor::full_tensor(out);
+        std::lock_guard<std::mutex> lock(mu);
+        EXPECT_EQ(dtensor::quant::is_int4_weight_only(q_proj), !dequantize) << tp;
+        if (!dequantize) {
+          // q_proj [256, 256] Colwise: 256 / tp rows of 128 bytes; o_proj Rowwise: every row, 256 / tp columns.
+          EXPECT_EQ(lq.scalar_type(), at::kByte);
+          EXPECT_EQ(lq.sizes(), (at::IntArrayRef{256 / tp, 128}));
+          EXPECT_EQ(lo.sizes(), (at::IntArrayRef{256, 128 / tp}));
+          EXPECT_EQ(q_proj.named_buffers(false)["weight_scale"].scalar_type(), at::kHalf);
+        } else {
+          EXPECT_EQ(lq.scalar_type(), at::kFloat);
+        }
+        if (rank == 0) logits[{tp, dequantize}] = out.to(at::kFloat).clone();
+      }
+    });
+  }
+  for (const int tp : {1, 2}) {
+    EXPECT_LE(max_rel(logits[{tp, false}], logits[{1, true}]), 1e-5) << tp;
   }
 }
 

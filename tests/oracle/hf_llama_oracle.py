@@ -7,7 +7,9 @@
         --quantize int8: the files in --dtype, loaded back in it and quantized by torchao's
         quantize_(model, Int8WeightOnlyConfig()); REF's logits are that model's (as fp32), and REF holds every
         Linear's int8 values and scales as "q.<name>", "s.<name>" (torchao's Int8Tensor qdata, scale), and the
-        unquantized model's logits in --dtype ("unquantized_logits").
+        unquantized model's logits in --dtype ("unquantized_logits"). --quantize int4-32: the same with
+        PrototypeInt4WeightOnlyConfig(group_size=32) (torchao's CPU int4), "q.<name>" the 4-bit values [N, K] as
+        uint8, "s.<name>", "z.<name>" the groups' scales and zeros (fp32).
     python hf_llama_oracle.py check DIR REF
         Loads DIR with LlamaForCausalLM.from_pretrained and checks its logits on REF's tokens against REF's
         logits (<= 1e-5 relative to the largest |logit|). Prints `hf_check max_rel=...`; exit 1 if off.
@@ -34,13 +36,14 @@ def main():
     p.add_argument("--tied", action="store_true")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--max-shard-size", default=None)
-    p.add_argument("--quantize", choices=["int8"], default=None)
+    p.add_argument("--intermediate-size", type=int, default=96)
+    p.add_argument("--quantize", choices=["int8", "int4-32"], default=None)
     a = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(1)
 
     if a.mode == "make":
-        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=a.intermediate_size, num_hidden_layers=2,
                              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                              rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=a.tied,
                              attn_implementation="eager")
@@ -61,10 +64,28 @@ def main():
             loaded = LlamaForCausalLM.from_pretrained(a.dir, dtype=dtype, attn_implementation="eager").eval()
             # Also the unquantized model's logits in the same dtype: how far that dtype's own rounding moves them.
             out = {"tokens": tokens, "unquantized_logits": logits_of(loaded, tokens).contiguous()}
-            quantize_(loaded, Int8WeightOnlyConfig())
+            if a.quantize == "int8":
+                quantize_(loaded, Int8WeightOnlyConfig())
+            else:
+                # torchao's CPU int4 weight-only (Int4OpaqueTensor: LibTorch's _weight_int4pack_mm_for_cpu, whose
+                # packing is opaque): the values, scales and zeros come from the same tinygemm primitives it calls.
+                from torchao.prototype.quantization.int4.inference_workflow import PrototypeInt4WeightOnlyConfig
+                from torchao.quantization.quant_primitives import (MappingType, _choose_qparams_affine_tinygemm,
+                                                                   _quantize_affine_tinygemm)
+                group = int(a.quantize.split("-")[1])
+                for name, module in loaded.named_modules():
+                    if isinstance(module, torch.nn.Linear):
+                        w = module.weight.detach()
+                        s, z = _choose_qparams_affine_tinygemm(w, MappingType.ASYMMETRIC, [1, group], torch.int32, 0,
+                                                               15, 1e-6, None, w.dtype)
+                        q = _quantize_affine_tinygemm(w, [1, group], s, z, torch.int32, 0, 15)
+                        out["q." + name] = q.to(torch.uint8).contiguous()
+                        out["s." + name] = s.reshape(w.shape[0], -1).float().contiguous()
+                        out["z." + name] = z.reshape(w.shape[0], -1).float().contiguous()
+                quantize_(loaded, PrototypeInt4WeightOnlyConfig(group_size=group))
             out["logits"] = logits_of(loaded, tokens).contiguous()
             for name, module in loaded.named_modules():
-                if isinstance(module, torch.nn.Linear):
+                if isinstance(module, torch.nn.Linear) and a.quantize == "int8":
                     out["q." + name] = module.weight.qdata.contiguous()
                     out["s." + name] = module.weight.scale.reshape(-1).float().contiguous()
             save_file(out, a.ref)

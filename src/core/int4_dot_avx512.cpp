@@ -6,13 +6,15 @@
 // chunk, byte j holding value j in its low nibble and value j + 16 in its high one (GGUF's Q4_0 block without its
 // scale); value v of group g means (v - 8) * scale[g] + zero[g].
 //
-// A group's 16 possible weights are computed once, into one vector (table[v] = (v - 8) * s + z, in fp32: (v - 8) * s is
-// exact, one rounding for + z), and a chunk's 32 nibbles index it: the 16 bytes widened to 32-bit lanes hold the low
-// nibbles in bits 0-3 and the high ones in bits 4-7, and vpermps reads only bits 0-3 of each index. So a chunk costs a
-// load, a widening, a shift and two permutes, shared by the rows of x, and one FMA per 16 weights per row of x: the
-// weights are exactly those of the reference's dequantization (in fp32), the sums fp32.
+// A chunk's 16 bytes widened to 32-bit lanes hold its low nibbles in bits 0-3 and its high ones in bits 4-7, masked and
+// shifted out and converted to fp32 (exact). The dot product sums v * x per group (exact products, fp32 sums) and
+// scales each group's sum once (below); the dequantization (a prefill's blocks) builds (v - 8) * s + z in fp32
+// ((v - 8) * s exact, one rounding for + z), exactly the reference's weights. One shuffle a chunk (the widening),
+// shared by the rows of x. (A 16-entry table per group indexed by vpermps, two shuffles more a chunk, ran at a third
+// of this speed on the Zen 5 VM; building each weight before the dot product, two ops more a chunk, at 0.7x.)
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace dtensor::detail {
@@ -33,46 +35,87 @@ inline float scale_at(const void* p, int64_t i) {
   }
 }
 
-template <int Kind, int M>
-void dot_rows(const float* xf, const uint8_t* q, const void* scale, const void* zero, int64_t K, int64_t group,
-              int64_t n0, int64_t n1, float* y, int64_t ldy) {
+// `count` (<= 16) scales from index i into fp32: one vector conversion for 16.
+template <int Kind>
+inline void scales_at(const void* p, int64_t i, int64_t count, float* out) {
+  if (count == 16 && Kind == 2) {
+    _mm512_storeu_ps(out, _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+                              static_cast<const uint16_t*>(p) + i))));
+  } else if (count == 16 && Kind == 1) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+        static_cast<const uint16_t*>(p) + i)));
+    _mm512_storeu_ps(out, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+  } else {
+    for (int64_t j = 0; j < count; ++j) out[j] = scale_at<Kind>(p, i + j);
+  }
+}
+
+// A chunk's 32 weights from its 16 bytes: the bytes widened to 32-bit lanes, the low and the high nibbles masked and
+// shifted out, v - 8 converted to fp32 (exact), (v - 8) * s + z in one FMA (the product exact, one rounding).
+inline void weights(const uint8_t* bytes, __m512 sv, __m512 zv, __m512& lo, __m512& hi) {
+  const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+  const __m512i eight = _mm512_set1_epi32(8);
+  const __m512i vlo = _mm512_sub_epi32(_mm512_and_si512(d, _mm512_set1_epi32(15)), eight);
+  const __m512i vhi = _mm512_sub_epi32(_mm512_srli_epi32(d, 4), eight);
+  lo = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vlo), sv, zv);
+  hi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(vhi), sv, zv);
+}
+
+// sum_k w[k] x[k] over a row = sum_g s_g sum_{k in g} v_k x_k + (z_g - 8 s_g) sum_{k in g} x_k: per group the nibbles
+// v (0..15, exact in fp32) times x (exact products), their sum times s_g; the second term once per 16 groups from the
+// groups' sums of x (int4_linear.cpp computes them per call). Two vector ops a chunk fewer than building each weight.
+
+// Group g of a row, sum_k v_k x_k times s, into accumulator A of each row of x; G: the group size when known at compile
+// time (32, GGUF's and the common case: one chunk, no loop), else 0 and `group`.
+template <int M, int A, int G>
+inline void group_into(const uint8_t* row, const float* xf, int64_t K, int64_t group, int64_t g, float s,
+                       __m512 (&acc)[M][4]) {
+  const uint64_t size = G > 0 ? G : static_cast<uint64_t>(group);
+  const uint64_t k0 = static_cast<uint64_t>(g) * size;
+  const __m512i mask = _mm512_set1_epi32(15);
+  __m512 part[M];
+  for (uint64_t k = k0; k < k0 + size; k += 32) {
+    const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + k / 2)));
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_and_si512(d, mask));
+    const __m512 hi = _mm512_cvtepi32_ps(_mm512_srli_epi32(d, 4));
+    for (int m = 0; m < M; ++m) {
+      const __m512 p = _mm512_mul_ps(lo, _mm512_loadu_ps(xf + m * K + k));
+      part[m] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xf + m * K + k + 16), k == k0 ? p : _mm512_add_ps(part[m], p));
+    }
+  }
+  const __m512 sv = _mm512_set1_ps(s);
+  for (int m = 0; m < M; ++m) acc[m][A] = _mm512_fmadd_ps(part[m], sv, acc[m][A]);
+}
+
+// Scales and zeros converted 16 groups at a time; consecutive groups sum into alternate accumulators.
+template <int Kind, int M, int G>
+void dot_rows(const float* xf, const float* xsum, const uint8_t* q, const void* scale, const void* zero, int64_t K,
+              int64_t group, int64_t n0, int64_t n1, float* y, int64_t ldy) {
   constexpr int64_t kAhead = 1024;  // bytes of q prefetched ahead
   const int64_t groups = K / group, row_bytes = K / 2;
-  const __m512 iota = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = q + n * row_bytes;
     __m512 acc[M][4];
     for (int m = 0; m < M; ++m) {
       for (int u = 0; u < 4; ++u) acc[m][u] = _mm512_setzero_ps();
     }
-    for (int64_t g = 0; g < groups; ++g) {
-      const float s = scale_at<Kind>(scale, n * groups + g);
-      const float z = zero == nullptr ? 0.0f : scale_at<Kind>(zero, n * groups + g);
-      const __m512 table = _mm512_fmadd_ps(iota, _mm512_set1_ps(s), _mm512_set1_ps(z));
-      for (int64_t c = 0; c < group; c += 64) {  // two chunks a step (a group is a multiple of 64 or exactly 32)
-        const int64_t k = g * group + c;
-        const uint8_t* b = row + k / 2;
-        if ((k & 127) == 0) _mm_prefetch(reinterpret_cast<const char*>(b + kAhead), _MM_HINT_T0);
-        const __m512i d0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
-        const __m512 lo0 = _mm512_permutexvar_ps(d0, table), hi0 = _mm512_permutexvar_ps(_mm512_srli_epi32(d0, 4), table);
-        if (c + 32 < group) {
-          const __m512i d1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16)));
-          const __m512 lo1 = _mm512_permutexvar_ps(d1, table);
-          const __m512 hi1 = _mm512_permutexvar_ps(_mm512_srli_epi32(d1, 4), table);
-          for (int m = 0; m < M; ++m) {
-            const float* xr = xf + m * K + k;
-            acc[m][0] = _mm512_fmadd_ps(lo0, _mm512_loadu_ps(xr), acc[m][0]);
-            acc[m][1] = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(xr + 16), acc[m][1]);
-            acc[m][2] = _mm512_fmadd_ps(lo1, _mm512_loadu_ps(xr + 32), acc[m][2]);
-            acc[m][3] = _mm512_fmadd_ps(hi1, _mm512_loadu_ps(xr + 48), acc[m][3]);
-          }
-        } else {
-          for (int m = 0; m < M; ++m) {
-            const float* xr = xf + m * K + k;
-            acc[m][0] = _mm512_fmadd_ps(lo0, _mm512_loadu_ps(xr), acc[m][0]);
-            acc[m][1] = _mm512_fmadd_ps(hi0, _mm512_loadu_ps(xr + 16), acc[m][1]);
-          }
-        }
+    alignas(64) float sf[16] = {}, zf[16] = {};
+    for (int64_t g0 = 0; g0 < groups; g0 += 16) {
+      const int64_t gn = std::min<int64_t>(16, groups - g0);
+      scales_at<Kind>(scale, n * groups + g0, gn, sf);
+      if (zero != nullptr) scales_at<Kind>(zero, n * groups + g0, gn, zf);
+      const uint8_t* block = row + g0 * group / 2;
+      for (int64_t b = 0; b < gn * group / 2; b += 64) _mm_prefetch(reinterpret_cast<const char*>(block + b + kAhead), _MM_HINT_T0);
+      // (z_g - 8 s_g) times the groups' sums of x, 16 groups a vector (lanes past the row's groups: 0).
+      const __mmask16 live = static_cast<__mmask16>((1u << gn) - 1u);
+      const __m512 c = _mm512_maskz_fmadd_ps(live, _mm512_set1_ps(-8.0f), _mm512_loadu_ps(sf), _mm512_loadu_ps(zf));
+      for (int m = 0; m < M; ++m) {
+        acc[m][1] = _mm512_fmadd_ps(c, _mm512_maskz_loadu_ps(live, xsum + m * groups + g0), acc[m][1]);
+      }
+      // Groups in pairs, into accumulators 0 and 2 (constant indices: the accumulators stay in registers).
+      for (int64_t j = 0; j < gn; j += 2) {
+        group_into<M, 0, G>(row, xf, K, group, g0 + j, sf[j], acc);
+        if (j + 1 < gn) group_into<M, 2, G>(row, xf, K, group, g0 + j + 1, sf[j + 1], acc);
       }
     }
     for (int m = 0; m < M; ++m) {
@@ -82,27 +125,64 @@ void dot_rows(const float* xf, const uint8_t* q, const void* scale, const void* 
   }
 }
 
+// Rows [n0, n1) dequantized into out [(n1 - n0), K] fp32, the same table per group.
 template <int Kind>
-void dot(const float* xf, int64_t rows, const uint8_t* q, const void* scale, const void* zero, int64_t K,
-         int64_t group, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  switch (rows) {
-    case 1: return dot_rows<Kind, 1>(xf, q, scale, zero, K, group, n0, n1, y, ldy);
-    case 2: return dot_rows<Kind, 2>(xf, q, scale, zero, K, group, n0, n1, y, ldy);
-    case 3: return dot_rows<Kind, 3>(xf, q, scale, zero, K, group, n0, n1, y, ldy);
-    default: return dot_rows<Kind, 4>(xf, q, scale, zero, K, group, n0, n1, y, ldy);
+void dequantize(const uint8_t* q, const void* scale, const void* zero, int64_t K, int64_t group, int64_t n0,
+                int64_t n1, float* out) {
+  const int64_t groups = K / group, row_bytes = K / 2;
+  for (int64_t n = n0; n < n1; ++n) {
+    float* o = out + (n - n0) * K;
+    for (int64_t g = 0; g < groups; ++g) {
+      const __m512 sv = _mm512_set1_ps(scale_at<Kind>(scale, n * groups + g));
+      const __m512 zv = _mm512_set1_ps(zero == nullptr ? 0.0f : scale_at<Kind>(zero, n * groups + g));
+      for (int64_t k = g * group; k < (g + 1) * group; k += 32) {
+        __m512 lo, hi;
+        weights(q + n * row_bytes + k / 2, sv, zv, lo, hi);
+        _mm512_storeu_ps(o + k, lo);
+        _mm512_storeu_ps(o + k + 16, hi);
+      }
+    }
   }
+}
+
+template <int Kind, int G>
+void dot(const float* xf, const float* xs, int64_t rows, const uint8_t* q, const void* scale, const void* zero,
+         int64_t K, int64_t group, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  switch (rows) {
+    case 1: return dot_rows<Kind, 1, G>(xf, xs, q, scale, zero, K, group, n0, n1, y, ldy);
+    case 2: return dot_rows<Kind, 2, G>(xf, xs, q, scale, zero, K, group, n0, n1, y, ldy);
+    case 3: return dot_rows<Kind, 3, G>(xf, xs, q, scale, zero, K, group, n0, n1, y, ldy);
+    default: return dot_rows<Kind, 4, G>(xf, xs, q, scale, zero, K, group, n0, n1, y, ldy);
+  }
+}
+
+template <int Kind>
+void dot(const float* xf, const float* xs, int64_t rows, const uint8_t* q, const void* scale, const void* zero,
+         int64_t K, int64_t group, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+  if (group == 32) return dot<Kind, 32>(xf, xs, rows, q, scale, zero, K, group, n0, n1, y, ldy);
+  dot<Kind, 0>(xf, xs, rows, q, scale, zero, K, group, n0, n1, y, ldy);
 }
 
 }  // namespace
 
-// Rows (<= 4) of x in fp32 [rows, K] against int4 rows [n0, n1) of q, fp32 sums into y[m * ldy + n]. `group` is 32 or
-// a multiple of 64; K a multiple of it.
-void int4_dot_rows_avx512(const float* xf, int64_t rows, const uint8_t* q, const void* scale, const void* zero,
-                          int scale_kind, int64_t K, int64_t group, int64_t n0, int64_t n1, float* y, int64_t ldy) {
+// Rows (<= 4) of x in fp32 [rows, K] and their groups' sums xsum [rows, K / group] against int4 rows [n0, n1) of q,
+// fp32 sums into y[m * ldy + n]. `group` is a multiple of 32; K a multiple of it.
+void int4_dot_rows_avx512(const float* xf, const float* xsum, int64_t rows, const uint8_t* q, const void* scale,
+                          const void* zero, int scale_kind, int64_t K, int64_t group, int64_t n0, int64_t n1, float* y,
+                          int64_t ldy) {
   switch (scale_kind) {
-    case 0: return dot<0>(xf, rows, q, scale, zero, K, group, n0, n1, y, ldy);
-    case 1: return dot<1>(xf, rows, q, scale, zero, K, group, n0, n1, y, ldy);
-    default: return dot<2>(xf, rows, q, scale, zero, K, group, n0, n1, y, ldy);
+    case 0: return dot<0>(xf, xsum, rows, q, scale, zero, K, group, n0, n1, y, ldy);
+    case 1: return dot<1>(xf, xsum, rows, q, scale, zero, K, group, n0, n1, y, ldy);
+    default: return dot<2>(xf, xsum, rows, q, scale, zero, K, group, n0, n1, y, ldy);
+  }
+}
+
+void int4_dequantize_rows_avx512(const uint8_t* q, const void* scale, const void* zero, int scale_kind, int64_t K,
+                                 int64_t group, int64_t n0, int64_t n1, float* out) {
+  switch (scale_kind) {
+    case 0: return dequantize<0>(q, scale, zero, K, group, n0, n1, out);
+    case 1: return dequantize<1>(q, scale, zero, K, group, n0, n1, out);
+    default: return dequantize<2>(q, scale, zero, K, group, n0, n1, out);
   }
 }
 

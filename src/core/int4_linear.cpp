@@ -1,6 +1,6 @@
 // dtensor::int4_weight_linear (fast_kernels.h): weight-only int4 (dtensor/quant/int4_weight_only.h's layout) on the
-// CPU. Few rows of x: the fused AVX-512 kernel (int4_dot_avx512.cpp) streams the packed weights once, half a byte a
-// weight plus the group's scales; more rows (a prefill): blocks of rows dequantized into x's dtype (the kernel's
+// CPU. Few rows of x (up to 16): the fused AVX-512 kernel (int4_dot_avx512.cpp) streams the packed weights once, half a
+// byte a weight plus the group's scales; more rows (a prefill): blocks of rows dequantized into x's dtype (the kernel's
 // exact fp32 weights, then rounded as the reference rounds them) and PyTorch's matmul over each block.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -13,15 +13,18 @@
 
 namespace dtensor {
 namespace detail {
-void int4_dot_rows_avx512(const float* xf, int64_t rows, const uint8_t* q, const void* scale, const void* zero,
-                          int scale_kind, int64_t K, int64_t group, int64_t n0, int64_t n1, float* y, int64_t ldy);
+void int4_dot_rows_avx512(const float* xf, const float* xsum, int64_t rows, const uint8_t* q, const void* scale,
+                          const void* zero, int scale_kind, int64_t K, int64_t group, int64_t n0, int64_t n1, float* y,
+                          int64_t ldy);
+void int4_dequantize_rows_avx512(const uint8_t* q, const void* scale, const void* zero, int scale_kind, int64_t K,
+                                 int64_t group, int64_t n0, int64_t n1, float* out);
 }  // namespace detail
 
 namespace {
 
-// Rows of x up to which the fused kernel runs; above, each block of weights is dequantized once for all rows. Chosen,
-// not measured: at 4 rows the fused loop's 4 FMAs a chunk and row still share one unpacking.
-constexpr int64_t kInt4FusedMaxRows = 4;
+// Rows of x up to which the fused kernel runs (4 at a time over each block of weights while it is in cache); above,
+// each block of weights is dequantized once for all rows and PyTorch's matmul runs over it.
+constexpr int64_t kInt4FusedMaxRows = 16;
 // Weight rows dequantized at a time on the blocked path (each block one matmul).
 constexpr int64_t kInt4BlockRows = 512;
 
@@ -34,36 +37,13 @@ int scale_kind(at::ScalarType t) {
   }
 }
 
-float scale_value(const at::Tensor& s, int64_t i) {
-  switch (s.scalar_type()) {
-    case at::kFloat: return s.data_ptr<float>()[i];
-    case at::kBFloat16: return static_cast<float>(s.data_ptr<at::BFloat16>()[i]);
-    default: return static_cast<float>(s.data_ptr<at::Half>()[i]);
-  }
-}
-
-// Rows [n0, n1) of the weight as fp32 [n1 - n0, K]: (v - 8) * s + z, the kernel's values.
-void dequantize_rows(const at::Tensor& q, const at::Tensor& scale, const at::Tensor& zero, int64_t K, int64_t group,
-                     int64_t n0, int64_t n1, float* out) {
-  const uint8_t* qp = q.data_ptr<uint8_t>();
-  const int64_t groups = K / group;
+// Rows [n0, n1) of the weight as fp32 [n1 - n0, K]: (v - 8) * s + z, the fused kernel's values, threads splitting rows.
+void dequantize_rows(const at::Tensor& q, const at::Tensor& scale, const at::Tensor& zero, int kind, int64_t K,
+                     int64_t group, int64_t n0, int64_t n1, float* out) {
+  const void* zp = zero.defined() ? zero.data_ptr() : nullptr;
   at::parallel_for(n0, n1, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t n = r0; n < r1; ++n) {
-      const uint8_t* row = qp + n * (K / 2);
-      float* o = out + (n - n0) * K;
-      for (int64_t g = 0; g < groups; ++g) {
-        const float s = scale_value(scale, n * groups + g), z = zero.defined() ? scale_value(zero, n * groups + g) : 0;
-        float table[16];
-        for (int v = 0; v < 16; ++v) table[v] = static_cast<float>(v - 8) * s + z;
-        for (int64_t c = g * group; c < (g + 1) * group; c += 32) {
-          for (int j = 0; j < 16; ++j) {
-            const uint8_t b = row[c / 2 + j];
-            o[c + j] = table[b & 15];
-            o[c + j + 16] = table[b >> 4];
-          }
-        }
-      }
-    }
+    detail::int4_dequantize_rows_avx512(q.data_ptr<uint8_t>(), scale.data_ptr(), zp, kind, K, group, r0, r1,
+                                        out + (r0 - n0) * K);
   });
 }
 
@@ -76,7 +56,7 @@ std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tens
   if (x.dim() != 2 || q.dim() != 2 || scale.dim() != 2 || q.scalar_type() != at::kByte) return std::nullopt;
   if (x.scalar_type() != at::kBFloat16 && x.scalar_type() != at::kFloat) return std::nullopt;
   const int64_t M = x.size(0), K = x.size(1), N = q.size(0);
-  if (M == 0 || K == 0 || group <= 0 || K != 2 * q.size(1) || K % group != 0 || (group != 32 && group % 64 != 0)) {
+  if (M == 0 || K == 0 || group <= 0 || K != 2 * q.size(1) || K % group != 0 || group % 32 != 0) {
     return std::nullopt;
   }
   const int kind = scale_kind(scale.scalar_type());
@@ -96,12 +76,13 @@ std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tens
     const at::Tensor block = at::empty({std::min(N, kInt4BlockRows), K}, x.options().dtype(at::kFloat));
     for (int64_t n0 = 0; n0 < N; n0 += kInt4BlockRows) {
       const int64_t n1 = std::min(N, n0 + kInt4BlockRows);
-      dequantize_rows(q, scale, zero, K, group, n0, n1, block.data_ptr<float>());
+      dequantize_rows(q, scale, zero, kind, K, group, n0, n1, block.data_ptr<float>());
       y.narrow(1, n0, n1 - n0).copy_(at::mm(x, block.narrow(0, 0, n1 - n0).to(x.scalar_type()).t()));
     }
     return y;
   }
   const at::Tensor xf = x.contiguous().to(at::kFloat);  // exact
+  const at::Tensor xs = xf.view({M, K / group, group}).sum(-1).contiguous();  // each group's sum of x
   at::Tensor y = at::empty({M, N}, x.options().dtype(at::kFloat));
   const uint8_t* qp = q.data_ptr<uint8_t>();
   const void* sp = scale.data_ptr();
@@ -112,7 +93,10 @@ std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tens
   at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
-      detail::int4_dot_rows_avx512(xf.data_ptr<float>(), M, qp, sp, zp, kind, K, group, n0, n1, yp, N);
+      for (int64_t m0 = 0; m0 < M; m0 += 4) {
+        detail::int4_dot_rows_avx512(xf.data_ptr<float>() + m0 * K, xs.data_ptr<float>() + m0 * (K / group),
+                                     std::min<int64_t>(4, M - m0), qp, sp, zp, kind, K, group, n0, n1, yp + m0 * N, N);
+      }
     }
   });
   return x.scalar_type() == at::kFloat ? y : y.to(x.scalar_type());  // one rounding

@@ -2,7 +2,9 @@
 // at::linear (its reference, DTENSOR_FAST_KERNELS off), on one process, the weights streamed from memory (a set of
 // copies larger than the caches, cycled so that no call finds its weight in cache), ms per call, for each (K, N) of a
 // Llama-3.2-1B layer and each row count; beside them the weight-only int8 matmul (dtensor::int8_weight_linear: the same
-// weights in int8, one byte a weight, its own set of the same size) and the rate it reads them at. Prints the CPU's
+// weights in int8, one byte a weight, its own set of the same size) and the rate it reads them at, and the weight-only
+// int4 matmul (dtensor::int4_weight_linear, groups of 32 with fp16 scales: Q4_0's 0.5625 bytes a weight) beside
+// LibTorch's _weight_int4pack_mm_for_cpu (torchao's CPU int4, groups of 32). Prints the CPU's
 // kernel and row limit first, a table, and a `summary` line per row. Asserts nothing.
 //
 //   OMP_NUM_THREADS=2 bf16_linear_bench [--iters N] [--rows 1,4,8,16,32,64] [--shapes 2048x8192,...] [--pool-mb MB]
@@ -44,6 +46,25 @@ double int8_ms_per_call(const std::vector<at::Tensor>& qs, const at::Tensor& sca
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
 }
 
+// dtensor::int4_weight_linear (groups of 32, fp16 scales: a GGUF Q4_0 tensor's form) on its own pool of weights.
+double int4_ms_per_call(const std::vector<at::Tensor>& qs, const at::Tensor& scale, const at::Tensor& x, int iters) {
+  auto call = [&](const at::Tensor& q) { return *dtensor::int4_weight_linear(x, q, scale, at::Tensor(), 32); };
+  call(qs[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) call(qs[i % qs.size()]);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+// LibTorch's own CPU int4 matmul (what torchao's Int4OpaqueTensor calls), groups of 32, bf16 scales and zeros.
+double libtorch_int4_ms_per_call(const std::vector<at::Tensor>& packed, const at::Tensor& scale_zeros,
+                                 const at::Tensor& x, int iters) {
+  auto call = [&](const at::Tensor& p) { return at::_weight_int4pack_mm_for_cpu(x, p, 32, scale_zeros); };
+  call(packed[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) call(packed[i % packed.size()]);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,8 +97,8 @@ int main(int argc, char** argv) {
   std::printf("bf16_linear kernel: %s, up to %ld rows (-1: any); %d threads; weights cycled through %ld MB (L3: %ld MB)\n",
               dtensor::bf16_linear_kernel(), limit == dtensor::kAnyRows ? -1L : static_cast<long>(limit),
               at::get_num_threads(), static_cast<long>(pool_mb), l3 > 0 ? l3 >> 20 : -1L);
-  std::printf("| K x N | rows | ours ms | GFLOP/s | PyTorch ms | GFLOP/s | ours / PyTorch | int8 ms | int8 GB/s |\n"
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  std::printf("| K x N | rows | ours ms | GFLOP/s | PyTorch ms | GFLOP/s | ours / PyTorch | int8 ms | int8 GB/s | "
+              "int4 ms | int4 GB/s | LibTorch int4 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (auto [K, N] : shapes) {
     const int64_t copies = std::max<int64_t>(1, (pool_mb << 20) / (N * K * 2));
     std::vector<at::Tensor> ws;
@@ -87,6 +108,17 @@ int main(int argc, char** argv) {
       qs.push_back(at::randint(-128, 128, {N, K}, at::kChar));
     }
     const at::Tensor scale = at::rand({N}) * 0.01;
+    // int4: N * K / 2 bytes of values and N * K / 32 fp16 scales a weight (Q4_0's bytes, 0.5625 a weight).
+    const int64_t int4_bytes = N * K / 2 + N * K / 16;
+    std::vector<at::Tensor> q4s, packed;
+    for (int64_t c = 0; c < std::max<int64_t>(1, (pool_mb << 20) / int4_bytes); ++c) {
+      q4s.push_back(at::randint(0, 256, {N, K / 2}, at::kByte));
+    }
+    const at::Tensor scale4 = (at::rand({N, K / 32}) * 0.01).to(at::kHalf);
+    for (int64_t c = 0; c < std::max<int64_t>(1, (pool_mb << 20) / (N * K / 2)); ++c) {
+      packed.push_back(at::_convert_weight_to_int4pack_for_cpu(at::randint(0, 16, {N, K}, at::kInt), 1));
+    }
+    const at::Tensor scale_zeros = (at::rand({K / 32, N, 2}) * 0.01).to(at::kBFloat16);
     for (int64_t m : rows) {
       const at::Tensor x = at::randn({m, K}).to(at::kBFloat16);
       const bool applies = dtensor::bf16_linear(x, ws[0]).has_value();
@@ -94,13 +126,17 @@ int main(int argc, char** argv) {
       const double ours = applies ? ms_per_call(ws, x, iters, true) : theirs;
       const bool int8_applies = dtensor::int8_weight_linear(x, qs[0], scale).has_value();
       const double int8 = int8_applies ? int8_ms_per_call(qs, scale, x, iters) : 0.0;
+      const bool int4_applies = dtensor::int4_weight_linear(x, q4s[0], scale4, at::Tensor(), 32).has_value();
+      const double int4 = int4_applies ? int4_ms_per_call(q4s, scale4, x, iters) : 0.0;
+      const double lt_int4 = libtorch_int4_ms_per_call(packed, scale_zeros, x, iters);
       const double gflop = 2.0 * m * N * K / 1e9;
-      std::printf("| %ld x %ld | %ld | %.3f%s | %.1f | %.3f | %.1f | %.2f | %.3f | %.1f |\n", static_cast<long>(K),
-                  static_cast<long>(N), static_cast<long>(m), ours, applies ? "" : " (PyTorch's)", gflop / ours * 1e3,
-                  theirs, gflop / theirs * 1e3, ours / theirs, int8, int8 > 0 ? N * K / int8 / 1e6 : 0.0);
-      std::printf("summary k=%ld n=%ld rows=%ld ours_ms=%.3f pytorch_ms=%.3f kernel=%s int8_ms=%.3f\n", static_cast<long>(K),
-                  static_cast<long>(N), static_cast<long>(m), ours, theirs, applies ? dtensor::bf16_linear_kernel() : "pytorch",
-                  int8);
+      std::printf("| %ld x %ld | %ld | %.3f%s | %.1f | %.3f | %.1f | %.2f | %.3f | %.1f | %.3f | %.1f | %.3f |\n",
+                  static_cast<long>(K), static_cast<long>(N), static_cast<long>(m), ours, applies ? "" : " (PyTorch's)",
+                  gflop / ours * 1e3, theirs, gflop / theirs * 1e3, ours / theirs, int8,
+                  int8 > 0 ? N * K / int8 / 1e6 : 0.0, int4, int4 > 0 ? int4_bytes / int4 / 1e6 : 0.0, lt_int4);
+      std::printf("summary k=%ld n=%ld rows=%ld ours_ms=%.3f pytorch_ms=%.3f kernel=%s int8_ms=%.3f int4_ms=%.3f "
+                  "libtorch_int4_ms=%.3f\n", static_cast<long>(K), static_cast<long>(N), static_cast<long>(m), ours,
+                  theirs, applies ? dtensor::bf16_linear_kernel() : "pytorch", int8, int4, lt_int4);
     }
   }
   return 0;

@@ -54,11 +54,12 @@ std::optional<at::Tensor> int8_weight_linear(const at::Tensor& x, const at::Tens
 
 // int4_weight_linear: y = x w^T, w the group-wise int4 weight of dtensor/quant/int4_weight_only.h (q uint8 [N, K / 2]
 // packed, scale and zero [N, K / group] in fp32, bf16 or fp16, zero undefined for 0), for bf16 or fp32 x [M, K] on
-// a CPU with AVX-512F, no autograd (src/core/int4_linear.cpp). Up to 4 rows of x: a fused kernel streams q once,
-// each group's 16 weights (v - 8) * s + z computed once in fp32, fp32 sums, one rounding to x's dtype; more rows:
-// blocks of w dequantized into x's dtype and PyTorch's matmul. nullopt where it does not apply (other dtypes or
-// layouts, a group size other than 32 or a multiple of 64, no AVX-512F, fast kernels off): the caller runs the
-// reference, mm(x, dequantized w^T in x's dtype).
+// a CPU with AVX-512F, no autograd (src/core/int4_linear.cpp). Up to 16 rows of x: a fused kernel streams q once (4
+// rows of x at a time over each block of q while it is in cache), each group's sum of v * x (exact products, fp32
+// sums) times its scale, plus (z - 8 s) times the group's sum of x; one rounding to x's dtype. More rows: blocks of
+// w dequantized into x's dtype and PyTorch's matmul. Equal to the reference within fp32 rounding (then x's dtype's).
+// nullopt where it does not apply (other dtypes or layouts, a group size not a multiple of 32, no AVX-512F, fast
+// kernels off): the caller runs the reference, mm(x, dequantized w^T in x's dtype).
 std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale,
                                              const at::Tensor& zero, int64_t group);
 

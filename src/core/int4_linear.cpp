@@ -16,6 +16,9 @@ namespace detail {
 void int4_dot_rows_avx512(const float* xf, const float* xsum, int64_t rows, const uint8_t* q, const void* scale,
                           const void* zero, int scale_kind, int64_t K, int64_t group, int64_t n0, int64_t n1, float* y,
                           int64_t ldy);
+void int4_dot_rows_avx512bf16(const uint16_t* xp, const float* xsum, int64_t rows, const uint8_t* q, const void* scale,
+                              const void* zero, int scale_kind, int64_t K, int64_t group, int64_t n0, int64_t n1,
+                              float* y, int64_t ldy);
 void int4_dequantize_rows_avx512(const uint8_t* q, const void* scale, const void* zero, int scale_kind, int64_t K,
                                  int64_t group, int64_t n0, int64_t n1, float* out);
 }  // namespace detail
@@ -81,8 +84,15 @@ std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tens
     }
     return y;
   }
-  const at::Tensor xf = x.contiguous().to(at::kFloat);  // exact
-  const at::Tensor xs = xf.view({M, K / group, group}).sum(-1).contiguous();  // each group's sum of x
+  // bf16 x on a CPU with AVX-512 BF16: the bf16 dot-product kernel, x in its order (per 64 values: the low nibbles'
+  // 32, x[0..15] and x[32..47], then the high ones'); else the fp32 kernel on x in fp32 (exact).
+  static const bool bf16_dot = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+  const bool use_bf16 = bf16_dot && x.scalar_type() == at::kBFloat16 && K % 64 == 0;
+  const at::Tensor xc = x.contiguous();
+  const at::Tensor xf = use_bf16 ? at::Tensor() : xc.to(at::kFloat);
+  const at::Tensor xp = use_bf16 ? xc.view({M, K / 64, 2, 2, 16}).transpose(2, 3).contiguous().view({M, K}) : at::Tensor();
+  // Each group's sum of x, in fp32.
+  const at::Tensor xs = xc.view({M, K / group, group}).sum(-1, /*keepdim=*/false, at::kFloat).contiguous();
   at::Tensor y = at::empty({M, N}, x.options().dtype(at::kFloat));
   const uint8_t* qp = q.data_ptr<uint8_t>();
   const void* sp = scale.data_ptr();
@@ -94,8 +104,15 @@ std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tens
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
       for (int64_t m0 = 0; m0 < M; m0 += 4) {
-        detail::int4_dot_rows_avx512(xf.data_ptr<float>() + m0 * K, xs.data_ptr<float>() + m0 * (K / group),
-                                     std::min<int64_t>(4, M - m0), qp, sp, zp, kind, K, group, n0, n1, yp + m0 * N, N);
+        const int64_t r = std::min<int64_t>(4, M - m0);
+        const float* xsm = xs.data_ptr<float>() + m0 * (K / group);
+        if (use_bf16) {
+          detail::int4_dot_rows_avx512bf16(reinterpret_cast<const uint16_t*>(xp.data_ptr<at::BFloat16>()) + m0 * K, xsm,
+                                           r, qp, sp, zp, kind, K, group, n0, n1, yp + m0 * N, N);
+        } else {
+          detail::int4_dot_rows_avx512(xf.data_ptr<float>() + m0 * K, xsm, r, qp, sp, zp, kind, K, group, n0, n1,
+                                       yp + m0 * N, N);
+        }
       }
     }
   });

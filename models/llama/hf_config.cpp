@@ -228,7 +228,7 @@ LlamaConfig config_from_hf_json_text(const std::string& text, const std::string&
     const std::string method = q.is_object() && q.contains("quant_method") && q.at("quant_method").is_string()
                                    ? q.at("quant_method").get<std::string>() : "unnamed";
     r.fail("quantization_config (quant_method '" + method + "'): quantized checkpoints are not read; dtensor loads "
-           "bfloat16, float16 and float32 weights (and quantizes them on load with --quantize int8)");
+           "bfloat16, float16 and float32 weights (and quantizes them on load with --quantize int8 or int4)");
   }
   for (const char* key : kIgnored) r.ignore(key);
   fam->read(r, c);

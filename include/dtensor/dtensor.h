@@ -7,7 +7,7 @@
 // The layers, from the bottom up (docs/design/layout.md): core/ (errors, chunk arithmetic), mesh/ (process
 // groups, DeviceMesh, collectives), tensor/ (placements, the DTensor type), redistribute/, api/ (distribute_tensor,
 // from_local, ...), ops/ (dispatch controls, custom sharding rules), checkpoint/, nn/ (module hooks, layers),
-// float8/ (float8 Linear), quant/ (weight-only int8 Linear), dp/ (DDP, FSDP, clipping), tp/ (styles, parallelize_module, async TP, loss parallel), cp/
+// float8/ (float8 Linear), quant/ (weight-only int8 and int4 Linear), dp/ (DDP, FSDP, clipping), tp/ (styles, parallelize_module, async TP, loss parallel), cp/
 // (context parallelism: ring attention), debug/ (CommDebugMode), pp/ (pipeline
 // parallelism: schedules as action lists, PipelineStage), plan/ (the dry run, the plan search's cost model).
 // Every public header is here (scripts/check_layers.sh checks it).
@@ -52,6 +52,7 @@
 #include "dtensor/nn/parameter_members.h"
 #include "dtensor/nn/parameter_replacement.h"
 #include "dtensor/float8/float8_linear.h"
+#include "dtensor/quant/int4_weight_only.h"
 #include "dtensor/quant/int8_weight_only.h"
 #include "dtensor/dp/clip_grad.h"
 #include "dtensor/dp/fully_shard.h"

@@ -41,7 +41,7 @@ inline void weights(const uint8_t* bytes, __m512 sv, __m512 zv, __m512& lo, __m5
 // time (32, GGUF's and the common case: one chunk, no loop), else 0 and `group`.
 template <int M, int A, int G>
 inline void group_into(const uint8_t* row, const float* xf, int64_t K, int64_t group, int64_t g, float s,
-                       __m512 (&acc)[M][4]) {
+                       __m512 (&acc)[M][2]) {
   const uint64_t size = G > 0 ? G : static_cast<uint64_t>(group);
   const uint64_t k0 = static_cast<uint64_t>(g) * size;
   const __m512i mask = _mm512_set1_epi32(15);
@@ -63,36 +63,24 @@ inline void group_into(const uint8_t* row, const float* xf, int64_t K, int64_t g
 template <int Kind, int M, int G>
 void dot_rows(const float* xf, const float* xsum, const uint8_t* q, const void* scale, const void* zero, int64_t K,
               int64_t group, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  constexpr int64_t kAhead = 1024;  // bytes of q prefetched ahead
   const int64_t groups = K / group, row_bytes = K / 2;
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = q + n * row_bytes;
-    __m512 acc[M][4];
-    for (int m = 0; m < M; ++m) {
-      for (int u = 0; u < 4; ++u) acc[m][u] = _mm512_setzero_ps();
-    }
+    __m512 acc[M][2], corr[M];
+    for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = corr[m] = _mm512_setzero_ps();
     alignas(64) float sf[16] = {}, zf[16] = {};
     for (int64_t g0 = 0; g0 < groups; g0 += 16) {
-      const int64_t gn = std::min<int64_t>(16, groups - g0);
-      scales_at<Kind>(scale, n * groups + g0, gn, sf);
-      if (zero != nullptr) scales_at<Kind>(zero, n * groups + g0, gn, zf);
-      const uint8_t* block = row + g0 * group / 2;
-      for (int64_t b = 0; b < gn * group / 2; b += 64) _mm_prefetch(reinterpret_cast<const char*>(block + b + kAhead), _MM_HINT_T0);
-      // (z_g - 8 s_g) times the groups' sums of x, 16 groups a vector (lanes past the row's groups: 0).
-      const __mmask16 live = static_cast<__mmask16>((1u << gn) - 1u);
-      const __m512 c = _mm512_maskz_fmadd_ps(live, _mm512_set1_ps(-8.0f), _mm512_loadu_ps(sf), _mm512_loadu_ps(zf));
-      for (int m = 0; m < M; ++m) {
-        acc[m][1] = _mm512_fmadd_ps(c, _mm512_maskz_loadu_ps(live, xsum + m * groups + g0), acc[m][1]);
-      }
-      // Groups in pairs, into accumulators 0 and 2 (constant indices: the accumulators stay in registers).
+      // (z_g - 8 s_g) times the groups' sums of x into corr.
+      const int64_t gn = start_block<Kind, M>(scale, zero, row + g0 * group / 2, n, groups, g0, group, 8.0f, xsum, sf,
+                                              zf, corr);
+      // Groups in pairs, into accumulators 0 and 1 (constant indices: the accumulators stay in registers).
       for (int64_t j = 0; j < gn; j += 2) {
         group_into<M, 0, G>(row, xf, K, group, g0 + j, sf[j], acc);
-        if (j + 1 < gn) group_into<M, 2, G>(row, xf, K, group, g0 + j + 1, sf[j + 1], acc);
+        if (j + 1 < gn) group_into<M, 1, G>(row, xf, K, group, g0 + j + 1, sf[j + 1], acc);
       }
     }
     for (int m = 0; m < M; ++m) {
-      y[m * ldy + n] = _mm512_reduce_add_ps(
-          _mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), _mm512_add_ps(acc[m][2], acc[m][3])));
+      y[m * ldy + n] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[m][0], acc[m][1]), corr[m]));
     }
   }
 }

@@ -63,7 +63,6 @@ inline void group_into(const uint8_t* row, const uint16_t* xp, int64_t K, int64_
 template <int Kind, int M>
 void dot_rows(const uint16_t* xp, const float* xsum, const uint8_t* q, const void* scale, const void* zero, int64_t K,
               int64_t group, int64_t n0, int64_t n1, float* y, int64_t ldy) {
-  constexpr int64_t kAhead = 1024;  // bytes of q prefetched ahead
   const int64_t groups = K / group, row_bytes = K / 2;
   // Lanes 0-7 the first group's scale, 8-15 the second's (added to the pair's first index).
   const __m512i pair = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
@@ -73,15 +72,9 @@ void dot_rows(const uint16_t* xp, const float* xsum, const uint8_t* q, const voi
     for (int m = 0; m < M; ++m) acc[m][0] = acc[m][1] = corr[m] = _mm512_setzero_ps();
     alignas(64) float sf[16] = {}, zf[16] = {};
     for (int64_t g0 = 0; g0 < groups; g0 += 16) {
-      const int64_t gn = std::min<int64_t>(16, groups - g0);
-      scales_at<Kind>(scale, n * groups + g0, gn, sf);
-      if (zero != nullptr) scales_at<Kind>(zero, n * groups + g0, gn, zf);
-      const uint8_t* block = row + g0 * group / 2;
-      for (int64_t b = 0; b < gn * group / 2; b += 64) _mm_prefetch(reinterpret_cast<const char*>(block + b + kAhead), _MM_HINT_T0);
-      const __mmask16 live = static_cast<__mmask16>((1u << gn) - 1u);
+      const int64_t gn = start_block<Kind, M>(scale, zero, row + g0 * group / 2, n, groups, g0, group, 136.0f, xsum,
+                                              sf, zf, corr);
       const __m512 sv = _mm512_loadu_ps(sf);
-      const __m512 c = _mm512_maskz_fmadd_ps(live, _mm512_set1_ps(-136.0f), sv, _mm512_loadu_ps(zf));
-      for (int m = 0; m < M; ++m) corr[m] = _mm512_fmadd_ps(c, _mm512_maskz_loadu_ps(live, xsum + m * groups + g0), corr[m]);
       if (group == 32) {  // gn is even: K % 64 == 0
         for (int64_t j = 0; j < gn; j += 4) {
           pair_into<M, 0>(row, xp, K, (g0 + j) * 32, _mm512_permutexvar_ps(_mm512_add_epi32(pair, _mm512_set1_epi32(static_cast<int>(j))), sv), acc);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 
+#include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/error.h"
 #include "nn/forward_override.h"
 
@@ -31,6 +32,28 @@ void check_convertible(const std::string& fqn, nn::LinearImpl& linear, Scheme sc
   }
   DTENSOR_CHECK(at::isFloatingType(linear.weight.scalar_type()), "dtensor: quantize_ (", scheme_name(scheme), "): '",
                 fqn, "' has a ", linear.weight.scalar_type(), " weight, not a floating one");
+}
+
+Placements output_placements(const at::Tensor& x, const at::Tensor& w, Scheme scheme) {
+  const DeviceMesh& mesh = device_mesh(w);
+  const Placements px = placements(x), pw = placements(w);
+  const int64_t last = x.dim() - 1;
+  Placements py;
+  for (int64_t i = 0; i < mesh.ndim(); ++i) {
+    const Placement a = px[i].normalized(x.dim()), &b = pw[i];
+    if (a.is_replicate() && b.is_shard(0) && !b.is_strided_shard()) {
+      py.push_back(Shard(last));
+    } else if (a.is_shard(last) && b.is_shard(1) && !b.is_strided_shard()) {
+      py.push_back(Partial());
+    } else if (b.is_replicate() && (a.is_replicate() || (a.is_shard() && a.dim() < last))) {
+      py.push_back(a);
+    } else {
+      throw DTENSOR_ERROR("dtensor: ", scheme_name(scheme), " linear: input ", to_string(px), " with weight ",
+                          to_string(pw), " is not a layout it supports (ColwiseParallel's, RowwiseParallel's, or "
+                          "replicated weights)");
+    }
+  }
+  return py;
 }
 
 bool is_converted(const torch::nn::Module& module, Scheme scheme) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dtensor/nn/layers.h"
+#include "dtensor/tensor/placement.h"
 
 namespace dtensor::quant::detail {
 
@@ -23,6 +24,13 @@ std::vector<std::pair<std::string, nn::LinearImpl*>> linears_to_convert(torch::n
 bool is_converted(const torch::nn::Module& module, Scheme scheme);
 bool is_converted(const torch::nn::Module& module);  // by any scheme
 void mark_converted(nn::LinearImpl& linear, Scheme scheme);
+
+// The output placements of a weight-only linear x . w^T, from x's and the (packed) weight's, per mesh dim:
+//   x Replicate  . w Shard(0) -> Shard(-1)   Colwise: this rank's output columns, with its rows' scales
+//   x Shard(-1)  . w Shard(1) -> Partial     Rowwise: this rank's part of each sum over k, already scaled
+//   x p          . w Replicate -> p          where p is Replicate or a Shard of a dim other than k
+// Any other pair: one error naming both layouts.
+Placements output_placements(const at::Tensor& x, const at::Tensor& w, Scheme scheme);
 
 // The non-template part of linears_to_convert: the checks on one chosen layer.
 void check_convertible(const std::string& fqn, nn::LinearImpl& linear, Scheme scheme);

@@ -94,22 +94,7 @@ at::Tensor int4_weight_only_linear(const at::Tensor& x, const Int4Weight& w) {
                 "dtensor: int4 weight-only linear: the input, the int4 weight, its scales and zeros must all be "
                 "DTensors or all plain tensors");
   const DeviceMesh& mesh = device_mesh(w.q);
-  const Placements px = placements(x), pq = placements(w.q);
-  const int64_t last = x.dim() - 1;
-  Placements py;
-  for (int64_t i = 0; i < mesh.ndim(); ++i) {
-    const Placement a = px[i].normalized(x.dim()), &b = pq[i];
-    if (a.is_replicate() && b.is_shard(0) && !b.is_strided_shard()) {
-      py.push_back(Shard(last));  // Colwise: this rank's output columns, with its rows' groups
-    } else if (a.is_shard(last) && shards_k(b)) {
-      py.push_back(Partial());  // Rowwise: this rank's whole groups of every row, a part of each sum over k
-    } else if (b.is_replicate() && (a.is_replicate() || (a.is_shard() && a.dim() < last))) {
-      py.push_back(a);
-    } else {
-      throw DTENSOR_ERROR("dtensor: int4 weight-only linear: input ", to_string(px), " with weight ", to_string(pq),
-                          " is not a layout it supports (ColwiseParallel's, RowwiseParallel's, or replicated weights)");
-    }
-  }
+  const Placements py = detail::output_placements(x, w.q, detail::Scheme::int4_weight_only);
   const at::Tensor y = local_linear(to_local(x), local_parts(w));
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = w.q.size(0);

@@ -66,22 +66,7 @@ at::Tensor int8_weight_only_linear(const at::Tensor& x, const at::Tensor& q, con
                 "dtensor: int8 weight-only linear: the input, the int8 weight and its scales must all be DTensors or "
                 "all plain tensors");
   const DeviceMesh& mesh = device_mesh(q);
-  const Placements px = placements(x), pq = placements(q);
-  const int64_t last = x.dim() - 1;
-  Placements py;
-  for (int64_t i = 0; i < mesh.ndim(); ++i) {
-    const Placement a = px[i].normalized(x.dim()), &b = pq[i];
-    if (a.is_replicate() && b.is_shard(0) && !b.is_strided_shard()) {
-      py.push_back(Shard(last));  // Colwise: this rank's output columns, with its rows' scales
-    } else if (a.is_shard(last) && shards_k(b)) {
-      py.push_back(Partial());  // Rowwise: s[n] times this rank's part of the sum over k
-    } else if (b.is_replicate() && (a.is_replicate() || (a.is_shard() && a.dim() < last))) {
-      py.push_back(a);  // replicated weight: x's placement passes through
-    } else {
-      throw DTENSOR_ERROR("dtensor: int8 weight-only linear: input ", to_string(px), " with weight ", to_string(pq),
-                          " is not a layout it supports (ColwiseParallel's, RowwiseParallel's, or replicated weights)");
-    }
-  }
+  const Placements py = detail::output_placements(x, q, detail::Scheme::int8_weight_only);
   const at::Tensor y = local_linear(to_local(x), to_local(q), to_local(scale));
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = q.size(0);

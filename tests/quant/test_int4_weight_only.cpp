@@ -83,29 +83,33 @@ TEST(Int4WeightOnly, TorchaosNumbersAndKernelOnKnownValues) {
 
 TEST(Int4WeightOnly, LayersComputeTheDequantizedProductOnBothPaths) {
   at::manual_seed(3);
+  // Groups of 32 with a hidden size of 96 (down's in_features not a multiple of 64: the fp32 kernel even for bf16 x),
+  // groups of 64 with 128 (the bf16 dot-product kernel's loop over a group's steps).
+  for (const auto& [g, hidden] : std::vector<std::pair<int64_t, int64_t>>{{32, 96}, {64, 128}}) {
   for (at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
-    dtensor::nn::Linear up(torch::nn::LinearOptions(128, 96).bias(false)), down(torch::nn::LinearOptions(96, 64).bias(true));
+    dtensor::nn::Linear up(torch::nn::LinearOptions(128, hidden).bias(false)),
+        down(torch::nn::LinearOptions(hidden, 64).bias(true));
     up->to(dtype);
     down->to(dtype);
     const at::Tensor w_up = up->weight.detach().clone(), w_down = down->weight.detach().clone();
     torch::nn::Sequential model(up, down);
-    const std::vector<std::string> names = quant::quantize_(*model, quant::Int4WeightOnlyConfig{.group_size = 32});
+    const std::vector<std::string> names = quant::quantize_(*model, quant::Int4WeightOnlyConfig{.group_size = g});
     EXPECT_EQ(names, (std::vector<std::string>{"0", "1"}));
     EXPECT_TRUE(quant::is_int4_weight_only(*up));
     EXPECT_EQ(up->weight.scalar_type(), at::kByte);
-    EXPECT_EQ(up->weight.sizes(), (at::IntArrayRef{96, 64}));
+    EXPECT_EQ(up->weight.sizes(), (at::IntArrayRef{hidden, 64}));
     EXPECT_FALSE(up->weight.requires_grad());
-    const quant::Int4Weight want = quant::quantize_groupwise(w_up, 32);
+    const quant::Int4Weight want = quant::quantize_groupwise(w_up, g);
     EXPECT_TRUE(at::equal(up->weight, want.q) && at::equal(buffer(*up, "weight_scale"), want.scale) &&
                 at::equal(buffer(*up, "weight_zero"), want.zero));
-    EXPECT_TRUE(quant::quantize_(*model, quant::Int4WeightOnlyConfig{.group_size = 32}).empty());
+    EXPECT_TRUE(quant::quantize_(*model, quant::Int4WeightOnlyConfig{.group_size = g}).empty());
     // The dequantized weight is within half a step of the group of the original.
     const at::Tensor deq = quant::dequantize_int4(want, at::kFloat);
     EXPECT_LE((deq - w_up.to(at::kFloat)).abs().max().item<float>(),
               0.5001 * want.scale.to(at::kFloat).max().item<float>() + 1e-2);
     at::NoGradGuard no_grad;
-    auto weight = [](torch::nn::Module& m, const at::Tensor& q) {
-      return quant::Int4Weight{q, buffer(m, "weight_scale"), buffer(m, "weight_zero"), 32};
+    auto weight = [g = g](torch::nn::Module& m, const at::Tensor& q) {
+      return quant::Int4Weight{q, buffer(m, "weight_scale"), buffer(m, "weight_zero"), g};
     };
     for (int64_t rows : {1, 3, 4, 40}) {
       const at::Tensor x = at::randn({rows, 128}).to(dtype);
@@ -120,8 +124,9 @@ TEST(Int4WeightOnly, LayersComputeTheDequantizedProductOnBothPaths) {
       }
       const at::Tensor fast = down(up(x));
       const double bound = (dtype == at::kFloat ? 1e-5 : 4.0 / 256) * ref.abs().max().item<double>();
-      EXPECT_LE((fast - ref).abs().max().item<double>(), bound) << rows << " " << dtype;
+      EXPECT_LE((fast - ref).abs().max().item<double>(), bound) << rows << " " << dtype << " group " << g;
     }
+  }
   }
 }
 

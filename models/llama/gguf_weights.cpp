@@ -294,6 +294,7 @@ void load_gguf_llama(const std::string& path, LlamaForCausalLM& model, bool keep
         scales = unpermute(scales, (end - begin) / want.head_dim());
       }
       dtensor::quant::set_int4_weight(*modules[fqn], fqn, q4_0_shard(path, t->name, param, begin, values, scales));
+      f.release(*t);  // copied out: the file's pages leave this process's RSS
       continue;
     }
     at::Tensor full = at::empty(param.sizes(), at::TensorOptions().dtype(param.scalar_type()));
@@ -304,6 +305,7 @@ void load_gguf_llama(const std::string& path, LlamaForCausalLM& model, bool keep
       full.narrow(0, begin, end - begin).copy_(rows);
     }
     dtensor::nn::copy_from_full_(param, full);
+    f.release(*t);
   }
 }
 

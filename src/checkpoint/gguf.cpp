@@ -265,6 +265,14 @@ at::Tensor GgufFile::raw(const GgufTensor& t) const {
   return at::from_blob(p, {t.nbytes}, [keep](void*) {}, at::TensorOptions().dtype(at::kByte));
 }
 
+void GgufFile::release(const GgufTensor& t) const {
+  if (t.nbytes <= 0) return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(impl_->map) + static_cast<uintptr_t>(t.offset);
+  const uintptr_t lo = begin / page * page, hi = begin + static_cast<uintptr_t>(t.nbytes);
+  madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);  // advice: a failure costs memory, not correctness
+}
+
 std::pair<at::Tensor, at::Tensor> GgufFile::q4_0_parts(const GgufTensor& t, int64_t begin, int64_t end) const {
   if (t.type != static_cast<uint32_t>(GgmlType::Q4_0) || t.shape.size() != 2 || begin < 0 || begin > end ||
       end > t.shape[0]) {

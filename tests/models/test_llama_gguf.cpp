@@ -89,6 +89,7 @@ TEST(LlamaGguf, Q4_0LinearWeightsStayInTheirStoredForm) {
   const at::Tensor tokens = at::arange(1, 9, at::kLong).view({1, 8});
   std::mutex mu;
   std::map<std::pair<int, bool>, at::Tensor> logits;
+  std::map<std::pair<int, bool>, int64_t> bytes;  // rank 0's parameters and buffers
   for (const int tp : {1, 2}) {
     dtensor::testing::run_ranks(tp, [&](int rank, int world) {
       auto mesh = dtensor::init_device_mesh("cpu", {world});
@@ -118,12 +119,21 @@ TEST(LlamaGguf, Q4_0LinearWeightsStayInTheirStoredForm) {
         } else {
           EXPECT_EQ(lq.scalar_type(), at::kFloat);
         }
-        if (rank == 0) logits[{tp, dequantize}] = out.to(at::kFloat).clone();
+        if (rank == 0) {
+          logits[{tp, dequantize}] = out.to(at::kFloat).clone();
+          int64_t b = 0;
+          for (const auto& t : model->parameters()) b += (dtensor::is_dtensor(t) ? dtensor::to_local(t) : t).nbytes();
+          for (const auto& t : model->buffers()) b += (dtensor::is_dtensor(t) ? dtensor::to_local(t) : t).nbytes();
+          bytes[{tp, dequantize}] = b;
+        }
       }
     });
   }
   for (const int tp : {1, 2}) {
     EXPECT_LE(max_rel(logits[{tp, false}], logits[{1, true}]), 1e-5) << tp;
+    // A rank holds the stored bytes (0.5625 a weight against fp32's 4): the Linear weights are most of the model.
+    const int64_t stored = bytes[std::make_pair(tp, false)], plain = bytes[std::make_pair(tp, true)];
+    EXPECT_LT(stored, 0.3 * plain) << tp << ": " << stored << " vs " << plain;
   }
 }
 

@@ -94,6 +94,10 @@ class GgufFile {
   // [rows, K / 2] uint8, each block's 16 bytes as stored (byte j: value j in the low nibble, j + 16 in the high one),
   // and the blocks' scales d [rows, K / 32] fp16; a value v means (v - 8) * d. Throws for another type or shape.
   std::pair<at::Tensor, at::Tensor> q4_0_parts(const GgufTensor& tensor, int64_t begin, int64_t end) const;
+  // Drops the pages of the tensor's bytes that this process read from the mapping (madvise DONTNEED; read again
+  // from the file if touched): once a tensor is copied out, its file pages no longer count in the process's RSS. Only
+  // for bytes nothing aliases (every read above returns fresh tensors; raw()'s view must be dead).
+  void release(const GgufTensor& tensor) const;
 
  private:
   struct Impl;

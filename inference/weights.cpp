@@ -58,7 +58,8 @@ std::string config_path(const ModelSource& options) {
   throw SourceError("--checkpoint " + options.checkpoint + ": no config.json beside it (llama_train writes one)");
 }
 
-// MemAvailable of /proc/meminfo in bytes (-1 when it cannot be read).
+}  // namespace
+
 int64_t available_memory() {
   std::ifstream in("/proc/meminfo");
   std::string key;
@@ -69,6 +70,8 @@ int64_t available_memory() {
   }
   return -1;
 }
+
+namespace {
 
 // Refuses a model whose parameters (this rank's shards and replicas, from the meta model: a dry run of the load)
 // times the ranks on this host exceed the host's available memory, before anything is allocated: one clear error,

@@ -44,6 +44,9 @@ struct SourceError : std::runtime_error {
 // The dtype the model computes in: source.dtype, "auto" resolved from config.json (float32 for a random init).
 at::ScalarType model_dtype(const ModelSource& source);
 
+// MemAvailable of /proc/meminfo in bytes (-1 when it cannot be read).
+int64_t available_memory();
+
 // The model's config (random_init: source.model; else the checkpoint's config.json). Runs before any communication,
 // on every rank; throws SourceError for a source that cannot be read, a dtype the CPU cannot compute in, or a model
 // that does not fit the TP degree `tp` (the inference plan's size checks).

@@ -97,7 +97,8 @@ def main():
         json.dump(cfg, f)
     bad_flags = [[], ["--hf-dir", model_dir, "--port", "70000"], ["--hf-dir", model_dir, "--checkpoint", root],
                  ["--checkpoint", root], ["--hf-dir", small], ["--hf-dir", model_dir, "--num-blocks", "3"],
-                 ["--hf-dir", model_dir, "--max-model-len", "4096"], ["--hf-dir", model_dir, "--bogus"]]
+                 ["--hf-dir", model_dir, "--max-model-len", "4096"], ["--hf-dir", model_dir, "--bogus"],
+                 ["--hf-dir", model_dir, "--max-model-len", "64", "--kv-cache-space", "0.000001"]]
     for flags in bad_flags:
         outs = [subprocess.run([os.path.join(bin_dir, "serve"), *flags], env=dict(os.environ, RANK=str(r), WORLD_SIZE="2"),
                                capture_output=True, text=True, timeout=60) for r in (0, 1)]

@@ -14,6 +14,8 @@
 // failure that leaves the ranks out of step (a rank died, or threw inside the forward at TP > 1) answers what is
 // open with 503 and exits 1 with an `error:` line; a failure that touches some requests (serving_loop.h) answers
 // those 500 and the server goes on. Last, rank 0 prints a machine-readable `summary` line.
+#include <c10/core/ScalarType.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -80,15 +82,41 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
     throw serve::UsageError("the tokenizer in " + o.tokenizer_dir + " has " + std::to_string(s.tok->vocab_size()) +
                             " tokens; the model's vocabulary has only " + std::to_string(c.vocab_size));
   }
-  if (o.max_model_len == 0) o.max_model_len = c.max_position_embeddings;
+  const bool default_len = o.max_model_len == 0;
+  if (default_len) o.max_model_len = c.max_position_embeddings;
   if (o.max_model_len > c.max_position_embeddings) {
     throw serve::UsageError("--max-model-len " + std::to_string(o.max_model_len) + " exceeds the model's max_position_embeddings " +
                             std::to_string(c.max_position_embeddings));
   }
-  const int64_t per_seq = (o.max_model_len + o.block_size - 1) / o.block_size;
-  if (o.num_blocks == 0) o.num_blocks = per_seq * o.max_num_seqs;
+  int64_t per_seq = (o.max_model_len + o.block_size - 1) / o.block_size;
+  const bool given_blocks = o.num_blocks > 0;
+  if (!given_blocks) {
+    // As many blocks as max_num_seqs sequences of max_model_len need, within the KV budget (vLLM sizes its cache by
+    // memory the same way): a block holds K and V of block_size positions for every layer, this rank's kv heads.
+    const int64_t tp = o.ep > 1 ? 1 : world_size, kv_heads = (c.num_key_value_heads + tp - 1) / tp;
+    const int64_t block_bytes = 2 * c.num_hidden_layers * kv_heads * c.head_dim() * o.block_size *
+                                static_cast<int64_t>(c10::elementSize(inference::model_dtype(s.weights)));
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    const int64_t local_ranks = std::max<int64_t>(1, local ? std::atoll(local) : 1);
+    const int64_t available = inference::available_memory();
+    const double budget = o.kv_cache_space > 0 ? o.kv_cache_space * double(int64_t{1} << 30)
+                          : available > 0      ? 0.25 * static_cast<double>(available) / static_cast<double>(local_ranks)
+                                               : 4.0 * double(int64_t{1} << 30);
+    const int64_t fit = static_cast<int64_t>(budget / static_cast<double>(block_bytes));
+    o.num_blocks = std::min(per_seq * o.max_num_seqs, fit);
+    if (o.num_blocks < per_seq && default_len && o.num_blocks > 0) {
+      // The model's whole context does not fit: serve a shorter one, as vLLM asks its users to (--max-model-len).
+      o.max_model_len = o.num_blocks * o.block_size;
+      per_seq = o.num_blocks;
+      std::fprintf(stderr, "serve: note: KV cache of %.2f GiB a rank holds %lld positions: --max-model-len %lld (the "
+                   "model's %lld does not fit; raise --kv-cache-space or give --max-model-len)\n",
+                   budget / double(int64_t{1} << 30), static_cast<long long>(o.max_model_len),
+                   static_cast<long long>(o.max_model_len), static_cast<long long>(c.max_position_embeddings));
+    }
+  }
   if (o.num_blocks < per_seq) {
-    throw serve::UsageError("--num-blocks " + std::to_string(o.num_blocks) + " cannot hold one sequence of --max-model-len " +
+    throw serve::UsageError((given_blocks ? "--num-blocks " : "the KV cache's budget (--kv-cache-space), ") +
+                            std::to_string(o.num_blocks) + " blocks, cannot hold one sequence of --max-model-len " +
                             std::to_string(o.max_model_len) + " (" + std::to_string(per_seq) + " blocks of " +
                             std::to_string(o.block_size) + ")");
   }

@@ -38,8 +38,11 @@ void define(CLI::App& app, ServeOptions& o) {
   app.add_option("--model-name", o.model_name, "the model's id in /v1/models (default: the directory's name)")
       ->check(tools_cli::non_empty());
   app.add_option("--block-size", o.block_size, "KV cache positions per block")->check(tools_cli::positive());
-  app.add_option("--num-blocks", o.num_blocks, "KV cache blocks (default: max-num-seqs x max-model-len worth)")
-      ->check(tools_cli::positive());
+  app.add_option("--num-blocks", o.num_blocks, "KV cache blocks (default: max-num-seqs x max-model-len worth, "
+                 "within --kv-cache-space)")->check(tools_cli::positive());
+  app.add_option("--kv-cache-space", o.kv_cache_space, "GiB of KV cache per rank when --num-blocks is not given "
+                 "(vLLM CPU's VLLM_CPU_KVCACHE_SPACE; default: a quarter of MemAvailable over this host's ranks)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--max-num-seqs", o.max_num_seqs, "sequences decoded together")->check(tools_cli::positive());
   app.add_option("--max-num-batched-tokens", o.max_num_batched_tokens,
                  "tokens per forward; longer prompts are prefilled in chunks")->check(tools_cli::positive());

@@ -27,7 +27,9 @@ struct ServeOptions {
   std::string model_name;  // /v1/models' id and the "model" requests name (default: the directory's name)
   // The paged KV cache and the scheduler (vLLM's names).
   int64_t block_size = 16;               // positions per KV block
-  int64_t num_blocks = 0;                // 0: enough for max_num_seqs sequences of max_model_len
+  int64_t num_blocks = 0;                // 0: enough for max_num_seqs sequences of max_model_len, within kv_cache_space
+  // GiB of KV cache per rank (vLLM CPU's VLLM_CPU_KVCACHE_SPACE); 0: a quarter of MemAvailable shared by this host's ranks.
+  double kv_cache_space = 0;
   int64_t max_num_seqs = 16;             // sequences in the decode batch at once
   int64_t max_num_batched_tokens = 256;  // tokens per forward (prefill is chunked to fit)
   int64_t max_model_len = 0;             // 0: the model's max_position_embeddings

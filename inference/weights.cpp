@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "common/dtype.h"
 #include "dtensor/checkpoint/checkpoint.h"
@@ -27,6 +28,8 @@
 #include "dtensor/checkpoint/step_checkpoints.h"
 #include "dtensor/mesh/launch_env.h"
 #include "dtensor/mesh/process_group.h"
+#include "dtensor/api/dtensor_api.h"
+#include "dtensor/nn/layers.h"
 #include "dtensor/nn/materialize.h"
 #include "dtensor/peft/adapter.h"
 #include "llama/gguf_weights.h"
@@ -56,6 +59,31 @@ std::string config_path(const ModelSource& options) {
     if (fs::exists(p)) return p.string();
   }
   throw SourceError("--checkpoint " + options.checkpoint + ": no config.json beside it (llama_train writes one)");
+}
+
+// meta_bytes of the model as it will be stored: each Linear weight in its quantized form where one applies (a GGUF
+// file's Q4_0 weights: half a byte a value and an fp16 scale per 32; --quantize int8: a byte and an fp32 scale per
+// row; int4: half a byte and a scale and a zero in the model's dtype per group), this rank's shard.
+int64_t stored_bytes(torch::nn::Module& meta, at::ScalarType dtype, llama::Quantization quantize, int64_t group,
+                     const std::set<std::string>& q4_0) {
+  int64_t bytes = dtensor::nn::meta_bytes(meta, dtype);
+  const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
+  for (const auto& item : meta.named_modules()) {
+    auto* linear = dynamic_cast<dtensor::nn::LinearImpl*>(item.value().get());
+    if (linear == nullptr) continue;
+    const at::Tensor w = dtensor::is_dtensor(linear->weight) ? dtensor::to_local(linear->weight) : linear->weight;
+    const int64_t n = w.numel(), rows = w.dim() > 0 ? w.size(0) : 1;
+    int64_t stored = n * element;
+    if (q4_0.count(item.key() + ".weight")) {
+      stored = n / 2 + n / 32 * 2;
+    } else if (quantize == llama::Quantization::int8_weight_only) {
+      stored = n + rows * 4;
+    } else if (quantize == llama::Quantization::int4_weight_only) {
+      stored = n / 2 + 2 * (n / group) * element;
+    }
+    bytes += stored - n * element;
+  }
+  return bytes;
 }
 
 }  // namespace
@@ -144,8 +172,12 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
   build.quantize_group_size = llama::quantization_group_size(options.quantize);
   // On a GPU the caching allocator's out-of-memory error names the sizes; the host check is for host memory.
   if (tp_mesh.device().is_cpu()) {
-    build.before_allocation = [&](llama::LlamaForCausalLM& meta) {
-      check_fits_in_memory(dtensor::nn::meta_bytes(*meta, build.dtype), build.dtype, tp_mesh);
+    const std::set<std::string> q4_0 = options.gguf.empty() || options.gguf_dequantize
+                                           ? std::set<std::string>{}
+                                           : llama::q4_0_linear_weights(options.gguf);
+    build.before_allocation = [&, q4_0](llama::LlamaForCausalLM& meta) {
+      check_fits_in_memory(stored_bytes(*meta, build.dtype, build.quantize, build.quantize_group_size, q4_0),
+                           build.dtype, tp_mesh);
     };
   }
   if (!options.lora_adapter.empty()) {

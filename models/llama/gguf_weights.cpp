@@ -234,6 +234,16 @@ LlamaConfig config_of(const GgufFile& f) {
 }
 }  // namespace
 
+std::set<std::string> q4_0_linear_weights(const std::string& path) {
+  std::set<std::string> names;
+  for (const GgufTensor& t : GgufFile::open(path).tensors()) {
+    const std::string name = hf_name(t.name);
+    const bool linear = name == "lm_head.weight" || name.find("_proj.weight") != std::string::npos;
+    if (linear && t.type == static_cast<uint32_t>(dtensor::checkpoint::GgmlType::Q4_0)) names.insert(name);
+  }
+  return names;
+}
+
 LlamaConfig config_from_gguf(const std::string& path) { return config_of(GgufFile::open(path)); }
 
 void load_gguf_llama(const std::string& path, LlamaForCausalLM& model, bool keep_q4_0) {

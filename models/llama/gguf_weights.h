@@ -14,6 +14,7 @@
 // read and any other architecture are each one error naming it: nothing loads silently wrong.
 #pragma once
 
+#include <set>
 #include <string>
 
 #include "llama/config.h"
@@ -32,6 +33,9 @@ LlamaConfig config_from_gguf(const std::string& path);
 // What dtype "auto" is for the file (common/dtype.h's names): its token embedding's when that is F32, F16 or BF16;
 // "bfloat16" for a quantized file.
 std::string gguf_dtype(const std::string& path);
+
+// The HF names of the file's Linear weights stored in Q4_0 (what load_gguf_llama keeps as int4 with keep_q4_0).
+std::set<std::string> q4_0_linear_weights(const std::string& path);
 
 // Loads the file's tensors into `model` (plain or parallelized, or a pipeline stage's layers): each rank reads the
 // rows of its shard (whole heads for attn_q / attn_k), dequantized into the parameter's dtype, and keeps its part (one

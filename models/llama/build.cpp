@@ -66,7 +66,8 @@ LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDi
       load_hf_llama(source.path, model, source.map_in_place);  // each rank its slices of the files
       break;
     case WeightSource::Kind::gguf:
-      load_gguf_llama(source.path, model, /*keep_q4_0=*/!source.dequantize);  // each rank its part of each tensor
+      // Q4_0 kept as stored where the int4 kernels run; elsewhere (no AVX-512) dequantized: the same numbers, faster.
+      load_gguf_llama(source.path, model, !source.dequantize && dtensor::quant::int4_kernels_available());
       break;
     case WeightSource::Kind::checkpoint: {
       dtensor::checkpoint::StateDict state = dtensor::checkpoint::module_state_dict(*model);

@@ -52,7 +52,8 @@ struct WeightSource {
   // mapping as its storage instead of a copy (dtensor::checkpoint::LoadOptions::map_in_place): inference.
   bool map_in_place = false;
   // gguf: every tensor dequantized into the model's dtype (transformers' from_pretrained(gguf_file=...)); false: a
-  // Linear weight stored in Q4_0 is kept in that form (an int4 weight of dtensor/quant/int4_weight_only.h, exact).
+  // Linear weight stored in Q4_0 is kept in that form (an int4 weight of dtensor/quant/int4_weight_only.h, exact)
+  // where its kernels run (int4_kernels_available: AVX-512), dequantized elsewhere.
   bool dequantize = false;
 
   static WeightSource random(uint64_t seed) { return {Kind::random_init, "", seed, false}; }

@@ -251,7 +251,7 @@ TEST(LlamaGenerateCli, BadValuesExitTwoWithOneErrorLine) {
       {"--random-init", "--prompt", "a", "--prompt", "b", "--batch", "4"},
       {"--checkpoint", "/tmp", "--prompt", "a"},              // not wired yet
       {"--random-init", "--prompt", "a", "--dtype", "float64"},  // not a dtype we compute in
-      {"--random-init", "--prompt", "a", "--quantize", "int4"},  // not a quantization we have
+      {"--random-init", "--prompt", "a", "--quantize", "int3"},  // not a quantization we have
       {"--random-init", "--prompt", "a", "--bogus"}};
   for (const auto& args : bad) {
     std::vector<std::string> argv = {bin_path("llama_generate")};

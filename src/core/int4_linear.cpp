@@ -7,7 +7,6 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "dtensor/core/fast_kernels.h"
 
@@ -52,10 +51,14 @@ void dequantize_rows(const at::Tensor& q, const at::Tensor& scale, const at::Ten
 
 }  // namespace
 
+bool int4_weight_linear_available() {
+  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
+  return avx512 && fast_kernels_enabled();
+}
+
 std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale,
                                              const at::Tensor& zero, int64_t group) {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
-  if (!fast_kernels_enabled() || !avx512) return std::nullopt;
+  if (!int4_weight_linear_available()) return std::nullopt;
   if (x.dim() != 2 || q.dim() != 2 || scale.dim() != 2 || q.scalar_type() != at::kByte) return std::nullopt;
   if (x.scalar_type() != at::kBFloat16 && x.scalar_type() != at::kFloat) return std::nullopt;
   const int64_t M = x.size(0), K = x.size(1), N = q.size(0);

@@ -101,10 +101,7 @@ at::Tensor int4_weight_only_linear(const at::Tensor& x, const Int4Weight& w) {
   return DTensor::from_local(y, mesh, py, /*run_check=*/false, shape);
 }
 
-bool int4_kernels_available() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
-  return avx512 && fast_kernels_enabled();
-}
+bool int4_kernels_available() { return int4_weight_linear_available(); }
 
 bool is_int4_weight_only(const torch::nn::Module& module) {
   return detail::is_converted(module, detail::Scheme::int4_weight_only);

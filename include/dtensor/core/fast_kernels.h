@@ -62,5 +62,7 @@ std::optional<at::Tensor> int8_weight_linear(const at::Tensor& x, const at::Tens
 // kernels off): the caller runs the reference, mm(x, dequantized w^T in x's dtype).
 std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale,
                                              const at::Tensor& zero, int64_t group);
+// Whether int4_weight_linear's kernels run here (AVX-512F with F16C, fast kernels on).
+bool int4_weight_linear_available();
 
 }  // namespace dtensor

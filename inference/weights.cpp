@@ -170,6 +170,7 @@ llama::LlamaForCausalLM load_model(const ModelSource& options, const llama::Llam
   build.dtype = model_dtype(options);
   build.quantize = llama::quantization_from_string(options.quantize);
   build.quantize_group_size = llama::quantization_group_size(options.quantize);
+  build.prepack_weights = options.weights_prepack;
   // On a GPU the caching allocator's out-of-memory error names the sizes; the host check is for host memory.
   if (tp_mesh.device().is_cpu()) {
     const std::set<std::string> q4_0 = options.gguf.empty() || options.gguf_dequantize

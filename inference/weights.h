@@ -33,6 +33,8 @@ struct ModelSource {
   // torchao's Int8WeightOnlyConfig, per row; "int4", "int4-G": Int4WeightOnlyConfig(group_size G, 128); sharded with
   // the plan).
   std::string quantize = "none";
+  // --no-weights-prepack: false keeps the bf16 Linear weights as loaded (llama::BuildOptions::prepack_weights).
+  bool weights_prepack = true;
 };
 
 // A source that cannot be read or does not fit the model or the TP degree: the tools print it as one `error:` line

@@ -13,6 +13,7 @@
 #include "dtensor/peft/adapter.h"
 #include "dtensor/quant/int4_weight_only.h"
 #include "dtensor/quant/int8_weight_only.h"
+#include "dtensor/quant/weight_prepack.h"
 #include "llama/gguf_weights.h"
 #include "llama/hf_config.h"
 #include "llama/hf_weights.h"
@@ -86,6 +87,7 @@ LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDi
     dtensor::quant::quantize_(*model, dtensor::quant::Int4WeightOnlyConfig{options.quantize_group_size});
   }
   if (options.lora) add_lora_adapters(model, *options.lora, options.parallelize.gradient_sync);
+  if (options.prepack_weights) dtensor::quant::prepack_linear_weights_(*model);  // adapters' layers stay as they are
   apply_data_parallel(model, dims, options.parallelize);  // DDP's buckets and FSDP's groups take the filled parameters
   return model;
 }

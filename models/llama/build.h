@@ -96,6 +96,10 @@ struct BuildOptions {
   Quantization quantize = Quantization::none;
   int64_t quantize_group_size = 128;  // int4_weight_only's
   std::optional<LoraOptions> lora;
+  // Inference: the bf16 Linear weights packed for the CPU's batched GEMM once everything else is applied
+  // (dtensor/quant/weight_prepack.h; where its kernel runs, else nothing changes). The weights are then no longer
+  // trainable nor savable as they lie.
+  bool prepack_weights = false;
   // A pipeline stage (parallelize_pipeline.h): the meta model keeps this stage's layers (and the embeddings or the
   // head where it has them) before the plan; nothing else is ever allocated or read. nullopt: the whole model.
   std::optional<StageLayers> pipeline_stage;

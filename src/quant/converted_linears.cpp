@@ -20,7 +20,12 @@ std::vector<std::pair<std::weak_ptr<torch::nn::Module>, Scheme>> converted;
 }  // namespace
 
 const char* scheme_name(Scheme scheme) {
-  return scheme == Scheme::int8_weight_only ? "int8 weight-only" : "int4 weight-only";
+  switch (scheme) {
+    case Scheme::int8_weight_only: return "int8 weight-only";
+    case Scheme::int4_weight_only: return "int4 weight-only";
+    case Scheme::bf16_prepacked: return "prepacked bf16";
+  }
+  return "?";
 }
 
 void check_convertible(const std::string& fqn, nn::LinearImpl& linear, Scheme scheme) {
@@ -63,7 +68,8 @@ bool is_converted(const torch::nn::Module& module, Scheme scheme) {
 }
 
 bool is_converted(const torch::nn::Module& module) {
-  return is_converted(module, Scheme::int8_weight_only) || is_converted(module, Scheme::int4_weight_only);
+  return is_converted(module, Scheme::int8_weight_only) || is_converted(module, Scheme::int4_weight_only) ||
+         is_converted(module, Scheme::bf16_prepacked);
 }
 
 void mark_converted(nn::LinearImpl& linear, Scheme scheme) {

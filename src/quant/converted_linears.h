@@ -1,4 +1,4 @@
-// What the weight-only passes (int8_weight_only.h, int4_weight_only.h) share: which Linear layers a quantize_ call may
+// What the weight-only passes (int8_weight_only.h, int4_weight_only.h) and the weight prepack (weight_prepack.h) share: which Linear layers a quantize_ call may
 // convert, and the record of the layers each pass converted (weakly: a dead model's entries expire).
 #pragma once
 
@@ -13,8 +13,8 @@
 
 namespace dtensor::quant::detail {
 
-enum class Scheme { int8_weight_only, int4_weight_only };
-const char* scheme_name(Scheme scheme);  // "int8 weight-only", "int4 weight-only"
+enum class Scheme { int8_weight_only, int4_weight_only, bf16_prepacked };
+const char* scheme_name(Scheme scheme);  // "int8 weight-only", "int4 weight-only", "prepacked bf16"
 
 // The Linear layers of `model` (named, in module order) that `accept` takes (null: all) and no pass converted yet. A
 // layer another override computes (float8, async TP), one with an adapter or a non-floating weight: one error naming it.

@@ -30,6 +30,14 @@ inline CLI::Option* add_quantize(CLI::App& app, std::string& quantize) {
       ->check(CLI::IsMember({"none", "int8", "int4", "int4-32", "int4-64", "int4-128", "int4-256"}));
 }
 
+// --weights-prepack / --no-weights-prepack (llama_generate, serve): the bf16 Linear weights packed at load for the
+// CPU's batched GEMM (dtensor/quant/weight_prepack.h), where its kernel runs (AVX-512 BF16 without AMX).
+inline CLI::Option* add_weights_prepack(CLI::App& app, bool& prepack) {
+  return app.add_flag("--weights-prepack,!--no-weights-prepack", prepack,
+                      "pack the bf16 Linear weights once at load for the batched GEMM where its kernel runs (default; "
+                      "IPEX's weights_prepack); --no-weights-prepack keeps them as loaded");
+}
+
 // --device (llama_generate, serve, llama_train): cpu, or cuda (cuda:LOCAL_RANK, as torchrun's one process per GPU).
 inline CLI::Option* add_device(CLI::App& app, std::string& device) {
   return app.add_option("--device", device,

@@ -67,6 +67,7 @@ void define(CLI::App& app, GenerateCliOptions& o, Seen& seen) {
       ->check(CLI::ExistingDirectory)->group(weights);
   tools_cli::add_dtype(app, o.dtype)->group(weights);
   tools_cli::add_quantize(app, o.quantize)->group(weights);
+  tools_cli::add_weights_prepack(app, o.weights_prepack)->group(weights);
   tools_cli::add_device(app, o.device)->group(weights);
   tools_cli::each(app.add_option_function<std::string>(
                       "--prompt",

@@ -60,6 +60,7 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
   s.weights.dtype = o.dtype;
   s.weights.quantize = o.quantize;
   s.weights.gguf_dequantize = o.gguf_dequantize;
+  s.weights.weights_prepack = o.weights_prepack;
   s.weights.device = o.device;
   s.weights.ep = o.ep;
   if (o.ep > 1 && o.ep != world_size) {

@@ -31,6 +31,7 @@ void define(CLI::App& app, ServeOptions& o) {
       ->check(CLI::ExistingDirectory);
   tools_cli::add_dtype(app, o.dtype, /*random_init=*/false);
   tools_cli::add_quantize(app, o.quantize);
+  tools_cli::add_weights_prepack(app, o.weights_prepack);
   tools_cli::add_device(app, o.device);
   tools_cli::add_inference_ep(app, o.ep);
   app.add_option("--host", o.host, "listen address")->check(tools_cli::non_empty());

@@ -22,6 +22,7 @@ struct ServeOptions {
   std::string dtype = "auto";  // the model's (models/common/dtype.h): parameters, activations, KV cache
   bool gguf_dequantize = false;  // inference::ModelSource::gguf_dequantize
   std::string quantize = "none";  // the Linear weights once loaded (inference::ModelSource::quantize)
+  bool weights_prepack = true;    // inference::ModelSource::weights_prepack
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string model_name;  // /v1/models' id and the "model" requests name (default: the directory's name)

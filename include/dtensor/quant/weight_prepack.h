@@ -1,0 +1,34 @@
+// Linear weights packed once for the CPU's batched GEMM (IPEX's ipex.optimize(model, weights_prepack=True)): each
+// chosen bf16 weight becomes its packed form (dtensor/core/packed_linear.h: the same values, laid out for the AVX-512
+// BF16 kernel), a DTensor where the weight was one (same placements: each rank packs its own shard), and the layer's
+// forward computes bf16_packed_linear on the local shards:
+//   Colwise  W Shard(0)  x Replicate . W^T -> Shard(-1)
+//   Rowwise  W Shard(1)  x Shard(-1) . W^T -> Partial (the style's one reduction sums the parts)
+//   Replicate            x keeps its placement
+// A layout change, not a quantization: the numbers are at::linear's within one bf16 rounding (the sums' order).
+// For inference: the packed weight has no gradient and takes no optimizer; it is no weight to save (a checkpoint of a
+// packed model would hold the packed order: save before packing).
+//
+// Which layers: every dtensor::nn::Linear that `filter` accepts and that can run packed — a bf16 weight whose local
+// shard is [a multiple of 64, a multiple of 32], no other pass converted it (int8 / int4, float8, async TP), it carries
+// no adapter, and its weight is its own (a tied lm_head shares the embedding's: packing it would copy it). The others
+// are left as they are: packing is an optimization, never a refusal.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <string>
+#include <vector>
+
+#include "dtensor/quant/int8_weight_only.h"  // ModuleFilter
+
+namespace dtensor::quant {
+
+// Packs the chosen layers' weights where the packed kernel runs here (bf16_packed_linear_available); elsewhere
+// changes nothing. Returns the packed layers' names in module order.
+std::vector<std::string> prepack_linear_weights_(torch::nn::Module& model, const ModuleFilter& filter = {});
+
+// Whether `module` is a Linear whose weight prepack_linear_weights_ packed.
+bool is_prepacked(const torch::nn::Module& module);
+
+}  // namespace dtensor::quant

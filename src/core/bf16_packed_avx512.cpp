@@ -18,6 +18,7 @@ namespace {
 constexpr int64_t kPanel = 64;         // output columns per panel
 constexpr int64_t kSlicePairs = 1024;  // pairs of k per pass: 256 KB of a panel, which stays in L2 for every tile
 constexpr int kMaxRows = 6;            // rows of x per register tile: 24 accumulators + 4 panel vectors
+constexpr int64_t kChunkRows = 256;    // rows of x per pass over a panel: their fp32 sums (64 KB) stay in L2 with it
 
 // Prefetches one region (the next slice this thread reads) a few lines per step of the tile, so that memory streams
 // it while the FMAs run on the slice in cache.
@@ -74,32 +75,36 @@ void tile_rows(int rows, const uint16_t* x, int64_t ldx, const uint32_t* panel, 
 
 // y[m * ldy + n] = bf16(sum_k x[m * K + k] * w[n][k]) for m < M and the columns of panels [b0, b1); K a multiple of
 // 32. Each slice of a panel (kSlicePairs pairs) runs under every tile of x's rows (M split evenly into tiles of at
-// most kMaxRows) while the next slice streams in; the fp32 sums of a panel gather in `scratch` (M x 64, this
-// thread's), then round once to bf16 (vcvtneps2bf16: to nearest even, as PyTorch's), so no fp32 [M, N] is ever made.
+// most kMaxRows) while the next slice streams in; the fp32 sums of a panel gather in `scratch` (256 x 64 at
+// most, this thread's; a long prefill's rows run in chunks of 256 over each panel), then round once to bf16 (vcvtneps2bf16: to nearest even, as PyTorch's), so no fp32 [M, N] is ever made.
 void bf16_packed_rows_avx512(const uint16_t* x, int64_t M, int64_t K, const uint32_t* packed, int64_t b0, int64_t b1,
                              float* scratch, uint16_t* y, int64_t ldy) {
-  const int64_t pairs = K / 2, tiles = (M + kMaxRows - 1) / kMaxRows;
+  const int64_t pairs = K / 2;
   const char* const stop = reinterpret_cast<const char*>(packed + b1 * pairs * kPanel);
   for (int64_t b = b0; b < b1; ++b) {
     const uint32_t* panel = packed + b * pairs * kPanel;
-    for (int64_t p0 = 0; p0 < pairs; p0 += kSlicePairs) {
-      const int64_t np = std::min(kSlicePairs, pairs - p0);
-      const uint32_t* slice = panel + p0 * kPanel;
-      // The next slice: the rest of this panel's k, or the next panel's first (contiguous either way).
-      const char* next = reinterpret_cast<const char*>(slice + np * kPanel);
-      const int64_t next_bytes = std::max<int64_t>(0, std::min<int64_t>(kSlicePairs * kPanel * 4, stop - next));
-      const int64_t steps = np * tiles;
-      Prefetch pf{next, next + next_bytes, static_cast<int>((next_bytes / 64 + steps - 1) / steps)};
-      for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
-        const int rows = static_cast<int>(M / tiles + (t < M % tiles ? 1 : 0));
-        tile_rows(rows, x + m0 * K + 2 * p0, K, slice, np, scratch + m0 * kPanel, kPanel, p0 > 0, pf);
-        m0 += rows;
+    for (int64_t r0 = 0; r0 < M; r0 += kChunkRows) {
+      const int64_t R = std::min(kChunkRows, M - r0), tiles = (R + kMaxRows - 1) / kMaxRows;
+      const uint16_t* xr = x + r0 * K;
+      for (int64_t p0 = 0; p0 < pairs; p0 += kSlicePairs) {
+        const int64_t np = std::min(kSlicePairs, pairs - p0);
+        const uint32_t* slice = panel + p0 * kPanel;
+        // The next slice: the rest of this panel's k, or the next panel's first (contiguous either way).
+        const char* next = reinterpret_cast<const char*>(slice + np * kPanel);
+        const int64_t next_bytes = std::max<int64_t>(0, std::min<int64_t>(kSlicePairs * kPanel * 4, stop - next));
+        const int64_t steps = np * tiles;
+        Prefetch pf{next, next + next_bytes, static_cast<int>((next_bytes / 64 + steps - 1) / steps)};
+        for (int64_t t = 0, m0 = 0; t < tiles; ++t) {
+          const int rows = static_cast<int>(R / tiles + (t < R % tiles ? 1 : 0));
+          tile_rows(rows, xr + m0 * K + 2 * p0, K, slice, np, scratch + m0 * kPanel, kPanel, p0 > 0, pf);
+          m0 += rows;
+        }
       }
-    }
-    for (int64_t m = 0; m < M; ++m) {
-      for (int j = 0; j < 4; ++j) {
-        const __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(scratch + m * kPanel + 16 * j));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + m * ldy + b * kPanel + 16 * j), v);
+      for (int64_t m = 0; m < R; ++m) {
+        for (int j = 0; j < 4; ++j) {
+          const __m256i v = (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(scratch + m * kPanel + 16 * j));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + (r0 + m) * ldy + b * kPanel + 16 * j), v);
+        }
       }
     }
   }

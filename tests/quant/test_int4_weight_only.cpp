@@ -18,6 +18,7 @@
 #include "dtensor/tp/parallelize.h"
 #include "dtensor/tp/style.h"
 #include "harness/multi_rank.h"
+#include "tp_pair.h"
 
 namespace {
 
@@ -148,14 +149,7 @@ TEST(Int4WeightOnly, ColwiseAndRowwiseShardsAreTp1sWithItsOutputs) {
   dtensor::testing::run_ranks(2, [&](int, int world) {
     at::NoGradGuard no_grad;
     auto mesh = dtensor::init_device_mesh("cpu", {world});
-    dtensor::nn::Linear a(torch::nn::LinearOptions(64, 128).bias(false)), b(torch::nn::LinearOptions(128, 64).bias(false));
-    a->to(at::kBFloat16);
-    b->to(at::kBFloat16);
-    a->weight.copy_(w_up);
-    b->weight.copy_(w_down);
-    dtensor::parallelize_module(*a, mesh, dtensor::ColwiseParallel());
-    dtensor::parallelize_module(*b, mesh, dtensor::RowwiseParallel());
-    torch::nn::Sequential two(a, b);
+    auto [a, b, two] = dtensor::testing::colwise_rowwise_pair(mesh, w_up, w_down);
     quant::quantize_(*two, quant::Int4WeightOnlyConfig{.group_size = 64});
     EXPECT_EQ(dtensor::placements(buffer(*a, "weight_scale"))[0], dtensor::Shard(0));
     EXPECT_EQ(dtensor::placements(buffer(*b, "weight_zero"))[0], dtensor::Shard(1));

@@ -19,6 +19,7 @@
 #include "dtensor/tp/parallelize.h"
 #include "dtensor/tp/style.h"
 #include "harness/multi_rank.h"
+#include "tp_pair.h"
 
 namespace {
 
@@ -102,14 +103,7 @@ TEST(Int8WeightOnly, ColwiseAndRowwiseShardsAreTp1sWithItsOutputs) {
   dtensor::testing::run_ranks(2, [&](int, int world) {
     at::NoGradGuard no_grad;
     auto mesh = dtensor::init_device_mesh("cpu", {world});
-    dtensor::nn::Linear a(torch::nn::LinearOptions(64, 96).bias(false)), b(torch::nn::LinearOptions(96, 64).bias(false));
-    a->to(at::kBFloat16);
-    b->to(at::kBFloat16);
-    a->weight.copy_(w_up);
-    b->weight.copy_(w_down);
-    dtensor::parallelize_module(*a, mesh, dtensor::ColwiseParallel());
-    dtensor::parallelize_module(*b, mesh, dtensor::RowwiseParallel());
-    torch::nn::Sequential two(a, b);
+    auto [a, b, two] = dtensor::testing::colwise_rowwise_pair(mesh, w_up, w_down);
     quant::quantize_(*two, quant::Int8WeightOnlyConfig{});
     // Rowwise: each rank sees half of a row; the all-reduced maxima give TP 1's scales, hence its int8 values.
     const at::Tensor qa = dtensor::full_tensor(a->weight), qb = dtensor::full_tensor(b->weight);

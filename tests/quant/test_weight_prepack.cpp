@@ -22,6 +22,7 @@
 #include "dtensor/tp/parallelize.h"
 #include "dtensor/tp/style.h"
 #include "harness/multi_rank.h"
+#include "tp_pair.h"
 
 namespace {
 
@@ -123,14 +124,7 @@ TEST(WeightPrepack, ColwiseAndRowwiseShardsGiveTp1sOutputs) {
   dtensor::testing::run_ranks(2, [&](int, int world) {
     at::NoGradGuard no_grad;
     auto mesh = dtensor::init_device_mesh("cpu", {world});
-    dtensor::nn::Linear a(torch::nn::LinearOptions(64, 256).bias(false)), b(torch::nn::LinearOptions(256, 128).bias(false));
-    a->to(at::kBFloat16);
-    b->to(at::kBFloat16);
-    a->weight.copy_(w_up);
-    b->weight.copy_(w_down);
-    dtensor::parallelize_module(*a, mesh, dtensor::ColwiseParallel());
-    dtensor::parallelize_module(*b, mesh, dtensor::RowwiseParallel());
-    torch::nn::Sequential two(a, b);
+    auto [a, b, two] = dtensor::testing::colwise_rowwise_pair(mesh, w_up, w_down);
     const auto names = quant::prepack_linear_weights_(*two);
     const at::Tensor y = b(a(x)).to(at::kFloat);
     std::lock_guard<std::mutex> lock(mu);

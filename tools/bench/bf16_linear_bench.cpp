@@ -4,7 +4,9 @@
 // Llama-3.2-1B layer and each row count; beside them the weight-only int8 matmul (dtensor::int8_weight_linear: the same
 // weights in int8, one byte a weight, its own set of the same size) and the rate it reads them at, and the weight-only
 // int4 matmul (dtensor::int4_weight_linear, groups of 32 with fp16 scales: Q4_0's 0.5625 bytes a weight) beside
-// LibTorch's _weight_int4pack_mm_for_cpu (torchao's CPU int4, groups of 32). Prints the CPU's
+// LibTorch's _weight_int4pack_mm_for_cpu (torchao's CPU int4, groups of 32), and the bf16 matmul on the same weights
+// packed at load (dtensor::bf16_packed_linear, dtensor/core/packed_linear.h; "-" where its kernel does not run here
+// or the shape cannot be packed). Prints the CPU's
 // kernel and row limit first, a table, and a `summary` line per row. Asserts nothing.
 //
 //   OMP_NUM_THREADS=2 bf16_linear_bench [--iters N] [--rows 1,4,8,16,32,64] [--shapes 2048x8192,...] [--pool-mb MB]
@@ -26,6 +28,7 @@
 
 #include "bench_util.h"
 #include "dtensor/core/fast_kernels.h"
+#include "dtensor/core/packed_linear.h"
 
 namespace {
 
@@ -35,6 +38,14 @@ double ms_per_call(const std::vector<at::Tensor>& ws, const at::Tensor& x, int i
   call(ws[0]);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) call(ws[i % ws.size()]);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+double packed_ms_per_call(const std::vector<at::Tensor>& ps, const at::Tensor& x, int iters) {
+  auto call = [&](const at::Tensor& p) { return dtensor::bf16_packed_linear(x, p); };
+  call(ps[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) call(ps[i % ps.size()]);
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
 }
 
@@ -98,11 +109,15 @@ int main(int argc, char** argv) {
               dtensor::bf16_linear_kernel(), limit == dtensor::kAnyRows ? -1L : static_cast<long>(limit),
               at::get_num_threads(), static_cast<long>(pool_mb), l3 > 0 ? l3 >> 20 : -1L);
   std::printf("| K x N | rows | ours ms | GFLOP/s | PyTorch ms | GFLOP/s | ours / PyTorch | int8 ms | int8 GB/s | "
-              "int4 ms | int4 GB/s | LibTorch int4 ms |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+              "int4 ms | int4 GB/s | LibTorch int4 ms | packed ms | GFLOP/s |\n"
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (auto [K, N] : shapes) {
     const int64_t copies = std::max<int64_t>(1, (pool_mb << 20) / (N * K * 2));
     std::vector<at::Tensor> ws;
     for (int64_t c = 0; c < copies; ++c) ws.push_back(at::randn({N, K}).to(at::kBFloat16));
+    const bool packs = dtensor::bf16_packed_linear_available() && dtensor::bf16_packable(N, K);
+    std::vector<at::Tensor> ps;
+    for (int64_t c = 0; packs && c < copies; ++c) ps.push_back(dtensor::bf16_pack_weight(ws[c]));
     std::vector<at::Tensor> qs;
     for (int64_t c = 0; c < std::max<int64_t>(1, (pool_mb << 20) / (N * K)); ++c) {
       qs.push_back(at::randint(-128, 128, {N, K}, at::kChar));
@@ -129,14 +144,17 @@ int main(int argc, char** argv) {
       const bool int4_applies = dtensor::int4_weight_linear(x, q4s[0], scale4, at::Tensor(), 32).has_value();
       const double int4 = int4_applies ? int4_ms_per_call(q4s, scale4, x, iters) : 0.0;
       const double lt_int4 = libtorch_int4_ms_per_call(packed, scale_zeros, x, iters);
+      const double pk = packs ? packed_ms_per_call(ps, x, iters) : 0.0;
       const double gflop = 2.0 * m * N * K / 1e9;
-      std::printf("| %ld x %ld | %ld | %.3f%s | %.1f | %.3f | %.1f | %.2f | %.3f | %.1f | %.3f | %.1f | %.3f |\n",
+      std::printf("| %ld x %ld | %ld | %.3f%s | %.1f | %.3f | %.1f | %.2f | %.3f | %.1f | %.3f | %.1f | %.3f | %.3f | %.1f |\n",
                   static_cast<long>(K), static_cast<long>(N), static_cast<long>(m), ours, applies ? "" : " (PyTorch's)",
                   gflop / ours * 1e3, theirs, gflop / theirs * 1e3, ours / theirs, int8,
-                  int8 > 0 ? N * K / int8 / 1e6 : 0.0, int4, int4 > 0 ? int4_bytes / int4 / 1e6 : 0.0, lt_int4);
+                  int8 > 0 ? N * K / int8 / 1e6 : 0.0, int4, int4 > 0 ? int4_bytes / int4 / 1e6 : 0.0, lt_int4, pk,
+                  pk > 0 ? gflop / pk * 1e3 : 0.0);
       std::printf("summary k=%ld n=%ld rows=%ld ours_ms=%.3f pytorch_ms=%.3f kernel=%s int8_ms=%.3f int4_ms=%.3f "
-                  "libtorch_int4_ms=%.3f\n", static_cast<long>(K), static_cast<long>(N), static_cast<long>(m), ours,
-                  theirs, applies ? dtensor::bf16_linear_kernel() : "pytorch", int8, int4, lt_int4);
+                  "libtorch_int4_ms=%.3f packed_ms=%.3f\n", static_cast<long>(K), static_cast<long>(N),
+                  static_cast<long>(m), ours, theirs, applies ? dtensor::bf16_linear_kernel() : "pytorch", int8, int4,
+                  lt_int4, pk);
     }
   }
   return 0;

@@ -7,7 +7,7 @@
 // bf16_packed_linear streams it once, in order, for any number of rows of x: each 64-byte line is 16 rows of w's
 // pair p, the B operand of vdpbf16ps as it lies, and a register tile of 6 rows of x by 64 columns feeds it from L1
 // (src/core/bf16_packed_avx512.cpp). Measured on AMD EPYC Zen 5, 2 threads (docs/benchmarks.md, "Weights packed at
-// load"): at the bandwidth at 1 row, 0.5x PyTorch's oneDNN time at 16-32 rows, level from 128.
+// load"): at the bandwidth at 1 row, 0.5-0.8x the time of PyTorch's oneDNN GEMM from 16 to 128 rows.
 // The reference beside it: at::linear(x, bf16_unpack_weight(packed)).
 #pragma once
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace dtensor::detail {
 namespace {
@@ -75,10 +76,13 @@ void tile_rows(int rows, const uint16_t* x, int64_t ldx, const uint32_t* panel, 
 
 // y[m * ldy + n] = bf16(sum_k x[m * K + k] * w[n][k]) for m < M and the columns of panels [b0, b1); K a multiple of
 // 32. Each slice of a panel (kSlicePairs pairs) runs under every tile of x's rows (M split evenly into tiles of at
-// most kMaxRows) while the next slice streams in; the fp32 sums of a panel gather in `scratch` (256 x 64 at
-// most, this thread's; a long prefill's rows run in chunks of 256 over each panel), then round once to bf16 (vcvtneps2bf16: to nearest even, as PyTorch's), so no fp32 [M, N] is ever made.
+// most kMaxRows) while the next slice streams in. The fp32 sums of a panel gather in this thread's scratch (kChunkRows
+// x 64 at most: a long prefill's rows run in chunks over each panel), then round once to bf16 (vcvtneps2bf16: to
+// nearest even, as PyTorch's), so no fp32 [M, N] is ever made.
 void bf16_packed_rows_avx512(const uint16_t* x, int64_t M, int64_t K, const uint32_t* packed, int64_t b0, int64_t b1,
-                             float* scratch, uint16_t* y, int64_t ldy) {
+                             uint16_t* y, int64_t ldy) {
+  thread_local std::vector<float> sums(kChunkRows * kPanel);
+  float* const scratch = sums.data();
   const int64_t pairs = K / 2;
   const char* const stop = reinterpret_cast<const char*>(packed + b1 * pairs * kPanel);
   for (int64_t b = b0; b < b1; ++b) {

@@ -15,9 +15,9 @@
 namespace dtensor {
 namespace detail {
 // src/core/bf16_packed_avx512.cpp: rows of x against panels [b0, b1) of the packed weight, each panel's fp32 sums
-// in scratch [256, 64] (256 rows of x at a time), then rounded into y (bf16).
+// rounded once into y (bf16).
 void bf16_packed_rows_avx512(const uint16_t* x, int64_t M, int64_t K, const uint32_t* packed, int64_t b0, int64_t b1,
-                             float* scratch, uint16_t* y, int64_t ldy);
+                             uint16_t* y, int64_t ldy);
 }  // namespace detail
 
 namespace {
@@ -68,8 +68,7 @@ at::Tensor bf16_packed_linear(const at::Tensor& x, const at::Tensor& packed) {
   const auto* wp = reinterpret_cast<const uint32_t*>(packed.data_ptr<uint16_t>());
   auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>());
   at::parallel_for(0, N / kPanel, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
-    thread_local std::vector<float> scratch(256 * kPanel);  // a panel's fp32 sums, for up to 256 rows of x
-    detail::bf16_packed_rows_avx512(xp, M, K, wp, b0, b1, scratch.data(), yp, N);
+    detail::bf16_packed_rows_avx512(xp, M, K, wp, b0, b1, yp, N);
   });
   return y.view(shape);
 }

@@ -28,13 +28,19 @@ const char* scheme_name(Scheme scheme) {
   return "?";
 }
 
+std::string other_parameter(nn::LinearImpl& linear) {
+  for (const auto& p : linear.named_parameters(/*recurse=*/true)) {
+    if (p.key() != "weight" && p.key() != "bias") return p.key();
+  }
+  return "";
+}
+
 void check_convertible(const std::string& fqn, nn::LinearImpl& linear, Scheme scheme) {
   DTENSOR_CHECK(!nn::detail::has_forward_override(linear), "dtensor: quantize_ (", scheme_name(scheme), "): '", fqn,
                 "' already computes through another override (float8, async TP's fused matmuls): they do not compose");
-  for (const auto& p : linear.named_parameters(/*recurse=*/true)) {
-    DTENSOR_CHECK(p.key() == "weight" || p.key() == "bias", "dtensor: quantize_ (", scheme_name(scheme), "): '", fqn,
-                  "' carries '", p.key(), "' (an adapter?): quantizing a layer with adapters is not supported");
-  }
+  const std::string other = other_parameter(linear);
+  DTENSOR_CHECK(other.empty(), "dtensor: quantize_ (", scheme_name(scheme), "): '", fqn, "' carries '", other,
+                "' (an adapter?): quantizing a layer with adapters is not supported");
   DTENSOR_CHECK(at::isFloatingType(linear.weight.scalar_type()), "dtensor: quantize_ (", scheme_name(scheme), "): '",
                 fqn, "' has a ", linear.weight.scalar_type(), " weight, not a floating one");
 }
@@ -68,8 +74,8 @@ bool is_converted(const torch::nn::Module& module, Scheme scheme) {
 }
 
 bool is_converted(const torch::nn::Module& module) {
-  return is_converted(module, Scheme::int8_weight_only) || is_converted(module, Scheme::int4_weight_only) ||
-         is_converted(module, Scheme::bf16_prepacked);
+  std::lock_guard<std::mutex> lock(registry_mu);
+  return std::any_of(converted.begin(), converted.end(), [&](const auto& e) { return e.first.lock().get() == &module; });
 }
 
 void mark_converted(nn::LinearImpl& linear, Scheme scheme) {

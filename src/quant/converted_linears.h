@@ -1,5 +1,6 @@
-// What the weight-only passes (int8_weight_only.h, int4_weight_only.h) and the weight prepack (weight_prepack.h) share: which Linear layers a quantize_ call may
-// convert, and the record of the layers each pass converted (weakly: a dead model's entries expire).
+// What the weight-only passes (int8_weight_only.h, int4_weight_only.h) and the weight prepack (weight_prepack.h)
+// share: which Linear layers a pass may convert, and the record of the layers each pass converted (weakly: a dead
+// model's entries expire).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -31,6 +32,9 @@ void mark_converted(nn::LinearImpl& linear, Scheme scheme);
 //   x p          . w Replicate -> p          where p is Replicate or a Shard of a dim other than k
 // Any other pair: one error naming both layouts.
 Placements output_placements(const at::Tensor& x, const at::Tensor& w, Scheme scheme);
+
+// The name of a parameter of `linear` other than its weight and bias (an adapter's), or "" where it has none.
+std::string other_parameter(nn::LinearImpl& linear);
 
 // The non-template part of linears_to_convert: the checks on one chosen layer.
 void check_convertible(const std::string& fqn, nn::LinearImpl& linear, Scheme scheme);

@@ -19,21 +19,20 @@ namespace {
 
 at::Tensor local_of(const at::Tensor& t) { return is_dtensor(t) ? to_local(t) : t; }
 
-// The storages of every parameter and buffer but `linear`'s own weight: a weight found there is tied.
-bool is_tied(torch::nn::Module& model, nn::LinearImpl& linear) {
-  const void* mine = local_of(linear.weight).storage().data();
-  int64_t holders = 0;
+// The storages that more than one parameter of `model` holds (a tied lm_head and its embedding).
+std::set<const void*> shared_storages(torch::nn::Module& model) {
+  std::set<const void*> seen, shared;
   for (const auto& p : model.named_parameters(/*recurse=*/true)) {
-    if (local_of(p.value()).storage().data() == mine) ++holders;
+    const void* storage = local_of(p.value()).storage().data();
+    if (!seen.insert(storage).second) shared.insert(storage);
   }
-  return holders > 1;
+  return shared;
 }
 
-bool can_pack(torch::nn::Module& model, nn::LinearImpl& linear) {
-  if (detail::is_converted(linear) || nn::detail::has_forward_override(linear)) return false;
-  for (const auto& p : linear.named_parameters(/*recurse=*/true)) {
-    if (p.key() != "weight" && p.key() != "bias") return false;  // an adapter
-  }
+// A layer another pass computes (int8 / int4, float8, async TP: each registered a forward override) or with an
+// adapter stays as it is, as does a weight that is not bf16, not laid out as a style lays it, or tied.
+bool can_pack(nn::LinearImpl& linear, const std::set<const void*>& tied) {
+  if (nn::detail::has_forward_override(linear) || !detail::other_parameter(linear).empty()) return false;
   const at::Tensor& w = linear.weight;
   if (!w.defined() || w.scalar_type() != at::kBFloat16 || w.dim() != 2) return false;
   if (is_dtensor(w)) {
@@ -42,7 +41,8 @@ bool can_pack(torch::nn::Module& model, nn::LinearImpl& linear) {
     }
   }
   const at::Tensor local = local_of(w);
-  return local.device().is_cpu() && bf16_packable(local.size(0), local.size(1)) && !is_tied(model, linear);
+  return local.device().is_cpu() && bf16_packable(local.size(0), local.size(1)) &&
+         tied.count(local.storage().data()) == 0;
 }
 
 // y = x . W^T on the local shards, the output's placements from x's and W's (converted_linears.h).
@@ -65,9 +65,10 @@ std::vector<std::string> prepack_linear_weights_(torch::nn::Module& model, const
   std::vector<std::string> names;
   if (!bf16_packed_linear_available()) return names;
   at::NoGradGuard no_grad;
+  const std::set<const void*> tied = shared_storages(model);
   for (const auto& item : model.named_modules("", /*include_self=*/true)) {
     auto* linear = dynamic_cast<nn::LinearImpl*>(item.value().get());
-    if (linear == nullptr || (filter && !filter(item.key(), *linear)) || !can_pack(model, *linear)) continue;
+    if (linear == nullptr || (filter && !filter(item.key(), *linear)) || !can_pack(*linear, tied)) continue;
     const at::Tensor w = linear->weight;
     const at::Tensor packed = bf16_pack_weight(local_of(w).detach());
     const at::Tensor weight = is_dtensor(w) ? DTensor::from_local(packed, device_mesh(w), placements(w),

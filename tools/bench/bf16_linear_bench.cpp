@@ -5,7 +5,7 @@
 // weights in int8, one byte a weight, its own set of the same size) and the rate it reads them at, and the weight-only
 // int4 matmul (dtensor::int4_weight_linear, groups of 32 with fp16 scales: Q4_0's 0.5625 bytes a weight) beside
 // LibTorch's _weight_int4pack_mm_for_cpu (torchao's CPU int4, groups of 32), and the bf16 matmul on the same weights
-// packed at load (dtensor::bf16_packed_linear, dtensor/core/packed_linear.h; "-" where its kernel does not run here
+// packed at load (dtensor::bf16_packed_linear, dtensor/core/packed_linear.h; 0 where its kernel does not run here
 // or the shape cannot be packed). Prints the CPU's
 // kernel and row limit first, a table, and a `summary` line per row. Asserts nothing.
 //

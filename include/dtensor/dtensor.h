@@ -24,6 +24,7 @@
 #include "dtensor/mesh/comm_hooks.h"
 #include "dtensor/mesh/cuda.h"
 #include "dtensor/mesh/device_mesh.h"
+#include "dtensor/mesh/fatal_signals.h"
 #include "dtensor/mesh/functional_collectives.h"
 #include "dtensor/mesh/launch_env.h"
 #include "dtensor/mesh/process_group.h"

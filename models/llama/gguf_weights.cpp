@@ -236,7 +236,9 @@ LlamaConfig config_of(const GgufFile& f) {
 
 std::set<std::string> q4_0_linear_weights(const std::string& path) {
   std::set<std::string> names;
-  for (const GgufTensor& t : GgufFile::open(path).tensors()) {
+  const GgufFile file = GgufFile::open(path);  // alive through the loop: a range-for over open(path).tensors() read
+                                              // the freed file's list (the CI's SIGSEGV in llama_generate --gguf)
+  for (const GgufTensor& t : file.tensors()) {
     const std::string name = hf_name(t.name);
     const bool linear = name == "lm_head.weight" || name.find("_proj.weight") != std::string::npos;
     if (linear && t.type == static_cast<uint32_t>(dtensor::checkpoint::GgmlType::Q4_0)) names.insert(name);

@@ -219,6 +219,10 @@ void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, std::optiona
   const std::vector<Packed> packed = packed_weights(model->config);
   const std::vector<Assembled> assembled = assembled_weights(model->config);
   const auto params = model->named_parameters();
+  for (const auto& item : params) {  // a packed weight's values are in the kernel's order, not HF's
+    DTENSOR_CHECK(item.value().scalar_type() != at::kUInt16, "dtensor: save_hf_llama: ", item.key(), " is packed for the "
+                  "batched GEMM (weights prepack): save the model before packing it (--no-weights-prepack)");
+  }
   // Each stored weight, its shape and how to get its full value: a parameter gathered, a packed weight's
   // parts gathered and stacked, or a piece of an assembled parameter (gathered once).
   struct Weight {

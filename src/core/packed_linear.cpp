@@ -73,4 +73,24 @@ at::Tensor bf16_packed_linear(const at::Tensor& x, const at::Tensor& packed) {
   return y.view(shape);
 }
 
+at::Tensor bf16_packed_rows(const at::Tensor& packed, const at::Tensor& ids) {
+  DTENSOR_CHECK(packed.dim() == 2 && packed.scalar_type() == at::kUInt16 && bf16_packable(packed.size(0), packed.size(1)),
+                "dtensor: bf16_packed_rows: not a packed weight (", packed.dim(), "-D ", packed.scalar_type(), ")");
+  DTENSOR_CHECK(!at::isFloatingType(ids.scalar_type()) && ids.scalar_type() != at::kBool,
+                "dtensor: bf16_packed_rows: ids must be integers (got ", ids.scalar_type(), ")");
+  const int64_t N = packed.size(0), K = packed.size(1);
+  const at::Tensor flat = ids.reshape({-1}).to(at::kLong);
+  if (flat.numel() > 0) {
+    const int64_t lo = flat.min().item<int64_t>(), hi = flat.max().item<int64_t>();
+    DTENSOR_CHECK(lo >= 0 && hi < N, "dtensor: bf16_packed_rows: id ", lo < 0 ? lo : hi, " is outside the weight's ",
+                  N, " rows");
+  }
+  // [N / 64, K / 2, 64, 2][n / 64, :, n % 64, :] -> [ids, K / 2, 2]: row n's pairs in order.
+  const at::Tensor panels = packed.contiguous().view(at::kBFloat16).view({N / kPanel, K / 2, kPanel, 2});
+  const at::Tensor rows = panels.index({flat.div(kPanel, "floor"), at::indexing::Slice(), flat.remainder(kPanel)});
+  std::vector<int64_t> shape = ids.sizes().vec();
+  shape.push_back(K);
+  return rows.reshape(shape);
+}
+
 }  // namespace dtensor

@@ -17,6 +17,7 @@
 
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/launch_env.h"
+#include "dtensor/mesh/fatal_signals.h"
 #include "mesh/cuda_support.h"
 #include "mesh/deadline.h"
 #include "mesh/group_markers.h"
@@ -325,6 +326,7 @@ std::shared_ptr<World> install(std::shared_ptr<World> world) {
 
 std::shared_ptr<World> init_process_group(InitOptions options) {
   ignore_sigpipe_if_default();
+  report_fatal_signals();  // a rank that crashes says where (fatal_signals.h)
   LaunchEnv env = LaunchEnv::from_environ();
   options.timeout = resolve_timeout(options.timeout);
   if (options.gloo_hostname.empty()) {

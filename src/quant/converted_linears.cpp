@@ -78,10 +78,10 @@ bool is_converted(const torch::nn::Module& module) {
   return std::any_of(converted.begin(), converted.end(), [&](const auto& e) { return e.first.lock().get() == &module; });
 }
 
-void mark_converted(nn::LinearImpl& linear, Scheme scheme) {
+void mark_converted(torch::nn::Module& module, Scheme scheme) {
   std::lock_guard<std::mutex> lock(registry_mu);
   std::erase_if(converted, [](const auto& e) { return e.first.expired(); });
-  converted.emplace_back(linear.shared_from_this(), scheme);
+  converted.emplace_back(module.shared_from_this(), scheme);
 }
 
 }  // namespace dtensor::quant::detail

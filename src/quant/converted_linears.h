@@ -24,7 +24,7 @@ std::vector<std::pair<std::string, nn::LinearImpl*>> linears_to_convert(torch::n
                                                                        const Filter& accept);
 bool is_converted(const torch::nn::Module& module, Scheme scheme);
 bool is_converted(const torch::nn::Module& module);  // by any scheme
-void mark_converted(nn::LinearImpl& linear, Scheme scheme);
+void mark_converted(torch::nn::Module& module, Scheme scheme);  // a Linear (or a packed tied embedding)
 
 // The output placements of a weight-only linear x . w^T, from x's and the (packed) weight's, per mesh dim:
 //   x Replicate  . w Shard(0) -> Shard(-1)   Colwise: this rank's output columns, with its rows' scales

@@ -82,6 +82,18 @@ TEST(Failures, TprunReportsARankKilledByASignal) {
   EXPECT_TRUE(contains(r.output, "was killed by signal 6")) << r.output;
 }
 
+// A rank that crashes says which signal and where (fatal_signals.h) before it dies of it: tprun still names the signal.
+TEST(Failures, CrashingRankPrintsItsSignalAndBacktrace) {
+  auto r = run_process({bin_path("tprun"), "--nproc-per-node", "2", "--master-port", "0", "dist_e2e", "segfault", "1"},
+                       {{"DTENSOR_TIMEOUT_SEC", "5"}}, 60);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_TRUE(contains(r.output, "dtensor: rank 1 (pid ")) << r.output;
+  EXPECT_TRUE(contains(r.output, "): fatal signal SIGSEGV (Segmentation fault)")) << r.output;
+  EXPECT_TRUE(contains(r.output, "; backtrace:")) << r.output;
+  EXPECT_TRUE(contains(r.output, "dist_e2e(")) << "the backtrace names the program's frames: " << r.output;
+  EXPECT_TRUE(contains(r.output, "was killed by signal 11")) << r.output;
+}
+
 TEST(Failures, HangingRankMakesPeersTimeOut) {
   // Rank 1 stays alive but never joins: rank 0 must give up after DTENSOR_TIMEOUT_SEC (3 s), and tprun
   // then stops rank 1.

@@ -2,7 +2,8 @@
 // is a permutation (unpacked bit for bit), the packed kernel equals the exact sum within one bf16 rounding for any
 // number of rows of x (its 6-row tiles and their tails, slices of k, several panels per thread) and equals the
 // reference (DTENSOR_FAST_KERNELS off) within it, and a Colwise / Rowwise pair at TP 2 packs each rank's shard and
-// gives TP 1's outputs; a tied weight, one already converted, an fp32 one and one of another shape stay as they are.
+// gives TP 1's outputs; a weight tied to an Embedding is packed once for both (the lookup's rows bit for bit, at TP 1
+// and 2); one tied to another Linear, one already converted, an fp32 one and one of another shape stay as they are.
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -75,8 +76,11 @@ TEST(WeightPrepack, PackedLinearEqualsTheExactSumWithinOneRounding) {
   EXPECT_EQ(dtensor::bf16_packed_linear(x, dtensor::bf16_pack_weight(w)).sizes(), (std::vector<int64_t>{2, 3, 128}));
 }
 
+// The choice and the forwards, on any CPU: where the packed kernel does not run, only_where_fast = false packs all the
+// same and the reference computes.
+constexpr bool kAnyCpu = false;
+
 TEST(WeightPrepack, ChoosesOnlyTheLayersThatCanRunPacked) {
-  if (!dtensor::bf16_packed_linear_available()) GTEST_SKIP() << "no packed kernel here: prepack changes nothing";
   at::manual_seed(2);
   const auto linear = [](int64_t in, int64_t out) {
     dtensor::nn::Linear l(torch::nn::LinearOptions(in, out).bias(true));
@@ -92,7 +96,8 @@ TEST(WeightPrepack, ChoosesOnlyTheLayersThatCanRunPacked) {
     return &m == quantized.get();
   });
   const at::Tensor wa = a->weight.detach().clone();
-  const auto names = quant::prepack_linear_weights_(*model);
+  if (!dtensor::bf16_packed_linear_available()) EXPECT_TRUE(quant::prepack_linear_weights_(*model).empty());
+  const auto names = quant::prepack_linear_weights_(*model, {}, kAnyCpu);
   EXPECT_EQ(names, (std::vector<std::string>{"0"}));
   EXPECT_TRUE(quant::is_prepacked(*a));
   EXPECT_FALSE(quant::is_prepacked(*odd) || quant::is_prepacked(*tied) || quant::is_prepacked(*fp32));
@@ -105,7 +110,7 @@ TEST(WeightPrepack, ChoosesOnlyTheLayersThatCanRunPacked) {
   const at::Tensor b = a->bias.to(at::kDouble);
   EXPECT_TRUE(((a(x).to(at::kDouble) - exact - b).abs() <= (exact.abs() + b.abs()) * (2.0 / 256) + 1e-3).all().item<bool>());
   // Packing again changes nothing.
-  EXPECT_TRUE(quant::prepack_linear_weights_(*model).empty());
+  EXPECT_TRUE(quant::prepack_linear_weights_(*model, {}, kAnyCpu).empty());
 }
 
 TEST(WeightPrepack, ColwiseAndRowwiseShardsGiveTp1sOutputs) {
@@ -125,19 +130,68 @@ TEST(WeightPrepack, ColwiseAndRowwiseShardsGiveTp1sOutputs) {
     at::NoGradGuard no_grad;
     auto mesh = dtensor::init_device_mesh("cpu", {world});
     auto [a, b, two] = dtensor::testing::colwise_rowwise_pair(mesh, w_up, w_down);
-    const auto names = quant::prepack_linear_weights_(*two);
+    const auto names = quant::prepack_linear_weights_(*two, {}, kAnyCpu);
     const at::Tensor y = b(a(x)).to(at::kFloat);
     std::lock_guard<std::mutex> lock(mu);
-    if (dtensor::bf16_packed_linear_available()) {
-      EXPECT_EQ(names.size(), 2u);
-      EXPECT_EQ(dtensor::placements(a->weight)[0], dtensor::Shard(0));
-      EXPECT_EQ(dtensor::placements(b->weight)[0], dtensor::Shard(1));
-      // Each rank packed its own shard: unpacked, the shards are TP 1's weight's.
-      EXPECT_TRUE(at::equal(dtensor::bf16_unpack_weight(dtensor::to_local(a->weight)),
-                            w_up.chunk(world, 0)[dtensor::device_mesh(a->weight).get_local_rank(0)]));
-    }
+    EXPECT_EQ(names.size(), 2u);
+    EXPECT_EQ(dtensor::placements(a->weight)[0], dtensor::Shard(0));
+    EXPECT_EQ(dtensor::placements(b->weight)[0], dtensor::Shard(1));
+    // Each rank packed its own shard: unpacked, the shards are TP 1's weight's.
+    EXPECT_TRUE(at::equal(dtensor::bf16_unpack_weight(dtensor::to_local(a->weight)),
+                          w_up.chunk(world, 0)[dtensor::device_mesh(a->weight).get_local_rank(0)]));
     // The Rowwise partial sums rounded to bf16 before their reduction: within two roundings of TP 1's.
     EXPECT_LE((y - ref).abs().max().item<double>(), 3.0 / 256 * ref.abs().max().item<double>());
+  });
+}
+
+// An lm_head tied to its embedding (Llama 3.2): one packed tensor for both; the lookup gives the weight's rows bit for
+// bit and the head TP 1's logits within one rounding, plain and at TP 2 (the vocab-parallel lookup Partial, reduced).
+TEST(WeightPrepack, TiedEmbeddingAndHeadArePackedOnce) {
+  at::manual_seed(5);
+  const int64_t vocab = 256, hidden = 64;
+  const at::Tensor w = at::randn({vocab, hidden}).to(at::kBFloat16);
+  const at::Tensor ids = at::randint(0, vocab, {2, 7}, at::kLong);
+  const at::Tensor h = at::randn({2, 7, hidden}).to(at::kBFloat16);
+  const at::Tensor exact = at::matmul(h.to(at::kDouble), w.to(at::kDouble).t());
+  const auto tied_pair = [&] {
+    dtensor::nn::Embedding emb(vocab, hidden);
+    dtensor::nn::Linear head(torch::nn::LinearOptions(hidden, vocab).bias(false));
+    emb->to(at::kBFloat16);
+    at::NoGradGuard no_grad;
+    emb->weight.copy_(w);
+    dtensor::nn::replace_parameter(*head, "weight", emb->weight);
+    return std::make_pair(emb, head);
+  };
+  {
+    auto [emb, head] = tied_pair();
+    torch::nn::Sequential model(emb, head);
+    EXPECT_EQ(quant::prepack_linear_weights_(*model, {}, kAnyCpu), (std::vector<std::string>{"1"}));
+    EXPECT_TRUE(quant::is_prepacked(*emb) && quant::is_prepacked(*head));
+    EXPECT_TRUE(emb->weight.is_same(head->weight)) << "one packed tensor, no second copy";
+    EXPECT_EQ(emb->weight.scalar_type(), at::kUInt16);
+    at::NoGradGuard no_grad;
+    EXPECT_TRUE(at::equal(emb(ids), at::embedding(w, ids)));
+    EXPECT_TRUE(at::equal(dtensor::bf16_packed_rows(emb->weight, ids), at::embedding(w, ids)));
+    expect_within_one_rounding(head(h), exact, "tied head, TP 1");
+    EXPECT_THROW(dtensor::bf16_packed_rows(emb->weight, at::full({1}, vocab, at::kLong)), dtensor::Error);
+  }
+  std::mutex mu;
+  dtensor::testing::run_ranks(2, [&](int, int world) {
+    auto mesh = dtensor::init_device_mesh("cpu", {world});
+    auto [emb, head] = tied_pair();
+    dtensor::parallelize_module(*emb, mesh, dtensor::RowwiseParallel({.input_layouts = dtensor::Replicate()}));
+    dtensor::parallelize_module(*head, mesh, dtensor::ColwiseParallel({.output_layouts = dtensor::Replicate()}));
+    dtensor::nn::replace_parameter(*head, "weight", emb->weight);  // tied again after the plan, as llama's parallelize
+    torch::nn::Sequential model(emb, head);
+    const auto names = quant::prepack_linear_weights_(*model, {}, kAnyCpu);
+    at::NoGradGuard no_grad;
+    const at::Tensor rows = emb(ids), logits = head(h);
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(names, (std::vector<std::string>{"1"}));
+    EXPECT_EQ(dtensor::placements(emb->weight)[0], dtensor::Shard(0));
+    EXPECT_TRUE(at::equal(dtensor::is_dtensor(rows) ? dtensor::full_tensor(rows) : rows, at::embedding(w, ids)));
+    expect_within_one_rounding(dtensor::is_dtensor(logits) ? dtensor::full_tensor(logits) : logits, exact,
+                               "tied head, TP 2");
   });
 }
 

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <stdexcept>
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
     if (rank == target) {
       if (scenario == "die") std::_Exit(argc > 3 ? std::atoi(argv[3]) : 3);
       if (scenario == "throw") throw std::logic_error("rank " + std::to_string(rank) + " gives up");  // not caught
+      if (scenario == "segfault") std::raise(SIGSEGV);  // as a stray pointer would end it
       if (scenario == "phase") {
         const watchdog::Phase phase("a long test phase", std::chrono::seconds(600));
         std::this_thread::sleep_for(std::chrono::seconds(argc > 3 ? std::atoi(argv[3]) : 60));

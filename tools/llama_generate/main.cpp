@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dtensor/mesh/launch_env.h"
+#include "dtensor/mesh/fatal_signals.h"
 #include "dtensor/debug/comm_debug_mode.h"
 #include "dtensor/mesh/comm_clock.h"
 #include "dtensor/mesh/device_mesh.h"
@@ -44,6 +45,7 @@ std::string show_all(const std::vector<int64_t>& tokens, bool bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dtensor::report_fatal_signals();  // a crash says where, on this rank's stderr
   const dtensor::LaunchEnv launch = dtensor::LaunchEnv::peek();  // before the group: --help and usage errors on rank 0
   const int rank = launch.rank;
   const int world_size = launch.world_size;

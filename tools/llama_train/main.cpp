@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "dtensor/mesh/launch_env.h"
+#include "dtensor/mesh/fatal_signals.h"
 #include "common/dtype.h"
 #include "dtensor/core/error.h"
 #include "dtensor/mesh/device_mesh.h"
@@ -110,6 +111,7 @@ void check_same_choice(const dtensor::DeviceMesh& world_mesh, const std::string&
 }  // namespace
 
 int main(int argc, char** argv) {
+  dtensor::report_fatal_signals();  // a crash says where, on this rank's stderr
   const dtensor::LaunchEnv launch = dtensor::LaunchEnv::peek();  // before the group: --help and usage errors on rank 0
   const int rank = launch.rank;
   const int world_size = launch.world_size;

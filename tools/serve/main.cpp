@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dtensor/mesh/launch_env.h"
+#include "dtensor/mesh/fatal_signals.h"
 #include "inference/gguf_tokenizer.h"
 #include "inference/weights.h"
 #include "dtensor/mesh/device_mesh.h"
@@ -127,6 +128,7 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dtensor::report_fatal_signals();  // a crash says where, on this rank's stderr
   const dtensor::LaunchEnv launch = dtensor::LaunchEnv::peek();  // before the group: --help and usage errors on rank 0
   const int rank = launch.rank;
   const int world_size = launch.world_size;

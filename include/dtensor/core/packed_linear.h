@@ -31,5 +31,9 @@ at::Tensor bf16_unpack_weight(const at::Tensor& packed);
 // order differs). The packed kernel where it runs, else the reference. No autograd: a packed weight is for inference
 // (x requiring grad under grad mode throws).
 at::Tensor bf16_packed_linear(const at::Tensor& x, const at::Tensor& packed);
+// Rows `ids` (integers, any shape) of a packed weight [N, K], as bf16 [*ids.shape, K], bit for bit the weight's rows:
+// the embedding lookup of a weight tied to a packed lm_head (row n is panel n / 64's column n % 64, its K / 2 pairs
+// 256 bytes apart). Throws dtensor::Error naming an id outside [0, N).
+at::Tensor bf16_packed_rows(const at::Tensor& packed, const at::Tensor& ids);
 
 }  // namespace dtensor

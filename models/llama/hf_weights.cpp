@@ -213,16 +213,16 @@ void load_hf_llama(const std::string& dir, LlamaForCausalLM& model, bool map_in_
 }
 
 void save_hf_llama(const std::string& dir, LlamaForCausalLM& model, std::optional<at::ScalarType> as) {
+  for (const auto& item : model->named_parameters()) {  // a packed weight's values are in the kernel's order, not HF's
+    DTENSOR_CHECK(item.value().scalar_type() != at::kUInt16, "dtensor: save_hf_llama: ", item.key(), " is packed for the "
+                  "batched GEMM (weights prepack): save the model before packing it (--no-weights-prepack)");
+  }
   const at::ScalarType dtype = as.value_or(model->model->embed_tokens->weight.scalar_type());  // default: the model's
   const std::string dtype_name = models::dtype_name(dtype);
   const int rank = dtensor::is_initialized() ? dtensor::current_world()->rank() : 0;
   const std::vector<Packed> packed = packed_weights(model->config);
   const std::vector<Assembled> assembled = assembled_weights(model->config);
   const auto params = model->named_parameters();
-  for (const auto& item : params) {  // a packed weight's values are in the kernel's order, not HF's
-    DTENSOR_CHECK(item.value().scalar_type() != at::kUInt16, "dtensor: save_hf_llama: ", item.key(), " is packed for the "
-                  "batched GEMM (weights prepack): save the model before packing it (--no-weights-prepack)");
-  }
   // Each stored weight, its shape and how to get its full value: a parameter gathered, a packed weight's
   // parts gathered and stacked, or a piece of an assembled parameter (gathered once).
   struct Weight {

@@ -4,12 +4,14 @@
 // export loads back in transformers with the same logits. tests/oracle/hf_llama_oracle.py is HF's side.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <mutex>
 
 #include "dtensor/checkpoint/safetensors.h"
 #include "dtensor/mesh/device_mesh.h"
+#include "dtensor/quant/weight_prepack.h"
 #include "dtensor/api/dtensor_api.h"
 #include "harness/multi_rank.h"
 #include "harness/subprocess.h"
@@ -98,6 +100,31 @@ TEST(LlamaHF, ShardedIndexAndTiedEmbeddings) {
   EXPECT_EQ(f.find("lm_head.weight"), nullptr);  // tied: stored once, as transformers does
   const ProcessResult checked = oracle({"check", exported, ref_path});
   EXPECT_EQ(checked.exit_code, 0) << checked.output;
+
+  // Weights packed at load (llama_generate's default) with the tie: embed_tokens and lm_head share one packed tensor,
+  // the lookup its rows; the bf16 logits are the unpacked model's (equal where the reference computes; within bf16
+  // roundings of the sums where the packed kernel runs), at TP 1 and 2; saving the packed model is refused by name.
+  for (int tp : {1, 2}) {
+    std::mutex mu;
+    dtensor::testing::run_ranks(tp, [&](int rank, int world) {
+      auto mesh = dtensor::init_device_mesh("cpu", {world});
+      llama::LlamaForCausalLM model = llama::from_pretrained(dir, &mesh, "inference", "bfloat16");
+      at::NoGradGuard no_grad;
+      auto full = [](at::Tensor t) { return (dtensor::is_dtensor(t) ? dtensor::full_tensor(t) : t).to(at::kFloat); };
+      const at::Tensor unpacked = full(model(ref.tokens));
+      const auto names = dtensor::quant::prepack_linear_weights_(*model, {}, /*only_where_fast=*/false);
+      const at::Tensor packed = full(model(ref.tokens));
+      const std::string refused = dtensor::testing::error_of([&] { llama::save_hf_llama(root + "/packed", model); });
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_NE(std::find(names.begin(), names.end(), "lm_head"), names.end()) << "TP " << tp;
+      EXPECT_TRUE(dtensor::quant::is_prepacked(*model->model->embed_tokens)) << "TP " << tp;
+      EXPECT_TRUE(model->lm_head->weight.is_same(model->model->embed_tokens->weight)) << "one packed tensor";
+      const double rel = max_rel(packed, unpacked);
+      if (rank == 0) std::printf("tied, packed vs unpacked bf16 logits tp=%d max_rel=%.3e\n", tp, rel);
+      EXPECT_LE(rel, 5e-2) << "TP " << tp;  // the packed kernel rounds its sums once as at::linear does, in another order
+      EXPECT_NE(refused.find("is packed for the batched GEMM"), std::string::npos) << refused;
+    });
+  }
 }
 
 TEST(LlamaHF, Bf16FilesLoadIntoAnFp32Model) {

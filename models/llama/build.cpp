@@ -67,7 +67,7 @@ LlamaForCausalLM build_model(const LlamaConfig& config, const models::ParallelDi
       load_hf_llama(source.path, model, source.map_in_place);  // each rank its slices of the files
       break;
     case WeightSource::Kind::gguf:
-      // Q4_0 kept as stored where the int4 kernels run; elsewhere (no AVX-512) dequantized: the same numbers, faster.
+      // Q4_0 kept as stored where the int4 kernels run; elsewhere (no AVX2) dequantized: the same numbers, faster.
       load_gguf_llama(source.path, model, !source.dequantize && dtensor::quant::int4_kernels_available());
       break;
     case WeightSource::Kind::checkpoint: {

@@ -1,6 +1,6 @@
 // dtensor::int4_weight_linear (fast_kernels.h): weight-only int4 (dtensor/quant/int4_weight_only.h's layout) on the
-// CPU. Few rows of x (up to 16): the fused AVX-512 kernel (int4_dot_avx512.cpp) streams the packed weights once, half a
-// byte a weight plus the group's scales; more rows (a prefill): blocks of rows dequantized into x's dtype (the kernel's
+// CPU. Few rows of x (up to 16): the fused kernel (int4_dot_avx512.cpp; on CPUs without AVX-512, int4_dot_avx2.cpp)
+// streams the packed weights once, half a byte a weight plus the group's scales; more rows (a prefill): blocks of rows dequantized into x's dtype (the kernel's
 // exact fp32 weights, then rounded as the reference rounds them) and PyTorch's matmul over each block.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -20,9 +20,24 @@ void int4_dot_rows_avx512bf16(const uint16_t* xp, const float* xsum, int64_t row
                               float* y, int64_t ldy);
 void int4_dequantize_rows_avx512(const uint8_t* q, const void* scale, const void* zero, int scale_kind, int64_t K,
                                  int64_t group, int64_t n0, int64_t n1, float* out);
+void int4_dot_rows_avx2(const float* xf, const float* xsum, int64_t rows, const uint8_t* q, const void* scale,
+                        const void* zero, int scale_kind, int64_t K, int64_t group, int64_t n0, int64_t n1, float* y,
+                        int64_t ldy);
+void int4_dequantize_rows_avx2(const uint8_t* q, const void* scale, const void* zero, int scale_kind, int64_t K,
+                               int64_t group, int64_t n0, int64_t n1, float* out);
 }  // namespace detail
 
 namespace {
+
+// The kernels' CPU: AVX-512F (+ F16C), else AVX2 + FMA + F16C (int4_dot_avx2.cpp), else none.
+bool has_avx512() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+bool has_avx2() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return ok;
+}
 
 // Rows of x up to which the fused kernel runs (4 at a time over each block of weights while it is in cache); above,
 // each block of weights is dequantized once for all rows and PyTorch's matmul runs over it.
@@ -44,17 +59,14 @@ void dequantize_rows(const at::Tensor& q, const at::Tensor& scale, const at::Ten
                      int64_t group, int64_t n0, int64_t n1, float* out) {
   const void* zp = zero.defined() ? zero.data_ptr() : nullptr;
   at::parallel_for(n0, n1, 16, [&](int64_t r0, int64_t r1) {
-    detail::int4_dequantize_rows_avx512(q.data_ptr<uint8_t>(), scale.data_ptr(), zp, kind, K, group, r0, r1,
-                                        out + (r0 - n0) * K);
+    (has_avx512() ? detail::int4_dequantize_rows_avx512 : detail::int4_dequantize_rows_avx2)(
+        q.data_ptr<uint8_t>(), scale.data_ptr(), zp, kind, K, group, r0, r1, out + (r0 - n0) * K);
   });
 }
 
 }  // namespace
 
-bool int4_weight_linear_available() {
-  static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
-  return avx512 && fast_kernels_enabled();
-}
+bool int4_weight_linear_available() { return (has_avx512() || has_avx2()) && fast_kernels_enabled(); }
 
 std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale,
                                              const at::Tensor& zero, int64_t group) {
@@ -89,7 +101,7 @@ std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tens
   }
   // bf16 x on a CPU with AVX-512 BF16: the bf16 dot-product kernel, x in its order (per 64 values: the low nibbles'
   // 32, x[0..15] and x[32..47], then the high ones'); else the fp32 kernel on x in fp32 (exact).
-  static const bool bf16_dot = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+  static const bool bf16_dot = has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
   const bool use_bf16 = bf16_dot && x.scalar_type() == at::kBFloat16 && K % 64 == 0;
   const at::Tensor xc = x.contiguous();
   const at::Tensor xf = use_bf16 ? at::Tensor() : xc.to(at::kFloat);
@@ -113,8 +125,8 @@ std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tens
           detail::int4_dot_rows_avx512bf16(reinterpret_cast<const uint16_t*>(xp.data_ptr<at::BFloat16>()) + m0 * K, xsm,
                                            r, qp, sp, zp, kind, K, group, n0, n1, yp + m0 * N, N);
         } else {
-          detail::int4_dot_rows_avx512(xf.data_ptr<float>() + m0 * K, xsm, r, qp, sp, zp, kind, K, group, n0, n1,
-                                       yp + m0 * N, N);
+          (has_avx512() ? detail::int4_dot_rows_avx512 : detail::int4_dot_rows_avx2)(
+              xf.data_ptr<float>() + m0 * K, xsm, r, qp, sp, zp, kind, K, group, n0, n1, yp + m0 * N, N);
         }
       }
     }

@@ -7,23 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/int4_scale_at.h"
+
 namespace dtensor::detail {
 namespace {
-
-// A scale's storage (int4_linear.cpp's ScaleKind): 0 fp32, 1 bf16, 2 fp16.
-template <int Kind>
-inline float scale_at(const void* p, int64_t i) {
-  if constexpr (Kind == 0) {
-    return static_cast<const float*>(p)[i];
-  } else if constexpr (Kind == 1) {
-    const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16;
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-  } else {
-    return _cvtsh_ss(static_cast<const uint16_t*>(p)[i]);
-  }
-}
 
 // `count` (<= 16) scales from index i into fp32: one vector conversion for 16.
 template <int Kind>

@@ -54,15 +54,15 @@ std::optional<at::Tensor> int8_weight_linear(const at::Tensor& x, const at::Tens
 
 // int4_weight_linear: y = x w^T, w the group-wise int4 weight of dtensor/quant/int4_weight_only.h (q uint8 [N, K / 2]
 // packed, scale and zero [N, K / group] in fp32, bf16 or fp16, zero undefined for 0), for bf16 or fp32 x [M, K] on
-// a CPU with AVX-512F, no autograd (src/core/int4_linear.cpp). Up to 16 rows of x: a fused kernel streams q once (4
+// a CPU with AVX-512F or AVX2 + FMA + F16C, no autograd (src/core/int4_linear.cpp). Up to 16 rows of x: a fused kernel streams q once (4
 // rows of x at a time over each block of q while it is in cache), each group's sum of v * x (exact products, fp32
 // sums) times its scale, plus (z - 8 s) times the group's sum of x; one rounding to x's dtype. More rows: blocks of
 // w dequantized into x's dtype and PyTorch's matmul. Equal to the reference within fp32 rounding (then x's dtype's).
-// nullopt where it does not apply (other dtypes or layouts, a group size not a multiple of 32, no AVX-512F, fast
+// nullopt where it does not apply (other dtypes or layouts, a group size not a multiple of 32, neither CPU kind, fast
 // kernels off): the caller runs the reference, mm(x, dequantized w^T in x's dtype).
 std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale,
                                              const at::Tensor& zero, int64_t group);
-// Whether int4_weight_linear's kernels run here (AVX-512F with F16C, fast kernels on).
+// Whether int4_weight_linear's kernels run here (AVX-512F with F16C, or AVX2 + FMA + F16C; fast kernels on).
 bool int4_weight_linear_available();
 
 }  // namespace dtensor

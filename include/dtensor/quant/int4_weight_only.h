@@ -62,9 +62,9 @@ std::vector<std::string> quantize_(torch::nn::Module& model, const Int4WeightOnl
 // the parts plain, or DTensors placed as the layer's weight (above). The layer's old weight is dropped.
 void set_int4_weight(torch::nn::Module& module, const std::string& fqn, const Int4Weight& weight);
 
-// Whether int4_weight_only_linear has its fast kernels here (AVX-512F, fast kernels on). Without them it dequantizes
-// each weight per call: a loader that can choose (a GGUF's Q4_0 tensors) loads them dequantized instead, which gives
-// the same numbers faster.
+// Whether int4_weight_only_linear has its fast kernels here (AVX-512F or AVX2 + FMA + F16C, fast kernels on). Without
+// them it dequantizes each weight per call: a loader that can choose (a GGUF's Q4_0 tensors) loads them dequantized
+// instead, which gives the same numbers faster.
 bool int4_kernels_available();
 
 // Whether `module` computes through an int4 weight.

@@ -1,5 +1,7 @@
 #include "dtensor/core/fast_kernels.h"
 
+#include "core/filled_linear.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
@@ -211,9 +213,11 @@ void blocked_linear(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K, con
   });
 }
 
-// The same with int8 weights: each thread widens its block of q to bf16 (exact: |q| <= 128 has 8 significant bits)
-// into a buffer that stays in L2, then runs the block's kernel on it; q streams from memory once, at a byte a weight.
-void blocked_int8_linear(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K, const int8_t* qp, int64_t N, float* yp) {
+// The same with weights made block by block: each thread has fill(n0, n1, out) write rows [n0, n1) of w in bf16 into
+// a buffer that stays in L2, then runs the block's kernel on it; w, as it is stored (int8, int4), streams from memory
+// once.
+void filled_blocked_linear(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K, int64_t N,
+                           const detail::BlockFill& fill, float* yp) {
   const PreparedX p = prepare_x(kernel, xp, M, K);
   const int64_t rows = rows_per_block(p.kernel, K), blocks = (N + rows - 1) / rows;
   at::parallel_for(0, blocks, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
@@ -221,10 +225,17 @@ void blocked_int8_linear(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K
     auto* wb = reinterpret_cast<uint16_t*>(block.data_ptr<at::BFloat16>());
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n0 = b * rows, n1 = std::min(N, n0 + rows);
-      detail::int8_to_bf16(qp + n0 * K, (n1 - n0) * K, wb);
+      fill(n0, n1, wb);
       run_block(p, wb, n1 - n0, yp + n0, N, nullptr, 0);
     }
   });
+}
+
+// int8 weights widened to bf16, exact (|q| <= 128 has 8 significant bits).
+void blocked_int8_linear(Kernel kernel, const uint16_t* xp, int64_t M, int64_t K, const int8_t* qp, int64_t N, float* yp) {
+  filled_blocked_linear(kernel, xp, M, K, N, [&](int64_t n0, int64_t n1, uint16_t* out) {
+    detail::int8_to_bf16(qp + n0 * K, (n1 - n0) * K, out);
+  }, yp);
 }
 
 // Rows of x up to which int8 weights stream through the fused kernel (int8_dot_avx*.cpp) rather than being widened
@@ -307,5 +318,21 @@ std::optional<at::Tensor> int8_weight_linear(const at::Tensor& x, const at::Tens
   // One rounding, after the scale: bf16(scale[n] * sum_k x[m][k] q[n][k]).
   return y.mul_(scale.to(at::kFloat)).to(at::kBFloat16);
 }
+
+namespace detail {
+bool bf16_linear_filled(const at::Tensor& x, int64_t N, const BlockFill& fill, float* y) {
+  const Kernel kernel = cpu_kernel();
+  if (!fast_kernels_enabled() || kernel == Kernel::none || x.dim() != 2 || x.scalar_type() != at::kBFloat16 ||
+      !x.device().is_cpu() || x.size(0) == 0 || !x.is_contiguous()) {
+    return false;
+  }
+  const int64_t M = x.size(0), K = x.size(1);
+  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  for (int64_t s0 = 0; s0 < M; s0 += kSliceRows) {  // as bf16_linear (each slice fills w again)
+    filled_blocked_linear(kernel, xp + s0 * K, std::min(kSliceRows, M - s0), K, N, fill, y + s0 * N);
+  }
+  return true;
+}
+}  // namespace detail
 
 }  // namespace dtensor

@@ -130,6 +130,27 @@ void int4_dot_rows_avx2(const float* xf, const float* xsum, int64_t rows, const 
   }
 }
 
+// fp32 -> bf16, rounded to nearest even as ATen's conversion (finite values: the weights'), 16 at a time.
+void fp32_to_bf16_avx2(const float* in, int64_t n, uint16_t* out) {
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7FFF);
+  auto round = [&](__m256i a) {
+    return _mm256_srli_epi32(_mm256_add_epi32(a, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(a, 16), one))),
+                             16);
+  };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i a = round(_mm256_castps_si256(_mm256_loadu_ps(in + i)));
+    const __m256i b = round(_mm256_castps_si256(_mm256_loadu_ps(in + i + 8)));
+    // packus works within 128-bit lanes: [a0-3, b0-3, a4-7, b4-7] -> a0-7, b0-7.
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xD8));
+  }
+  for (; i < n; ++i) {
+    uint32_t bits;
+    __builtin_memcpy(&bits, in + i, 4);
+    out[i] = static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+  }
+}
+
 void int4_dequantize_rows_avx2(const uint8_t* q, const void* scale, const void* zero, int scale_kind, int64_t K,
                                int64_t group, int64_t n0, int64_t n1, float* out) {
   switch (scale_kind) {

@@ -1,14 +1,18 @@
 // dtensor::int4_weight_linear (fast_kernels.h): weight-only int4 (dtensor/quant/int4_weight_only.h's layout) on the
 // CPU. Few rows of x (up to 16): the fused kernel (int4_dot_avx512.cpp; on CPUs without AVX-512, int4_dot_avx2.cpp)
-// streams the packed weights once, half a byte a weight plus the group's scales; more rows (a prefill): blocks of rows dequantized into x's dtype (the kernel's
-// exact fp32 weights, then rounded as the reference rounds them) and PyTorch's matmul over each block.
+// streams the packed weights once, half a byte a weight plus the group's scales. More bf16 rows (a prefill) on a CPU
+// without AVX-512 BF16: blocks of the weight dequantized into bf16 in L2 for bf16_linear's kernel (filled_linear.h).
+// More rows elsewhere: blocks of rows dequantized into x's dtype (the kernel's exact fp32 weights, then
+// rounded as the reference rounds them) and PyTorch's matmul over each block.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "dtensor/core/fast_kernels.h"
+#include "core/filled_linear.h"
 
 namespace dtensor {
 namespace detail {
@@ -25,6 +29,7 @@ void int4_dot_rows_avx2(const float* xf, const float* xsum, int64_t rows, const 
                         int64_t ldy);
 void int4_dequantize_rows_avx2(const uint8_t* q, const void* scale, const void* zero, int scale_kind, int64_t K,
                                int64_t group, int64_t n0, int64_t n1, float* out);
+void fp32_to_bf16_avx2(const float* in, int64_t n, uint16_t* out);
 }  // namespace detail
 
 namespace {
@@ -44,6 +49,12 @@ bool has_avx2() {
 constexpr int64_t kInt4FusedMaxRows = 16;
 // Weight rows dequantized at a time on the blocked path (each block one matmul).
 constexpr int64_t kInt4BlockRows = 512;
+// bf16 rows of x from which, on a CPU without AVX-512 BF16, the weights are dequantized block by block for the bf16
+// kernel instead of PyTorch's matmul over dequantized blocks (18 GFLOP/s there). Measured on Zen 3 (2026-12-04,
+// bf16_linear_bench, 1B shapes): from 4 to 8 rows the fused kernel took 0.55-0.65x the blocked path's time (the
+// dequantization into bf16 costs more than the fused kernel's widening per 4 rows); at 16 they were even; at 64 the
+// blocked path took 25 ms against ~120 for PyTorch's matmul.
+constexpr int64_t kInt4WidenMinRows = kInt4FusedMaxRows + 1;
 
 int scale_kind(at::ScalarType t) {
   switch (t) {
@@ -89,6 +100,27 @@ std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tens
     if (!t->device().is_cpu()) return std::nullopt;
   }
   if (x.requires_grad() && c10::GradMode::is_enabled()) return std::nullopt;
+  // bf16 x on a CPU with AVX-512 BF16: the bf16 dot-product kernel, x in its order (per 64 values: the low nibbles'
+  // 32, x[0..15] and x[32..47], then the high ones'); else the fp32 kernel on x in fp32 (exact).
+  static const bool bf16_dot = has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+  // bf16 x from kInt4WidenMinRows rows on a CPU without AVX-512 BF16: the weight's blocks dequantized into bf16 (the
+  // reference's weights: fp32 (v - 8) * s + z, rounded to bf16 as the reference rounds them) in L2, bf16_linear's
+  // kernel over each (filled_linear.h): the dequantization paid once a weight, not once a row of x.
+  if (!bf16_dot && x.scalar_type() == at::kBFloat16 && M >= kInt4WidenMinRows) {
+    const at::Tensor xc = x.contiguous();
+    at::Tensor y = at::empty({M, N}, x.options().dtype(at::kFloat));
+    const uint8_t* qp = q.data_ptr<uint8_t>();
+    const void* sp = scale.data_ptr();
+    const void* zp = zero.defined() ? zero.data_ptr() : nullptr;
+    const auto fill = [&](int64_t n0, int64_t n1, uint16_t* out) {
+      thread_local std::vector<float> rows;  // this thread's block in fp32
+      rows.resize(static_cast<size_t>((n1 - n0) * K));
+      (has_avx512() ? detail::int4_dequantize_rows_avx512 : detail::int4_dequantize_rows_avx2)(qp, sp, zp, kind, K,
+                                                                                                group, n0, n1, rows.data());
+      detail::fp32_to_bf16_avx2(rows.data(), (n1 - n0) * K, out);
+    };
+    if (detail::bf16_linear_filled(xc, N, fill, y.data_ptr<float>())) return y.to(at::kBFloat16);  // one rounding
+  }
   if (M > kInt4FusedMaxRows) {
     at::Tensor y = at::empty({M, N}, x.options());
     const at::Tensor block = at::empty({std::min(N, kInt4BlockRows), K}, x.options().dtype(at::kFloat));
@@ -99,9 +131,7 @@ std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tens
     }
     return y;
   }
-  // bf16 x on a CPU with AVX-512 BF16: the bf16 dot-product kernel, x in its order (per 64 values: the low nibbles'
-  // 32, x[0..15] and x[32..47], then the high ones'); else the fp32 kernel on x in fp32 (exact).
-  static const bool bf16_dot = has_avx512() && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+
   const bool use_bf16 = bf16_dot && x.scalar_type() == at::kBFloat16 && K % 64 == 0;
   const at::Tensor xc = x.contiguous();
   const at::Tensor xf = use_bf16 ? at::Tensor() : xc.to(at::kFloat);

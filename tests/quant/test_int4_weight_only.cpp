@@ -131,6 +131,28 @@ TEST(Int4WeightOnly, LayersComputeTheDequantizedProductOnBothPaths) {
   }
 }
 
+// Many blocks of weight rows (a partial last one), more rows of x than a slice (300 > 256), Q4_0's form (fp16
+// scales, no zero) and torchao's (bf16 scales and zeros): the fast paths (the fused kernel at few rows; from 4 bf16
+// rows on a CPU without AVX-512 BF16, the weight dequantized into bf16 block by block for the bf16 kernel) are the
+// reference's product within one bf16 rounding.
+TEST(Int4WeightOnly, EveryRowCountAndBlockGivesTheReference) {
+  at::manual_seed(6);
+  const int64_t N = 1100, K = 256;
+  const quant::Int4Weight torchao = quant::quantize_groupwise(at::randn({N, K}).to(at::kBFloat16), 64);
+  const quant::Int4Weight q4_0{torchao.q, (at::rand({N, K / 32}) * 0.1 + 0.01).to(at::kHalf), at::Tensor(), 32};
+  at::NoGradGuard no_grad;
+  for (const quant::Int4Weight* w : {&torchao, &q4_0}) {
+    for (int64_t rows : {1, 4, 9, 300}) {
+      const at::Tensor x = at::randn({rows, K}).to(at::kBFloat16);
+      const at::Tensor ref = at::mm(x, quant::dequantize_int4(*w, at::kBFloat16).t()).to(at::kDouble);
+      const at::Tensor y = quant::int4_weight_only_linear(x, *w).to(at::kDouble);
+      EXPECT_EQ(y.sizes(), ref.sizes());
+      const double bound = 2.0 / 256 * ref.abs().max().item<double>();
+      EXPECT_LE((y - ref).abs().max().item<double>(), bound) << rows << " rows, group " << w->group_size;
+    }
+  }
+}
+
 TEST(Int4WeightOnly, ColwiseAndRowwiseShardsAreTp1sWithItsOutputs) {
   at::manual_seed(4);
   dtensor::nn::Linear up(torch::nn::LinearOptions(64, 128).bias(false)), down(torch::nn::LinearOptions(128, 64).bias(false));

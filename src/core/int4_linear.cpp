@@ -44,6 +44,18 @@ bool has_avx2() {
   return ok;
 }
 
+// The fp32 dot-product and dequantization loops of this CPU, chosen once.
+struct Fp32Kernels {
+  decltype(&detail::int4_dot_rows_avx2) dot;
+  decltype(&detail::int4_dequantize_rows_avx2) dequantize;
+};
+const Fp32Kernels& fp32_kernels() {
+  static const Fp32Kernels k = has_avx512()
+                                   ? Fp32Kernels{detail::int4_dot_rows_avx512, detail::int4_dequantize_rows_avx512}
+                                   : Fp32Kernels{detail::int4_dot_rows_avx2, detail::int4_dequantize_rows_avx2};
+  return k;
+}
+
 // Rows of x up to which the fused kernel runs (4 at a time over each block of weights while it is in cache); above,
 // each block of weights is dequantized once for all rows and PyTorch's matmul runs over it.
 constexpr int64_t kInt4FusedMaxRows = 16;
@@ -70,8 +82,7 @@ void dequantize_rows(const at::Tensor& q, const at::Tensor& scale, const at::Ten
                      int64_t group, int64_t n0, int64_t n1, float* out) {
   const void* zp = zero.defined() ? zero.data_ptr() : nullptr;
   at::parallel_for(n0, n1, 16, [&](int64_t r0, int64_t r1) {
-    (has_avx512() ? detail::int4_dequantize_rows_avx512 : detail::int4_dequantize_rows_avx2)(
-        q.data_ptr<uint8_t>(), scale.data_ptr(), zp, kind, K, group, r0, r1, out + (r0 - n0) * K);
+    fp32_kernels().dequantize(q.data_ptr<uint8_t>(), scale.data_ptr(), zp, kind, K, group, r0, r1, out + (r0 - n0) * K);
   });
 }
 
@@ -115,8 +126,7 @@ std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tens
     const auto fill = [&](int64_t n0, int64_t n1, uint16_t* out) {
       thread_local std::vector<float> rows;  // this thread's block in fp32
       rows.resize(static_cast<size_t>((n1 - n0) * K));
-      (has_avx512() ? detail::int4_dequantize_rows_avx512 : detail::int4_dequantize_rows_avx2)(qp, sp, zp, kind, K,
-                                                                                                group, n0, n1, rows.data());
+      fp32_kernels().dequantize(qp, sp, zp, kind, K, group, n0, n1, rows.data());
       detail::fp32_to_bf16_avx2(rows.data(), (n1 - n0) * K, out);
     };
     if (detail::bf16_linear_filled(xc, N, fill, y.data_ptr<float>())) return y.to(at::kBFloat16);  // one rounding
@@ -155,8 +165,7 @@ std::optional<at::Tensor> int4_weight_linear(const at::Tensor& x, const at::Tens
           detail::int4_dot_rows_avx512bf16(reinterpret_cast<const uint16_t*>(xp.data_ptr<at::BFloat16>()) + m0 * K, xsm,
                                            r, qp, sp, zp, kind, K, group, n0, n1, yp + m0 * N, N);
         } else {
-          (has_avx512() ? detail::int4_dot_rows_avx512 : detail::int4_dot_rows_avx2)(
-              xf.data_ptr<float>() + m0 * K, xsm, r, qp, sp, zp, kind, K, group, n0, n1, yp + m0 * N, N);
+          fp32_kernels().dot(xf.data_ptr<float>() + m0 * K, xsm, r, qp, sp, zp, kind, K, group, n0, n1, yp + m0 * N, N);
         }
       }
     }

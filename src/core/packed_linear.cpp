@@ -81,7 +81,8 @@ at::Tensor bf16_packed_rows(const at::Tensor& packed, const at::Tensor& ids) {
   const int64_t N = packed.size(0), K = packed.size(1);
   const at::Tensor flat = ids.reshape({-1}).to(at::kLong);
   if (flat.numel() > 0) {
-    const int64_t lo = flat.min().item<int64_t>(), hi = flat.max().item<int64_t>();
+    const auto [min, max] = at::aminmax(flat);  // one pass
+    const int64_t lo = min.item<int64_t>(), hi = max.item<int64_t>();
     DTENSOR_CHECK(lo >= 0 && hi < N, "dtensor: bf16_packed_rows: id ", lo < 0 ? lo : hi, " is outside the weight's ",
                   N, " rows");
   }

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include "dtensor/api/dtensor_api.h"
 #include "dtensor/core/error.h"
@@ -29,14 +28,22 @@ const void* storage_of(const at::Tensor& t) {
   return local.defined() && local.has_storage() ? local.storage().data() : nullptr;
 }
 
-// The storages that more than one parameter of `model` holds (a tied lm_head and its embedding).
-std::set<const void*> shared_storages(torch::nn::Module& model) {
-  std::set<const void*> seen, shared;
+// How many parameters of `model` hold each storage (2 for a tied lm_head and its embedding).
+std::map<const void*, int> storage_counts(torch::nn::Module& model) {
+  std::map<const void*, int> counts;
   for (const auto& p : model.named_parameters(/*recurse=*/true)) {
-    const void* storage = storage_of(p.value());
-    if (storage != nullptr && !seen.insert(storage).second) shared.insert(storage);
+    if (const void* storage = storage_of(p.value())) ++counts[storage];
   }
-  return shared;
+  return counts;
+}
+
+// w's local shard packed, as a DTensor placed as w where w is one (each rank packs its own shard); no gradient.
+at::Tensor packed_like(const at::Tensor& w) {
+  const at::Tensor packed = bf16_pack_weight(local_of(w).detach());
+  const at::Tensor weight = is_dtensor(w) ? DTensor::from_local(packed, device_mesh(w), placements(w),
+                                                                /*run_check=*/false, w.sizes().vec())
+                                          : packed;
+  return weight.requires_grad_(false);
 }
 
 // Whether the weight's layout is one the packed forwards compute in: on each mesh dim Replicate or a plain Shard of
@@ -50,14 +57,16 @@ bool packable_layout(const at::Tensor& w) {
 }
 
 // A layer another pass computes (int8 / int4, float8, async TP: each registered a forward override) or with an
-// adapter stays as it is, as does a weight that is not bf16 or not laid out as a style lays it; `tied` ones too
-// unless the tied pair is packed together (pack_tied_pair).
-bool can_pack(nn::LinearImpl& linear, const std::set<const void*>& tied) {
+// adapter stays as it is, as does a weight that is not bf16 or not laid out as a style lays it; a weight another
+// parameter shares too (`shared_ok` false), unless the tied pair is packed together (pack_tied_pairs).
+bool can_pack(nn::LinearImpl& linear, const std::map<const void*, int>& counts, bool shared_ok) {
   if (nn::detail::has_forward_override(linear) || !detail::other_parameter(linear).empty()) return false;
   const at::Tensor& w = linear.weight;
   if (!w.defined() || w.scalar_type() != at::kBFloat16 || w.dim() != 2 || !packable_layout(w)) return false;
   const at::Tensor local = local_of(w);
-  return local.device().is_cpu() && bf16_packable(local.size(0), local.size(1)) && tied.count(storage_of(w)) == 0;
+  const auto count = counts.find(storage_of(w));
+  return local.device().is_cpu() && bf16_packable(local.size(0), local.size(1)) &&
+         (shared_ok || count == counts.end() || count->second == 1);
 }
 
 // y = x . W^T on the local shards, the output's placements from x's and W's (converted_linears.h).
@@ -115,58 +124,6 @@ at::Tensor packed_embedding(const at::Tensor& ids, const at::Tensor& w) {
   return DTensor::from_local(y, device_mesh(w), out, /*run_check=*/false, shape);
 }
 
-// The tied pairs: an Embedding and a Linear that hold one bf16 weight and nothing else does (Llama 3.2's lm_head),
-// the Linear packable but for the tie and accepted by `filter`. Packed once, both read the packed tensor: the lookup
-// gathers its rows (bf16_packed_rows), the head multiplies by it. Returns the Linears' names.
-std::vector<std::string> pack_tied_pairs(torch::nn::Module& model, const ModuleFilter& filter,
-                                         void (*pack_linear)(nn::LinearImpl&, const at::Tensor&)) {
-  struct Holders {
-    std::vector<std::pair<std::string, nn::LinearImpl*>> linears;
-    std::vector<nn::EmbeddingImpl*> embeddings;
-    int parameters = 0;
-  };
-  std::map<const void*, Holders> by_storage;
-  for (const auto& p : model.named_parameters(/*recurse=*/true)) {
-    if (const void* st = storage_of(p.value())) ++by_storage[st].parameters;
-  }
-  for (const auto& item : model.named_modules("", /*include_self=*/true)) {
-    torch::nn::Module* m = item.value().get();
-    if (auto* linear = dynamic_cast<nn::LinearImpl*>(m); linear && linear->weight.defined()) {
-      if (const void* st = storage_of(linear->weight)) by_storage[st].linears.emplace_back(item.key(), linear);
-    } else if (auto* emb = dynamic_cast<nn::EmbeddingImpl*>(m); emb && emb->weight.defined()) {
-      if (const void* st = storage_of(emb->weight)) by_storage[st].embeddings.push_back(emb);
-    }
-  }
-  std::vector<std::string> names;
-  for (auto& [storage, h] : by_storage) {
-    if (h.parameters != 2 || h.linears.size() != 1 || h.embeddings.size() != 1) continue;
-    auto& [name, linear] = h.linears[0];
-    nn::EmbeddingImpl& emb = *h.embeddings[0];
-    const at::Tensor w = linear->weight;
-    const bool same = emb.weight.sizes() == w.sizes() && local_of(emb.weight).data_ptr() == local_of(w).data_ptr() &&
-                      local_of(emb.weight).strides() == local_of(w).strides() &&
-                      (is_dtensor(w) ? is_dtensor(emb.weight) && placements(w) == placements(emb.weight)
-                                     : !is_dtensor(emb.weight));
-    if (!same || !can_pack(*linear, {}) || (filter && !filter(name, *linear)) ||
-        nn::detail::has_forward_override(emb) || emb.options.max_norm().has_value()) {
-      continue;
-    }
-    const at::Tensor packed = bf16_pack_weight(local_of(w).detach());
-    const at::Tensor weight = (is_dtensor(w) ? DTensor::from_local(packed, device_mesh(w), placements(w),
-                                                                  /*run_check=*/false, w.sizes().vec())
-                                             : packed).requires_grad_(false);
-    pack_linear(*linear, weight);
-    nn::replace_parameter(emb, "weight", weight);
-    nn::detail::register_forward_override(emb, [](torch::nn::Module& m, const nn::Args& args,
-                                                  const nn::KwArgs&) -> std::optional<c10::IValue> {
-      return c10::IValue(packed_embedding(args.at(0).toTensor(), static_cast<nn::EmbeddingImpl&>(m).weight));
-    });
-    detail::mark_converted(emb, detail::Scheme::bf16_prepacked);
-    names.push_back(name);
-  }
-  return names;
-}
-
 // The Linear's weight replaced by `weight` (packed) and its forward by the packed one.
 void pack_linear(nn::LinearImpl& linear, const at::Tensor& weight) {
   nn::replace_parameter(linear, "weight", weight);
@@ -180,6 +137,51 @@ void pack_linear(nn::LinearImpl& linear, const at::Tensor& weight) {
   detail::mark_converted(linear, detail::Scheme::bf16_prepacked);
 }
 
+// The tied pairs: an Embedding and a Linear that hold one bf16 weight and nothing else does (Llama 3.2's lm_head),
+// the Linear packable but for the tie and accepted by `filter`. Packed once, both read the packed tensor: the lookup
+// gathers its rows (bf16_packed_rows), the head multiplies by it. Returns the Linears' names.
+std::vector<std::string> pack_tied_pairs(torch::nn::Module& model, const ModuleFilter& filter,
+                                         const std::map<const void*, int>& counts) {
+  struct Holders {
+    std::vector<std::pair<std::string, nn::LinearImpl*>> linears;
+    std::vector<nn::EmbeddingImpl*> embeddings;
+  };
+  std::map<const void*, Holders> by_storage;
+  for (const auto& item : model.named_modules("", /*include_self=*/true)) {
+    torch::nn::Module* m = item.value().get();
+    if (auto* linear = dynamic_cast<nn::LinearImpl*>(m); linear && linear->weight.defined()) {
+      if (const void* st = storage_of(linear->weight)) by_storage[st].linears.emplace_back(item.key(), linear);
+    } else if (auto* emb = dynamic_cast<nn::EmbeddingImpl*>(m); emb && emb->weight.defined()) {
+      if (const void* st = storage_of(emb->weight)) by_storage[st].embeddings.push_back(emb);
+    }
+  }
+  std::vector<std::string> names;
+  for (auto& [storage, h] : by_storage) {
+    if (counts.at(storage) != 2 || h.linears.size() != 1 || h.embeddings.size() != 1) continue;
+    auto& [name, linear] = h.linears[0];
+    nn::EmbeddingImpl& emb = *h.embeddings[0];
+    const at::Tensor w = linear->weight;
+    const bool same = emb.weight.sizes() == w.sizes() && local_of(emb.weight).data_ptr() == local_of(w).data_ptr() &&
+                      local_of(emb.weight).strides() == local_of(w).strides() &&
+                      (is_dtensor(w) ? is_dtensor(emb.weight) && placements(w) == placements(emb.weight)
+                                     : !is_dtensor(emb.weight));
+    if (!same || !can_pack(*linear, counts, /*shared_ok=*/true) || (filter && !filter(name, *linear)) ||
+        nn::detail::has_forward_override(emb) || emb.options.max_norm().has_value()) {
+      continue;
+    }
+    const at::Tensor weight = packed_like(w);
+    pack_linear(*linear, weight);
+    nn::replace_parameter(emb, "weight", weight);
+    nn::detail::register_forward_override(emb, [](torch::nn::Module& m, const nn::Args& args,
+                                                  const nn::KwArgs&) -> std::optional<c10::IValue> {
+      return c10::IValue(packed_embedding(args.at(0).toTensor(), static_cast<nn::EmbeddingImpl&>(m).weight));
+    });
+    detail::mark_converted(emb, detail::Scheme::bf16_prepacked);
+    names.push_back(name);
+  }
+  return names;
+}
+
 }  // namespace
 
 bool is_prepacked(const torch::nn::Module& module) { return detail::is_converted(module, detail::Scheme::bf16_prepacked); }
@@ -189,21 +191,18 @@ std::vector<std::string> prepack_linear_weights_(torch::nn::Module& model, const
   std::vector<std::string> names;
   if (only_where_fast && !bf16_packed_linear_available()) return names;
   at::NoGradGuard no_grad;
-  const std::vector<std::string> tied = pack_tied_pairs(model, filter, pack_linear);
-  const std::set<const void*> shared = shared_storages(model);
+  const std::map<const void*, int> counts = storage_counts(model);  // before packing: the weights as loaded
+  const std::vector<std::string> tied = pack_tied_pairs(model, filter, counts);
   for (const auto& item : model.named_modules("", /*include_self=*/true)) {
     auto* linear = dynamic_cast<nn::LinearImpl*>(item.value().get());
     if (std::find(tied.begin(), tied.end(), item.key()) != tied.end()) {
       names.push_back(item.key());
       continue;
     }
-    if (linear == nullptr || (filter && !filter(item.key(), *linear)) || !can_pack(*linear, shared)) continue;
-    const at::Tensor w = linear->weight;
-    const at::Tensor packed = bf16_pack_weight(local_of(w).detach());
-    const at::Tensor weight = is_dtensor(w) ? DTensor::from_local(packed, device_mesh(w), placements(w),
-                                                                  /*run_check=*/false, w.sizes().vec())
-                                            : packed;
-    pack_linear(*linear, weight.requires_grad_(false));
+    if (linear == nullptr || (filter && !filter(item.key(), *linear)) || !can_pack(*linear, counts, /*shared_ok=*/false)) {
+      continue;
+    }
+    pack_linear(*linear, packed_like(linear->weight));
     names.push_back(item.key());
   }
   return names;

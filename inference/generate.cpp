@@ -49,6 +49,7 @@ Decoder::Decoder(LlamaForCausalLM model, const std::vector<std::vector<int64_t>>
     const int64_t n = static_cast<int64_t>(prompts[i].size()), pad = prompt_length_ - n;
     tokens_[i].narrow(0, pad, n).copy_(at::tensor(prompts[i], at::kLong));
     attention_mask_[i].narrow(0, pad, n).fill_(1);
+    context_.left_padding.push_back(pad);  // the mask is this padding and nothing else: the cache may attend itself
   }
   capacity_ = prompt_length_ + max_new_tokens;
   if (use_cache_) context_.kv_caches = make_kv_caches(model_->config, capacity_);

@@ -8,6 +8,10 @@
 // kept positions followed by the new ones; first() is the cache index of the first of them, and the model
 // narrows its sliding mask to the columns [first(), length()) to match. Memory is O(W), not O(max_len).
 //
+// Decode rows attend from the cache in place (attend(): paged_attention.h's kernel over each row's own positions),
+// when the forward's context says its mask is left padding only; else update() gives the keys back for the model's
+// mask and SDPA.
+//
 // Plain tensor code, no parallel code. Under a TP plan the keys and values arrive as DTensors sharded by
 // heads (Shard(1), ColwiseParallel k/v projections); new_zeros keeps a Shard of a dim whose size it keeps
 // (src/ops/tensor_ops.cpp), narrow and cat on the unsharded length dim are local, and copy_ between
@@ -18,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -34,6 +39,11 @@ class KVCache : public models::KVCacheLayer {
   // values of positions [first(), length() + s) (views of the cache). Throws dtensor::Error past max_len or
   // when the batch or heads differ from the first update's.
   std::pair<at::Tensor, at::Tensor> update(const at::Tensor& k, const at::Tensor& v) override;
+  // With the context's left_padding and up to kKernelRows new tokens per row, none of them padding, on a CPU where
+  // paged_attention's kernel runs (no window kept): stores k, v as update() does and returns the attention of q over
+  // each row's positions [pad, length() + s), causal; else undefined, the cache untouched.
+  at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, std::optional<double> scale,
+                    const dtensor::nn::AttentionKwargs& kwargs) override;
   int64_t length() const override { return length_; }  // positions seen
   bool paged() const override { return false; }
   int64_t first() const { return first_; }    // the first position update() returned last (0 without a window)

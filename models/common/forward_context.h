@@ -23,6 +23,10 @@ namespace models {
 struct ForwardContext {
   std::vector<std::shared_ptr<KVCacheLayer>> kv_caches;  // one per attention layer, in order; empty: no cache
   const PagedStep* paged_step = nullptr;                  // a packed step of continuous batching (paged caches)
+  // Dense caches: the forward's attention mask is exactly this many padding columns at the left of each batch row
+  // (generate's left padding, HF's layout), causal over the rest. Set, a dense cache may attend itself from where it
+  // keeps the keys (KVCacheLayer::attend); empty: nothing is known of the mask, and the model's mask runs.
+  std::vector<int64_t> left_padding;
   // Positions cached ahead of this forward (dense caches: the first layer's length; 0 without a cache or paged).
   int64_t past() const;
   // The cache of attention layer `layer`, or null without caches.

@@ -9,11 +9,14 @@
 #include <c10/core/GradMode.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dtensor/core/error.h"
 #include "dtensor/core/fast_kernels.h"
 #include "dtensor/nn/attention.h"
+#include "common/forward_context.h"
+#include "inference/kv_cache.h"
 #include "inference/paged_attention.h"
 #include "inference/paged_kv_cache.h"
 
@@ -172,6 +175,56 @@ TEST(PagedAttention, IndexSequencesFindsTheRunsAndRefusesOthers) {
   {
     const dtensor::FastKernelsGuard off(false);
     EXPECT_FALSE(inference::pack_step({{{1}, 0, {0}, 1}}, kBlockSize).attention_from_pool);
+  }
+}
+
+// The dense cache of generate (inference/kv_cache.h) attends from its buffer by the same kernel when the forward's
+// context says the mask is left padding only: rows padded by 3, 0 and 5 of 9 prompt positions, then 1 and 3 new
+// tokens a row, against the keys the cache gives back under the padded causal mask, in fp64. A query in the padding
+// (a prefill), no left_padding in the context, or fast kernels off: undefined, nothing stored.
+TEST(PagedAttention, TheDenseCacheAttendsFromItsBufferUnderLeftPadding) {
+  at::NoGradGuard no_grad;
+  const std::vector<int64_t> pads{3, 0, 5};
+  const int64_t b = 3, heads = 4, kv_heads = 2, prompt = 9;
+  for (const auto& [dtype_, d_, tol_] : {std::tuple{at::kFloat, int64_t{16}, 1e-5}, {at::kBFloat16, int64_t{64}, kHalfTol}}) {
+    const at::ScalarType dtype = dtype_;
+    const int64_t d = d_;
+    const double tol = tol_;
+    at::manual_seed(5);
+    inference::KVCache cache(/*max_len=*/16);
+    models::ForwardContext ctx;
+    const models::ForwardContextGuard on(ctx);
+    const auto rand = [&](int64_t h, int64_t s) { return at::randn({b, s, h, d}).to(dtype).transpose(1, 2); };
+    cache.update(rand(kv_heads, prompt), rand(kv_heads, prompt));
+    EXPECT_FALSE(cache.attend(rand(heads, 1), rand(kv_heads, 1), rand(kv_heads, 1), std::nullopt, {}).defined());
+    ctx.left_padding = pads;
+    {
+      const dtensor::FastKernelsGuard off(false);
+      EXPECT_FALSE(cache.attend(rand(heads, 1), rand(kv_heads, 1), rand(kv_heads, 1), std::nullopt, {}).defined());
+    }
+    for (int64_t s : {1, 3}) {
+      const at::Tensor q = rand(heads, s), k = rand(kv_heads, s), v = rand(kv_heads, s);
+      const int64_t past = cache.length();
+      const at::Tensor got = cache.attend(q, k, v, 0.3, {});
+      ASSERT_TRUE(got.defined()) << "s " << s;
+      ASSERT_EQ(cache.length(), past + s);
+      const int64_t t = past + s;
+      const at::Tensor qpos = at::arange(past, t).view({1, s, 1}), kpos = at::arange(t).view({1, 1, t});
+      const at::Tensor visible = dtensor::nn::causal_visible(qpos, kpos, 0) &
+                                 (kpos >= at::tensor(pads, at::kLong).view({b, 1, 1}));
+      const at::Tensor mask = dtensor::nn::additive_mask(visible, at::TensorOptions(at::kDouble)).view({b, 1, s, t});
+      const at::Tensor keys = cache.keys().narrow(2, 0, t), values = cache.values().narrow(2, 0, t);
+      const at::Tensor want = dtensor::nn::eager_attention(q.to(at::kDouble), keys.to(at::kDouble),
+                                                           values.to(at::kDouble), mask, false, 0.3, {});
+      ASSERT_EQ(got.sizes(), q.sizes());
+      EXPECT_EQ(got.scalar_type(), dtype);
+      for (int64_t r = 0; r < b; ++r) EXPECT_LE(rel_err(got[r], want[r]), tol) << "s " << s << " row " << r;
+    }
+    // A row whose query is padding: the model's mask decides (no new cache).
+    inference::KVCache fresh(16);
+    fresh.update(rand(kv_heads, 2), rand(kv_heads, 2));
+    EXPECT_FALSE(fresh.attend(rand(heads, 1), rand(kv_heads, 1), rand(kv_heads, 1), std::nullopt, {}).defined());
+    EXPECT_EQ(fresh.length(), 2);
   }
 }
 

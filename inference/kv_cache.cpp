@@ -61,13 +61,8 @@ at::Tensor KVCache::attend(const at::Tensor& q, const at::Tensor& k, const at::T
   // A query in a row's padding (a prefill of short prompts) sees no key: the model's mask decides what it gets.
   for (int64_t pad : ctx->left_padding) if (pad > past) return {};
   const bool distributed = dtensor::is_dtensor(q);
-  if (distributed) {
-    // Under TP q and the cache are sharded by heads (Shard(1)) alike: each rank attends over its own heads, no
-    // communication, and its output is its shard of the output's heads.
-    bool heads_only = dtensor::is_dtensor(k) && dtensor::placements(k) == dtensor::placements(q);
-    for (const auto& pl : dtensor::placements(q)) heads_only = heads_only && (pl.is_replicate() || pl.is_shard(1));
-    if (!heads_only) return {};
-  }
+  // Under TP q and the cache are sharded by heads alike: each rank attends over its own heads.
+  if (distributed && !sharded_by_heads_alike(q, k)) return {};
   const at::Tensor q_local = distributed ? dtensor::to_local(q) : q;
   if (std::strcmp(paged_attention_route(q_local, distributed ? dtensor::to_local(k) : k, s), "kernel") != 0) return {};
   update(k, v);

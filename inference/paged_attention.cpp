@@ -8,6 +8,7 @@
 
 #include "dtensor/core/error.h"
 #include "dtensor/core/fast_kernels.h"
+#include "dtensor/tensor/dtensor.h"
 #include "inference/paged_attention_kernel.h"
 
 namespace inference {
@@ -88,6 +89,14 @@ void index_sequences(models::PagedStep& step) {
                   last);
   }
   step.attention_from_pool = dtensor::fast_kernels_enabled();
+}
+
+bool sharded_by_heads_alike(const at::Tensor& q, const at::Tensor& cache) {
+  if (!dtensor::is_dtensor(q) || !dtensor::is_dtensor(cache)) return false;
+  const dtensor::Placements& p = dtensor::placements(q);
+  bool heads_only = dtensor::placements(cache) == p;
+  for (const auto& pl : p) heads_only = heads_only && (pl.is_replicate() || pl.is_shard(1));
+  return heads_only;
 }
 
 const char* paged_attention_route(const at::Tensor& q, const at::Tensor& pool_k, int64_t rows) {

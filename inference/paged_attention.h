@@ -43,6 +43,10 @@ at::Tensor paged_attention(const at::Tensor& q, const at::Tensor& pool_k, const 
                            const models::PagedStep& step, std::optional<double> scale,
                            const dtensor::nn::AttentionKwargs& kwargs);
 
+// Whether q and a cache tensor (DTensors) are sharded alike by heads only (Shard(1) or Replicate on each mesh dim):
+// each rank then attends over its own heads with no communication, and its output is its shard of the output's heads.
+bool sharded_by_heads_alike(const at::Tensor& q, const at::Tensor& cache);
+
 // The route of a sequence with `rows` new tokens on this machine for these tensors: "kernel" or "sdpa".
 const char* paged_attention_route(const at::Tensor& q, const at::Tensor& pool_k, int64_t rows);
 

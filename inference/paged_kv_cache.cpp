@@ -93,12 +93,9 @@ at::Tensor PagedKVCache::attend(int64_t layer, const at::Tensor& q, const at::Te
   write(layer, k, v, step);
   const at::Tensor &pool_k = k_[layer], &pool_v = v_[layer];
   if (!dtensor::is_dtensor(q)) return paged_attention(q, pool_k, pool_v, step, scale, kwargs);
-  // Under TP q and the pools are sharded by heads (Shard(1)) alike: each rank attends over its own heads, no
-  // communication, and its output rows are its shard of the output's heads.
+  // Under TP q and the pools are sharded by heads (Shard(1)) alike: each rank attends over its own heads.
   const dtensor::Placements& p = dtensor::placements(q);
-  bool heads_only = dtensor::is_dtensor(pool_k) && dtensor::placements(pool_k) == p;
-  for (const auto& pl : p) heads_only = heads_only && (pl.is_replicate() || pl.is_shard(1));
-  DTENSOR_CHECK(heads_only, "inference: paged attention takes q and the KV pool sharded by heads alike (Shard(1) or "
+  DTENSOR_CHECK(sharded_by_heads_alike(q, pool_k), "inference: paged attention takes q and the KV pool sharded by heads alike (Shard(1) or "
                 "Replicate); got q ", dtensor::dtensor_spec(q).to_string());
   const at::Tensor out = paged_attention(dtensor::to_local(q), dtensor::to_local(pool_k),
                                          dtensor::to_local(pool_v), step, scale, kwargs);

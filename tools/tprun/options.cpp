@@ -1,6 +1,7 @@
 #include "options.h"
 
 #include "../common/cli.h"
+#include "cpu_bind.h"
 
 #include <algorithm>
 #include <charconv>
@@ -72,6 +73,12 @@ void define(CLI::App& app, Options& o) {
                  "SIGSTOP, stuck in the kernel), or makes no progress outside a collective for S seconds while another "
                  "rank waits for it in one (long phases such as checkpoint saves get more); 0: off")
       ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--cpu-bind", o.cpu_bind,
+                 "the CPUs of each local rank (vLLM CPU's VLLM_CPU_OMP_THREADS_BIND): auto splits this process's CPUs "
+                 "into one group of whole cores per rank (when there are at least as many cores as ranks, and more than "
+                 "one rank), none binds nothing, '0-3|4-7' gives each rank its list; a bound rank's OMP_NUM_THREADS "
+                 "defaults to its number of CPUs")
+      ->check(tools_cli::non_empty());
   app.add_flag_callback("--no-prefix", [&] { o.prefix = false; }, "do not prefix output lines with [rank<N>]:");
 }
 
@@ -117,6 +124,9 @@ Options parse_args(int argc, char** argv) {
                 "other nodes could not know the port");
   // One host and no --master-port: a free port (torchrun's --standalone), so another job on 29500 is no obstacle.
   if (o.nnodes == 1 && app.count("--master-port") == 0) o.master_port = 0;
+  std::string bind_error;
+  o.cpus = rank_cpus(o.cpu_bind, o.nproc, &bind_error);
+  if (!bind_error.empty()) usage_error(bind_error);
   if (command.empty()) usage_error("no program given");
   o.command = std::move(command);
   return o;

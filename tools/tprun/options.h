@@ -26,6 +26,10 @@ struct Options {
   // --master-port.
   std::string rdzv_endpoint;
   bool prefix = true;
+  // --cpu-bind (cpu_bind.h): "auto", "none" or one CPU list per local rank; cpus, one list per local rank (empty:
+  // not bound), is computed from it once the options are parsed.
+  std::string cpu_bind = "auto";
+  std::vector<std::vector<int>> cpus;
   std::vector<std::string> command;  // program + its arguments
 };
 

@@ -1,5 +1,7 @@
 #include "spawn.h"
 
+#include "cpu_bind.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <fcntl.h>
@@ -69,7 +71,7 @@ std::vector<std::string> rank_environment(const Options& o, long port, long loca
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(o.restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(o.max_restarts)}};
   // Another launcher's (a tprun running this one) are never passed on: the fds are not this rank's.
-  const char* ours[] = {"DTENSOR_MASTER_LISTEN_FD", "TPRUN_HEARTBEAT_FD", "TPRUN_HEARTBEAT_INTERVAL_MS"};
+  const char* ours[] = {"DTENSOR_MASTER_LISTEN_FD", "TPRUN_HEARTBEAT_FD", "TPRUN_HEARTBEAT_INTERVAL_MS", "TPRUN_CPUS"};
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
     std::string kv = *e;
@@ -86,7 +88,12 @@ std::vector<std::string> rank_environment(const Options& o, long port, long loca
     env.push_back("TPRUN_HEARTBEAT_FD=" + std::to_string(heartbeat_fd));
     env.push_back("TPRUN_HEARTBEAT_INTERVAL_MS=" + std::to_string(every));
   }
-  if (o.nproc > 1 && !std::getenv("OMP_NUM_THREADS")) env.push_back("OMP_NUM_THREADS=1");
+  // torchrun's one thread a rank, or one a bound CPU (--cpu-bind), unless the user chose.
+  const std::vector<int>& cpus = o.cpus[static_cast<size_t>(local)];
+  if (o.nproc > 1 && !std::getenv("OMP_NUM_THREADS")) {
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(cpus.empty() ? 1 : cpus.size()));
+  }
+  if (!cpus.empty()) env.push_back("TPRUN_CPUS=" + cpu_list_string(cpus));
   // The ranks' stdout is a pipe to tprun; where tprun's own is a terminal, they are told (tools/common/terminal.h:
   // generated text then shows control bytes escaped).
   if (::isatty(1)) env.push_back("TPRUN_STDOUT_IS_TERMINAL=1");
@@ -94,7 +101,7 @@ std::vector<std::string> rank_environment(const Options& o, long port, long loca
 }
 
 // Runs in the forked child: never returns.
-[[noreturn]] void exec_rank(const Options& o, const std::string& path,
+[[noreturn]] void exec_rank(const Options& o, long local, const std::string& path,
                             std::vector<std::string>& env, int out_w, int err_w, const std::vector<int>& inherit) {
   for (int fd : inherit) fcntl(fd, F_SETFD, 0);  // the store's socket, the heartbeat pipe: this rank's only
   setpgid(0, 0);  // own process group, so kill(-pid) reaches the whole tree
@@ -109,6 +116,10 @@ std::vector<std::string> rank_environment(const Options& o, long port, long loca
   }
   dup2(out_w, 1);
   dup2(err_w, 2);
+  if (!bind_to_cpus(o.cpus[static_cast<size_t>(local)])) {
+    std::fprintf(stderr, "tprun: warning: cannot bind local rank %ld to CPUs %s: %s\n", local,
+                 cpu_list_string(o.cpus[static_cast<size_t>(local)]).c_str(), std::strerror(errno));
+  }
 
   std::vector<char*> argv, envp;
   for (const auto& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -210,7 +221,7 @@ bool spawn_rank(const Options& o, const std::string& path, const StoreSocket& st
   for (int fd : {listen_fd, hb_p[1]}) if (fd >= 0) inherit.push_back(fd);
   block_handled_signals(SIG_BLOCK);  // no handler may run in the child
   pid_t pid = fork();
-  if (pid == 0) exec_rank(o, path, env, out_p[1], err_p[1], inherit);
+  if (pid == 0) exec_rank(o, r.local, path, env, out_p[1], err_p[1], inherit);
   int fork_errno = errno;
   if (pid > 0) setpgid(pid, pid);  // also in the parent, to avoid a race
   block_handled_signals(SIG_UNBLOCK);

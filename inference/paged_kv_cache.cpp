@@ -95,8 +95,8 @@ at::Tensor PagedKVCache::attend(int64_t layer, const at::Tensor& q, const at::Te
   if (!dtensor::is_dtensor(q)) return paged_attention(q, pool_k, pool_v, step, scale, kwargs);
   // Under TP q and the pools are sharded by heads (Shard(1)) alike: each rank attends over its own heads.
   const dtensor::Placements& p = dtensor::placements(q);
-  DTENSOR_CHECK(sharded_by_heads_alike(q, pool_k), "inference: paged attention takes q and the KV pool sharded by heads alike (Shard(1) or "
-                "Replicate); got q ", dtensor::dtensor_spec(q).to_string());
+  DTENSOR_CHECK(sharded_by_heads_alike(q, pool_k), "inference: paged attention takes q and the KV pool sharded by "
+                "heads alike (Shard(1) or Replicate); got q ", dtensor::dtensor_spec(q).to_string());
   const at::Tensor out = paged_attention(dtensor::to_local(q), dtensor::to_local(pool_k),
                                          dtensor::to_local(pool_v), step, scale, kwargs);
   return dtensor::DTensor::from_local(out, dtensor::device_mesh(q), p, /*run_check=*/false, q.sizes().vec());

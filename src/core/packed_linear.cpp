@@ -18,12 +18,22 @@ namespace detail {
 // rounded once into y (bf16).
 void bf16_packed_rows_avx512(const uint16_t* x, int64_t M, int64_t K, const uint32_t* packed, int64_t b0, int64_t b1,
                              uint16_t* y, int64_t ldy);
+// src/core/bf16_packed_amx.cpp: the same with AMX tiles; x has M rounded up to a multiple of 16 rows.
+void bf16_packed_rows_amx(const uint16_t* x, int64_t M, int64_t K, const uint32_t* packed, int64_t b0, int64_t b1,
+                          uint16_t* y, int64_t ldy);
 }  // namespace detail
 
 namespace {
 constexpr int64_t kPanel = 64;
+// Rows of x from which an AMX CPU runs the tiles (below: vdpbf16ps, which wastes nothing on a row of x where a tile
+// product computes 16).
+constexpr int64_t kAmxMinRows = 4;
+
+bool on_amx() { return std::strcmp(bf16_linear_kernel(), "amx_bf16") == 0; }
 }  // namespace
 
+// Not yet on AMX CPUs: there (model 167) one row of x ran 1.5-2x slower packed than by the unpacked dot kernel
+// (docs/benchmarks.md); bf16_packed_rows_amx is measured (8-256 rows: 0.7-1.0x the unpacked AMX kernel's time) but off.
 bool bf16_packed_linear_available() { return std::strcmp(bf16_linear_kernel(), "avx512_bf16") == 0; }
 
 bool bf16_packable(int64_t N, int64_t K) { return N > 0 && K > 0 && N % kPanel == 0 && K % 32 == 0; }
@@ -61,14 +71,22 @@ at::Tensor bf16_packed_linear(const at::Tensor& x, const at::Tensor& packed) {
   if (!bf16_packed_linear_available() || !x.device().is_cpu() || x.numel() == 0) {
     return at::linear(x, bf16_unpack_weight(packed)).view(shape);
   }
-  const at::Tensor x2 = x.reshape({-1, K}).contiguous();
+  at::Tensor x2 = x.reshape({-1, K}).contiguous();
   const int64_t M = x2.size(0);
   at::Tensor y = at::empty({M, N}, x2.options());
+  const bool amx = on_amx() && M >= kAmxMinRows;
+  if (amx && M % 16 != 0) {  // the tiles read whole 16-row blocks of x: zero rows to the next one
+    x2 = at::cat({x2, at::zeros({16 - M % 16, K}, x2.options())});
+  }
   const auto* xp = reinterpret_cast<const uint16_t*>(x2.data_ptr<at::BFloat16>());
   const auto* wp = reinterpret_cast<const uint32_t*>(packed.data_ptr<uint16_t>());
   auto* yp = reinterpret_cast<uint16_t*>(y.data_ptr<at::BFloat16>());
   at::parallel_for(0, N / kPanel, /*grain_size=*/1, [&](int64_t b0, int64_t b1) {
-    detail::bf16_packed_rows_avx512(xp, M, K, wp, b0, b1, yp, N);
+    if (amx) {
+      detail::bf16_packed_rows_amx(xp, M, K, wp, b0, b1, yp, N);
+    } else {
+      detail::bf16_packed_rows_avx512(xp, M, K, wp, b0, b1, yp, N);
+    }
   });
   return y.view(shape);
 }

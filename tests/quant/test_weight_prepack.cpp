@@ -57,9 +57,10 @@ TEST(WeightPrepack, PackedLinearEqualsTheExactSumWithinOneRounding) {
   std::printf("packed kernel here: %s (bf16_linear kernel %s)\n",
               dtensor::bf16_packed_linear_available() ? "yes" : "no, the reference runs", dtensor::bf16_linear_kernel());
   at::manual_seed(1);
-  // Rows: 1 to a 6-row tile and past it, uneven tiles (13, 33), many (300); k: one slice, a slice of 1024 pairs and a
-  // rest (4160); panels: one, several per thread.
-  for (int64_t m : {1, 2, 5, 6, 7, 13, 16, 32, 33, 64, 300}) {
+  // Rows: 1 to a 6-row tile and past it, uneven tiles (13, 33), many (300); on AMX also 16-row tiles from 4 rows,
+  // zero-padded (4, 13, 17, 33), 16 and 32 rows a pass (48), 64-row chunks and their rest (65, 300); k: one slice, a
+  // slice of 1024 pairs and a rest (4160); panels: one, several per thread.
+  for (int64_t m : {1, 2, 4, 5, 6, 7, 13, 16, 17, 32, 33, 48, 64, 65, 300}) {
     for (auto [n, k] : {std::pair<int64_t, int64_t>{64, 32}, {192, 96}, {128, 4160}, {1024, 256}}) {
       const at::Tensor x = at::randn({m, k}).to(at::kBFloat16), w = at::randn({n, k}).to(at::kBFloat16);
       const at::Tensor exact = at::matmul(x.to(at::kDouble), w.to(at::kDouble).t());

@@ -7,7 +7,9 @@
 // bf16_packed_linear streams it once, in order, for any number of rows of x: each 64-byte line is 16 rows of w's
 // pair p, the B operand of vdpbf16ps as it lies, and a register tile of 6 rows of x by 64 columns feeds it from L1
 // (src/core/bf16_packed_avx512.cpp). Measured on AMD EPYC Zen 5, 2 threads (docs/benchmarks.md, "Weights packed at
-// load"): at the bandwidth at 1 row, 0.5-0.8x the time of PyTorch's oneDNN GEMM from 16 to 128 rows.
+// load"): at the bandwidth at 1 row, 0.5-0.8x the time of PyTorch's oneDNN GEMM from 16 to 128 rows. On AMX CPUs the
+// same layout is AMX's B operand as it lies (16 pairs of 16 columns, 256 bytes apart: one tile load), and from 4 rows
+// of x the tiles compute (src/core/bf16_packed_amx.cpp; "AMX over packed weights" in docs/benchmarks.md).
 // The reference beside it: at::linear(x, bf16_unpack_weight(packed)).
 #pragma once
 
@@ -17,8 +19,8 @@
 
 namespace dtensor {
 
-// Whether the packed kernel runs here: an AVX-512 BF16 CPU whose bf16_linear kernel is "avx512_bf16" (not AMX, where
-// it was not measured), fast kernels on (DTENSOR_FAST_KERNELS). Elsewhere bf16_packed_linear runs the reference.
+// Whether the packed kernel runs here: a CPU whose bf16_linear kernel is "avx512_bf16" (not yet "amx_bf16": one row
+// is slower packed there), fast kernels on (DTENSOR_FAST_KERNELS). Elsewhere bf16_packed_linear runs the reference.
 bool bf16_packed_linear_available();
 // Whether a weight [N, K] can be packed: N a multiple of 64, K of 32.
 bool bf16_packable(int64_t N, int64_t K);

@@ -14,35 +14,18 @@
 #include <cstdint>
 #include <cstring>
 
+#include "amx_tiles.h"
+
 namespace dtensor::detail {
 namespace {
 
 constexpr int64_t kChunk = 32;              // k per tile row of A (64 bytes of bf16)
 constexpr int64_t kPackedTile = 16 * 32;    // bf16 per packed B tile: 16 pairs of k x 16 rows of x x 2
 
-// Palette 1, tiles 0-7 all 16 rows x 64 bytes: A (0, 1: 16 rows of w each), B (2, 3: 16 rows of x each), C (4-7:
-// rows 16 a.. of the group of w times x's block b in tile 4 + a + 2 b).
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// GCC's tile intrinsics are asm statements that name no memory: without this the compiler may drop the stores into a
-// buffer that only a tile load reads, or read a buffer before the tile store into it.
-inline void memory_barrier() { asm volatile("" ::: "memory"); }
-
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  memory_barrier();
-  _tile_loadconfig(&cfg);
-}
+// Tiles (amx_tiles.h: all 16 rows x 64 bytes): A 0, 1 (16 rows of w each), B 2, 3 (16 rows of x each), C 4-7 (rows
+// 16 a.. of the group of w times x's block b in tile 4 + a + 2 b).
+using amx::configure_tiles;
+using amx::memory_barrier;
 
 // C^T for 32 rows of w (A tiles 0, 1 from rows n and n + 16) against one or two packed 16-row blocks of x (B tiles
 // 2, 3): tiles 4, 5 (rows n.., n+16.. x block 0) and 6, 7 (x block 1), stored to c [4][16][16].

@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "amx_tiles.h"
+
 namespace dtensor::detail {
 namespace {
 
@@ -23,26 +25,8 @@ constexpr int64_t kBlockK = 32;     // k per tile product (16 pairs)
 constexpr int64_t kChunkBytes = 1 << 20;  // x per pass over the panels (64-256 rows): it stays in L2 under them
 constexpr int64_t kAhead = 4;       // blocks of k (4 KB of a panel each) prefetched ahead of the products
 
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// GCC's tile intrinsics are asm statements that name no memory (see bf16_dot_amx.cpp).
-inline void memory_barrier() { asm volatile("" ::: "memory"); }
-
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  memory_barrier();
-  _tile_loadconfig(&cfg);
-}
+using amx::configure_tiles;
+using amx::memory_barrier;
 
 // Lines [from, from + bytes) towards L2: a later block of the panel streams from memory while the tiles compute on
 // this one (a tile load reads 16 lines 256 bytes apart, a pattern the hardware prefetcher follows poorly).

@@ -9,7 +9,8 @@
 // (src/core/bf16_packed_avx512.cpp). Measured on AMD EPYC Zen 5, 2 threads (docs/benchmarks.md, "Weights packed at
 // load"): at the bandwidth at 1 row, 0.5-0.8x the time of PyTorch's oneDNN GEMM from 16 to 128 rows. On AMX CPUs the
 // same layout is AMX's B operand as it lies (16 pairs of 16 columns, 256 bytes apart: one tile load), and from 4 rows
-// of x the tiles compute (src/core/bf16_packed_amx.cpp; "AMX over packed weights" in docs/benchmarks.md).
+// of x the tiles would compute (src/core/bf16_packed_amx.cpp); packing is off there for now, since one row packed ran
+// 1.5-2x slower than the unpacked dot kernel ("AMX over packed weights" in docs/benchmarks.md).
 // The reference beside it: at::linear(x, bf16_unpack_weight(packed)).
 #pragma once
 

@@ -210,7 +210,7 @@ TEST(LlamaSampling, TopKAndTopPKeepTheExpectedTokens) {
 }
 
 // Greedy over a batch splits the rows over threads: the tokens are argmax's own, ties (the first maximum), NaN (taken
-// as the max), -inf rows and bf16 included, at 1, 3 and 64 rows.
+// as the max), -inf rows, bf16 and fp16 (widened to fp32 first) included, at 1, 3 and 64 rows.
 TEST(LlamaSampling, GreedyIsArgmaxOnEveryRow) {
   at::Tensor logits = at::randint(0, 4, {64, 1000}, at::TensorOptions().dtype(at::kFloat));  // many ties
   logits[3][700] = std::numeric_limits<float>::quiet_NaN();
@@ -218,7 +218,9 @@ TEST(LlamaSampling, GreedyIsArgmaxOnEveryRow) {
   logits[5].fill_(-std::numeric_limits<float>::infinity());
   logits[6][9] = std::numeric_limits<float>::infinity();
   inference::Sampler greedy({});
-  for (const at::Tensor& l : {logits, logits.to(at::kBFloat16), logits.narrow(0, 0, 3), logits.narrow(0, 5, 1)}) {
+  const at::Tensor bf16 = logits.to(at::kBFloat16);
+  for (const at::Tensor& l : {logits, bf16, logits.to(at::kHalf), logits.narrow(0, 0, 3), logits.narrow(0, 5, 1),
+                              bf16.narrow(0, 3, 1), bf16.narrow(0, 5, 1)}) {
     const at::Tensor tokens = greedy.sample(l);
     ASSERT_EQ(tokens.sizes(), l.argmax(-1).sizes());
     EXPECT_TRUE(tokens.equal(l.argmax(-1)));

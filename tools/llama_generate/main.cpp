@@ -21,6 +21,7 @@
 #include "dtensor/mesh/device_mesh.h"
 #include "tokenizer/streamer.h"
 #include "inference/generate.h"
+#include "inference/heap.h"
 #include "options.h"
 #include "tools/common/terminal.h"
 #include "inference/weights.h"
@@ -46,6 +47,7 @@ std::string show_all(const std::vector<int64_t>& tokens, bool bytes) {
 
 int main(int argc, char** argv) {
   dtensor::report_fatal_signals();  // a crash says where, on this rank's stderr
+  inference::keep_freed_memory();  // a forward's large temporaries reuse pages (inference/heap.h)
   const dtensor::LaunchEnv launch = dtensor::LaunchEnv::peek();  // before the group: --help and usage errors on rank 0
   const int rank = launch.rank;
   const int world_size = launch.world_size;

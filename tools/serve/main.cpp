@@ -27,6 +27,7 @@
 #include "dtensor/mesh/launch_env.h"
 #include "dtensor/mesh/fatal_signals.h"
 #include "inference/gguf_tokenizer.h"
+#include "inference/heap.h"
 #include "inference/weights.h"
 #include "dtensor/mesh/device_mesh.h"
 #include "inference/serving/http_server.h"
@@ -129,6 +130,7 @@ Setup check(const std::vector<std::string>& args, int world_size, bool& help) {
 
 int main(int argc, char** argv) {
   dtensor::report_fatal_signals();  // a crash says where, on this rank's stderr
+  inference::keep_freed_memory();  // a forward's large temporaries reuse pages (inference/heap.h)
   const dtensor::LaunchEnv launch = dtensor::LaunchEnv::peek();  // before the group: --help and usage errors on rank 0
   const int rank = launch.rank;
   const int world_size = launch.world_size;

@@ -1,6 +1,7 @@
 // inference::keep_freed_memory (inference/heap.h), in a forked child so that this test process keeps glibc's defaults.
 #include <gtest/gtest.h>
 #include <malloc.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,20 +23,28 @@ void* touched(size_t bytes) {
   return p;
 }
 
-// Runs `body` in a child; its return value is the child's exit code (0: every check held). Nothing in it waits.
+// Runs `body` in a child; its return value is the child's exit code (0: every check held), -1 if it did not exit by
+// itself within 30 s (then it is killed) or died of a signal.
 template <typename Body>
 int in_child(Body body) {
   const pid_t child = fork();
   if (child == 0) _exit(body());
+  if (child < 0) return -1;
   int status = 0;
-  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
+  for (int polls = 0; polls < 3000; ++polls) {  // 3000 x 10 ms
+    if (waitpid(child, &status, WNOHANG) == child) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    usleep(10000);
+  }
+  kill(child, SIGKILL);
+  waitpid(child, &status, 0);
+  return -1;
 }
 
 }  // namespace
 
-// By default a block larger than the heap's free space is a mapping of its own; after keep_freed_memory it comes from the heap (no new
-// mapping), and once freed its bytes stay in the heap's free space for the next forward, instead of being unmapped.
+// By default a block larger than the heap's free space is a mapping of its own; after keep_freed_memory it comes from
+// the heap (no new mapping), and once freed its bytes stay in the heap's free space for the next forward, instead of
+// being unmapped.
 TEST(InferenceHeap, KeepFreedMemoryServesLargeBlocksFromTheHeapAndKeepsThemFreed) {
   const int code = in_child([] {
     int bits = 0;
@@ -57,7 +66,8 @@ TEST(InferenceHeap, KeepFreedMemoryServesLargeBlocksFromTheHeapAndKeepsThemFreed
     std::free(again);
     return bits;
   });
-  EXPECT_EQ(code, 0) << "failed checks (bits): 1 default not mapped, 2 policy not applied, 4 still mapped, "
+  EXPECT_EQ(code, 0) << "-1: the child hung or died; else failed checks (bits): 1 default not mapped, "
+                        "2 policy not applied, 4 still mapped, "
                         "8 freed bytes not kept, 16 not reused";
 }
 

@@ -48,8 +48,8 @@ namespace {
 // Greedy tokens: argmax over the vocabulary, the rows split over the threads. ATen's argmax reduces a block of rows on
 // one thread (at batch 64 x 128256 logits, 4.7% of a decode step on 2 cores); each thread here runs that same argmax
 // on its rows, so the tokens are argmax's own (the first of equal maxima, a NaN taken as the max). bf16 / fp16 logits
-// on the CPU are widened to fp32 first: exact and order-keeping, so the same index; ATen's argmax over bf16 took 3.3-3.6x
-// the time of widening plus fp32's argmax (Zen 5, 2 threads: 15.5 against 4.7 ms at 64 x 128256).
+// on the CPU are widened to fp32 first: exact and order-keeping, so the same index; ATen's argmax over bf16 took
+// 3.3-3.6x the time of widening plus fp32's argmax (Zen 5, 2 threads: 15.5 against 4.7 ms at 64 x 128256).
 at::Tensor argmax_rows(const at::Tensor& logits) {
   const at::ScalarType t = logits.scalar_type();
   const bool widen = logits.device().is_cpu() && (t == at::kBFloat16 || t == at::kHalf);
